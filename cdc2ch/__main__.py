@@ -1,0 +1,3 @@
+from cdc2ch.cli import main
+
+main()

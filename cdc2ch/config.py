@@ -1,0 +1,139 @@
+"""Run configuration: one frozen value built once by the CLI and passed down."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from cdc2ch.errors import ConfigError
+
+DEFAULT_DATABASE = "cdc2ch"
+DEFAULT_BATCH_SIZE = 80_000
+DEFAULT_MAX_ROWS_PER_READ = 1_000_000
+
+
+def default_data_dir() -> Path:
+    """Where the embedded ClickHouse keeps its files unless --clickhouse says otherwise."""
+    if os.environ.get("CDC2CH_HOME"):
+        return Path(os.environ["CDC2CH_HOME"]).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "cdc2ch"
+
+
+def default_dsn() -> str:
+    return f"chdb://{default_data_dir() / 'clickhouse'}"
+
+
+@dataclass(frozen=True)
+class TargetName:
+    database: str
+    table: str
+
+    @classmethod
+    def parse(cls, text: str, default_database: str = DEFAULT_DATABASE) -> "TargetName":
+        """`db.table` or `table`; a name containing dots can be backquoted: `db`.`my.table`."""
+        parts = _split_dotted(text)
+        if len(parts) == 1:
+            return cls(default_database, parts[0])
+        if len(parts) == 2:
+            return cls(parts[0], parts[1])
+        raise ConfigError(
+            f"--target {text!r} is not a ClickHouse table name. Use `database.table` (or just `table` for "
+            f"database {default_database!r}); quote a part that contains dots with backticks, e.g. `db`.`a.b`."
+        )
+
+    @classmethod
+    def for_source(cls, table_uri: str) -> "TargetName":
+        """Default target: the last path segment of the Delta table, in the default database."""
+        name = table_uri.rstrip("/").rsplit("/", 1)[-1] or "table"
+        return cls(DEFAULT_DATABASE, name)
+
+    def __str__(self) -> str:
+        return f"{self.database}.{self.table}"
+
+
+def _split_dotted(text: str) -> list[str]:
+    """Split on dots outside backticks; a doubled backtick inside backticks is a literal one."""
+    parts: list[str] = []
+    current, i, quoted_part = "", 0, False
+    while i < len(text):
+        ch = text[i]
+        if ch == "`" and not current and not quoted_part:
+            end = i + 1
+            while True:
+                end = text.find("`", end)
+                if end == -1:
+                    raise ConfigError(f"{text!r} has an unclosed backtick.")
+                if text[end + 1 : end + 2] == "`":
+                    end += 2
+                    continue
+                break
+            current, quoted_part, i = text[i + 1 : end].replace("``", "`"), True, end + 1
+        elif ch == ".":
+            parts.append(current)
+            current, quoted_part, i = "", False, i + 1
+        elif quoted_part:
+            raise ConfigError(f"{text!r}: unexpected {ch!r} after a backquoted name.")
+        else:
+            current, i = current + ch, i + 1
+    parts.append(current)
+    if any(not part for part in parts):
+        raise ConfigError(f"{text!r} has an empty name part.")
+    return parts
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    master: str | None = None
+    conf: tuple[tuple[str, str], ...] = ()
+
+    @staticmethod
+    def parse_conf(items: tuple[str, ...] | list[str]) -> tuple[tuple[str, str], ...]:
+        out = []
+        for item in items:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise ConfigError(
+                    f"--spark-conf {item!r} is not of the form key=value. Pass each Spark setting as its own "
+                    f"option, e.g. --spark-conf spark.executor.memory=4g."
+                )
+            out.append((key.strip(), value))
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    table: str
+    primary_key: tuple[str, ...]
+    target: TargetName
+    clickhouse_dsn: str
+    pipeline: str
+    spark: SparkSettings = field(default_factory=SparkSettings)
+    from_version: int | None = None
+    from_timestamp: datetime | None = None
+    reset: bool = False
+    once: bool = False
+    poll_interval: float = 5.0
+    batch_size: int = DEFAULT_BATCH_SIZE
+    max_rows_per_read: int = DEFAULT_MAX_ROWS_PER_READ
+    immutable_keys: bool = False
+    retries: int = 5
+
+    def __post_init__(self) -> None:
+        if not self.primary_key:
+            raise ConfigError("--primary-key is required: name the Delta column(s) that identify a row, e.g. id or a,b.")
+        if len(set(self.primary_key)) != len(self.primary_key):
+            raise ConfigError(f"--primary-key {','.join(self.primary_key)} names a column twice.")
+        if self.batch_size < 1:
+            raise ConfigError(f"--batch-size must be at least 1 (got {self.batch_size}).")
+        if self.max_rows_per_read < self.batch_size:
+            object.__setattr__(self, "max_rows_per_read", self.batch_size)
+        if self.from_version is not None and self.from_version < 0:
+            raise ConfigError(f"--from-version must be 0 or more (got {self.from_version}).")
+        if self.from_version is not None and self.from_timestamp is not None:
+            raise ConfigError("Give either --from-version or --from-timestamp, not both.")
+        if self.poll_interval <= 0:
+            raise ConfigError(f"--poll-interval must be positive (got {self.poll_interval}).")

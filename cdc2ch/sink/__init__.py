@@ -1,0 +1,161 @@
+"""The ClickHouse side: one sink on clickhouse-connect, whatever the target.
+
+`connect(dsn)` picks the transport (embedded chdb or a server over HTTP); everything above works on
+`Sink`, which adds bounded retries, target-table DDL and Arrow inserts with deduplication tokens.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, TypeVar
+
+import pyarrow as pa
+import structlog
+from clickhouse_connect.driver.exceptions import ClickHouseError, DatabaseError, OperationalError
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from cdc2ch import schema
+from cdc2ch.config import TargetName
+from cdc2ch.errors import SinkError, SourceError
+
+log = structlog.get_logger("cdc2ch.sink")
+T = TypeVar("T")
+
+# ClickHouse error codes worth another try: the server is busy, restarting or the network hiccuped.
+TRANSIENT_CODES = {3, 159, 164, 202, 209, 210, 236, 242, 252, 319, 394, 425, 999}
+_CODE = re.compile(r"Code: (\d+)")
+
+
+def error_code(exc: BaseException) -> int | None:
+    m = _CODE.search(str(exc))
+    return int(m.group(1)) if m else None
+
+
+def is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, OperationalError):
+        return True
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        return True
+    return isinstance(exc, DatabaseError) and error_code(exc) in TRANSIENT_CODES
+
+
+class Sink:
+    """A ClickHouse target reached through a clickhouse-connect client."""
+
+    def __init__(self, client: Any, display: str, retries: int = 5, max_wait: float = 10.0):
+        self.client = client
+        self.display = display  # the DSN without secrets, for messages
+        self._retries = max(1, retries)
+        self._max_wait = max_wait
+
+    # -- plumbing -------------------------------------------------------------------------------
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        retrying = Retrying(
+            stop=stop_after_attempt(self._retries),
+            wait=wait_exponential(multiplier=0.5, max=self._max_wait),
+            retry=retry_if_exception(is_transient),
+            reraise=True,
+            before_sleep=lambda rs: log.warning(
+                "clickhouse_retry", what=what, attempt=rs.attempt_number, error=_short(rs.outcome.exception())
+            ),
+        )
+        try:
+            return retrying(fn)
+        except ClickHouseError as exc:
+            hint = (
+                "ClickHouse could not be reached after "
+                f"{self._retries} attempts; check that it is up and reachable, then run the same command again "
+                "(the replication offset was not moved)."
+                if is_transient(exc)
+                else "Nothing after the last committed version was recorded; fix the cause and run again."
+            )
+            raise SinkError(f"ClickHouse at {self.display} failed to {what}: {_short(exc)}. {hint}") from exc
+
+    def command(self, sql: str, what: str = "run a statement", settings: dict | None = None) -> Any:
+        return self._call(what, lambda: self.client.command(sql, settings=settings))
+
+    def query_rows(self, sql: str, parameters: dict | None = None, what: str = "run a query") -> list[tuple]:
+        return self._call(what, lambda: self.client.query(sql, parameters=parameters).result_rows)
+
+    def query_arrow(self, sql: str, what: str = "run a query", settings: dict | None = None) -> pa.Table:
+        return self._call(what, lambda: self.client.query_arrow(sql, settings=settings))
+
+    def raw_query(self, sql: str, fmt: str) -> bytes:
+        """Run any statement and return ClickHouse's own rendering of the result."""
+        return self._call("run the query", lambda: self.client.raw_query(sql, fmt=fmt))
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> "Sink":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- tables ---------------------------------------------------------------------------------
+    def ensure_database(self, database: str) -> None:
+        self.command(f"CREATE DATABASE IF NOT EXISTS {schema.quote(database)}", what="create the database")
+
+    def table_columns(self, target: TargetName) -> dict[str, str] | None:
+        rows = self.query_rows(
+            "SELECT name, type FROM system.columns WHERE database = {db:String} AND table = {t:String} "
+            "ORDER BY position",
+            {"db": target.database, "t": target.table},
+            what="describe the target table",
+        )
+        return dict(rows) if rows else None
+
+    def ensure_target(self, target: TargetName, types: dict[str, str], primary_key: tuple[str, ...]) -> None:
+        """Create the target table, or check an existing one still fits the Delta schema."""
+        existing = self.table_columns(target)
+        if existing is None:
+            self.ensure_database(target.database)
+            self.command(schema.target_table_ddl(target, types, primary_key), what="create the target table")
+            log.info("target_created", target=str(target), columns=len(types))
+            return
+        missing = [c for c in types if c not in existing]
+        for name in missing:
+            self.command(
+                f"ALTER TABLE {schema.qualified(target)} ADD COLUMN IF NOT EXISTS "
+                f"{schema.quote(name)} {types[name]} BEFORE `_commit_version`",
+                what=f"add column {name!r}",
+            )
+            log.info("column_added", target=str(target), column=name, type=types[name])
+        changed = {c: (existing[c], t) for c, t in types.items() if c in existing and existing[c] != t}
+        if changed:
+            desc = "; ".join(f"{c!r} is {old} in ClickHouse but the Delta table now needs {new}"
+                             for c, (old, new) in changed.items())
+            raise SourceError(
+                f"The target table {target} does not match the Delta table: {desc}. Migrate the ClickHouse "
+                f"column (ALTER TABLE ... MODIFY COLUMN) or replicate into a new --target."
+            )
+
+    def insert_arrow(self, table_sql: str, data: pa.Table, token: str | None = None) -> int:
+        """Insert Arrow rows into a quoted table name. A replay with the same token is dropped by
+        ClickHouse's insert deduplication; without a token, deduplication is off for this insert."""
+        settings = (
+            {"insert_deduplicate": 1, "insert_deduplication_token": token} if token else {"insert_deduplicate": 0}
+        )
+        self._call(f"insert into {table_sql}", lambda: self.client.insert_arrow(table_sql, data, settings=settings))
+        return data.num_rows
+
+
+def _short(exc: BaseException | None) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 400 else text[:400] + "..."
+
+
+def connect(dsn: str, retries: int = 5) -> Sink:
+    """Open the target named by a DSN: chdb:///path (embedded) or http(s)://user@host:port/db (server)."""
+    from cdc2ch.sink import embedded, server
+
+    if dsn.startswith("chdb:"):
+        return embedded.connect(dsn, retries)
+    if dsn.startswith(("http://", "https://", "clickhouse://", "clickhouses://")):
+        return server.connect(dsn, retries)
+    raise SinkError(
+        f"--clickhouse {server.redact(dsn)!r} is not a DSN cdc2ch understands. Use chdb:///absolute/path for the "
+        f"embedded engine or http(s)://user@host:8123/database for a server (password in the "
+        f"CDC2CH_CLICKHOUSE_PASSWORD environment variable)."
+    )

@@ -1,0 +1,45 @@
+"""The embedded target: ClickHouse's engine in this process (chdb), persisted in a directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import clickhouse_connect
+from clickhouse_connect.driver.exceptions import ClickHouseError
+
+from cdc2ch.errors import SinkError
+
+
+def data_path(dsn: str) -> Path:
+    raw = dsn[len("chdb:"):]
+    if raw.startswith("//"):
+        raw = raw[2:]
+    if not raw:
+        raise SinkError("The embedded DSN has no path: use chdb:///absolute/path/to/data.")
+    return Path(raw).expanduser().resolve()
+
+
+def connect(dsn: str, retries: int) -> "Sink":  # noqa: F821 - imported lazily to keep the import graph one-way
+    from cdc2ch.sink import Sink
+
+    path = data_path(dsn)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SinkError(f"Cannot create the embedded ClickHouse directory {path}: {exc.strerror}.") from exc
+    try:
+        client = clickhouse_connect.get_client(dsn=f"chdb://{path}")
+    except ClickHouseError as exc:
+        text = str(exc)
+        if "Cannot lock file" in text or "Error initializing EmbeddedServer" in text:
+            raise SinkError(
+                f"The embedded ClickHouse database at {path} is in use by another process (only one process "
+                f"can open it at a time). Stop the other cdc2ch process (see `ps aux | grep cdc2ch`), or point "
+                f"this one at another directory with --clickhouse chdb:///other/path."
+            ) from exc
+        if "already initialized with path" in text:
+            raise SinkError(
+                f"This process already has an embedded ClickHouse open at another path; cannot also open {path}."
+            ) from exc
+        raise SinkError(f"Cannot open the embedded ClickHouse at {path}: {text}") from exc
+    return Sink(client, f"chdb://{path}", retries)

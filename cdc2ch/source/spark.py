@@ -1,0 +1,160 @@
+"""A Spark session with Delta Lake enabled.
+
+The Delta jars come from Maven Central once (through Spark's own Ivy resolution, or Maven as a
+fallback) into a cache directory, and every later session loads them from there with `spark.jars`:
+no network and no resolution chatter after the first run. `python -m cdc2ch.source.spark` fills the
+cache ahead of time (`make install` does).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+from cdc2ch.config import SparkSettings
+from cdc2ch.errors import ConfigError
+
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.ui.showConsoleProgress": "false",
+}
+# Sensible for one machine; every key can be overridden with --spark-conf.
+LOCAL_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "4",
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.driver.memory": "2g",
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
+}
+
+
+def delta_artifact() -> str:
+    """The Maven coordinate of the Delta jar matching the installed pyspark and delta-spark."""
+    import pyspark
+
+    spark_minor = ".".join(pyspark.__version__.split(".")[:2])
+    return f"io.delta:delta-spark_{spark_minor}_2.13:{metadata.version('delta-spark')}"
+
+
+def jars_dir() -> Path:
+    base = os.environ.get("CDC2CH_JARS_DIR")
+    if base:
+        return Path(base).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "cdc2ch" / "jars" / delta_artifact().replace(":", "_")
+
+
+def delta_jars() -> list[str]:
+    """Local paths of the Delta jars, fetching them on first use."""
+    if os.environ.get("CDC2CH_DELTA_JARS"):  # an air-gapped site can point at jars it ships itself
+        return [j for j in os.environ["CDC2CH_DELTA_JARS"].split(",") if j]
+    target = jars_dir()
+    marker = target / ".complete"
+    if not marker.exists():
+        _fetch(target)
+        marker.write_text(delta_artifact() + "\n")
+    return sorted(str(p) for p in target.glob("*.jar"))
+
+
+def _fetch(target: Path) -> None:
+    errors = []
+    for how in (_fetch_with_ivy, _fetch_with_maven):
+        with tempfile.TemporaryDirectory(prefix="cdc2ch-jars-") as tmp:
+            try:
+                jars = how(Path(tmp))
+            except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
+                errors.append(f"{how.__name__}: {str(exc)[-600:]}")
+                continue
+            if not any("delta-spark" in j.name for j in jars):
+                errors.append(f"{how.__name__}: no delta-spark jar among {[j.name for j in jars]}")
+                continue
+            target.mkdir(parents=True, exist_ok=True)
+            for jar in jars:
+                shutil.copy2(jar, target / jar.name)
+            return
+    raise ConfigError(
+        f"Could not fetch the Delta Lake jars ({delta_artifact()}) from Maven Central. Tried: "
+        + " | ".join(errors)
+        + ". Check network access to Maven Central, or download the jars yourself and set "
+        "CDC2CH_DELTA_JARS to a comma-separated list of their paths."
+    )
+
+
+def _fetch_with_ivy(tmp: Path) -> list[Path]:
+    """Spark's standard route: spark-submit --packages resolves through Ivy into tmp/ivy/jars."""
+    import pyspark
+
+    app = tmp / "noop.py"
+    app.write_text("pass\n")
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_HOME=str(submit.parent.parent))
+    proc = subprocess.run(
+        [str(submit), "--master", "local[1]", "--packages", delta_artifact(),
+         "--conf", f"spark.jars.ivy={tmp / 'ivy'}", str(app)],
+        capture_output=True, text=True, timeout=900, env=env,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr or proc.stdout)
+    return sorted((tmp / "ivy" / "jars").glob("*.jar"))
+
+
+def _fetch_with_maven(tmp: Path) -> list[Path]:
+    """Fallback: Maven copies delta-spark and its runtime dependencies (Spark itself is provided)."""
+    group, artifact, version = delta_artifact().split(":")
+    (tmp / "pom.xml").write_text(
+        "<project><modelVersion>4.0.0</modelVersion><groupId>local</groupId><artifactId>cdc2ch-jars</artifactId>"
+        "<version>1</version><dependencies><dependency>"
+        f"<groupId>{group}</groupId><artifactId>{artifact}</artifactId><version>{version}</version>"
+        "</dependency></dependencies></project>"
+    )
+    proc = subprocess.run(
+        ["mvn", "-q", "-B", "-f", str(tmp / "pom.xml"), "dependency:copy-dependencies",
+         f"-DoutputDirectory={tmp / 'jars'}", "-DincludeScope=runtime"],
+        capture_output=True, text=True, timeout=900,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stdout + proc.stderr)
+    return sorted((tmp / "jars").glob("*.jar"))
+
+
+def session(settings: SparkSettings | None = None):
+    """The Spark session: reused when one is already running (tests, several pipelines, spark-submit)."""
+    from pyspark.sql import SparkSession
+
+    settings = settings or SparkSettings()
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit already set master and jars
+    master = settings.master or (None if under_submit else "local[*]")
+    conf = dict(DELTA_CONF)
+    if master and master.startswith("local"):
+        conf.update(LOCAL_CONF)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # one machine: no hostname guessing
+        log4j = Path(__file__).with_name("log4j2.properties")
+        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile=file:{log4j}"
+    user = dict(settings.conf)
+    if not under_submit and "spark.jars.packages" not in user and "spark.jars" not in user:
+        conf["spark.jars"] = ",".join(delta_jars())
+    conf.update(user)
+    builder = SparkSession.builder.appName("cdc2ch")
+    if master:
+        builder = builder.master(master)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("CDC2CH_SPARK_LOG_LEVEL", "ERROR"))
+    return spark
+
+
+if __name__ == "__main__":
+    for jar in delta_jars():
+        print(jar)

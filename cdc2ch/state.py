@@ -1,0 +1,135 @@
+"""Replication offsets, kept in ClickHouse next to the data (table `cdc2ch_state` in the target database).
+
+An offset is written only after every batch of its version range has landed; the ReplacingMergeTree keeps
+the row with the newest `updated_at` per pipeline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+
+import pyarrow as pa
+
+from cdc2ch import schema
+from cdc2ch.sink import Sink
+
+STATE_TABLE = "cdc2ch_state"
+
+
+@dataclass(frozen=True)
+class PipelineState:
+    pipeline: str
+    source: str
+    target: str
+    committed_version: int
+    pending_version: int
+    rows_written: int
+    updated_at: datetime
+
+    def _touched(self, **changes) -> "PipelineState":
+        # Keep updated_at strictly increasing so the newest row always wins the merge.
+        at = max(datetime.now(timezone.utc), self.updated_at + timedelta(milliseconds=1))
+        return replace(self, updated_at=at, **changes)
+
+    def advanced(self, version: int, rows: int) -> "PipelineState":
+        """Versions up to `version` have landed."""
+        return self._touched(committed_version=version, pending_version=version, rows_written=self.rows_written + rows)
+
+    def writing(self, end: int) -> "PipelineState":
+        """About to write the range ending at `end`; not committed yet."""
+        return self._touched(pending_version=end)
+
+    @property
+    def interrupted_range(self) -> tuple[int, int] | None:
+        """The range a previous attempt started writing and did not commit."""
+        if self.pending_version > self.committed_version:
+            return (self.committed_version + 1, self.pending_version)
+        return None
+
+
+_ARROW_SCHEMA = pa.schema(
+    [
+        ("pipeline", pa.string()),
+        ("source", pa.string()),
+        ("target", pa.string()),
+        ("committed_version", pa.int64()),
+        ("pending_version", pa.int64()),
+        ("rows_written", pa.uint64()),
+        ("updated_at", pa.timestamp("ms", tz="UTC")),
+    ]
+)
+
+
+class StateStore:
+    def __init__(self, sink: Sink, database: str):
+        self.sink = sink
+        self.database = database
+        self._table = f"{schema.quote(database)}.{schema.quote(STATE_TABLE)}"
+
+    def ensure(self) -> None:
+        self.sink.ensure_database(self.database)
+        self.sink.command(schema.state_table_ddl(self.database, STATE_TABLE), what="create the state table")
+
+    def exists(self) -> bool:
+        return bool(
+            self.sink.query_rows(
+                "SELECT 1 FROM system.tables WHERE database = {db:String} AND name = {t:String}",
+                {"db": self.database, "t": STATE_TABLE},
+                what="look for the state table",
+            )
+        )
+
+    def load_all(self) -> list[PipelineState]:
+        if not self.exists():
+            return []
+        rows = self.sink.query_rows(
+            f"SELECT pipeline, source, target, committed_version, pending_version, rows_written, updated_at "
+            f"FROM {self._table} FINAL ORDER BY pipeline",
+            what="read replication offsets",
+        )
+        return [_state(r) for r in rows]
+
+    def load(self, pipeline: str) -> PipelineState | None:
+        if not self.exists():
+            return None
+        rows = self.sink.query_rows(
+            f"SELECT pipeline, source, target, committed_version, pending_version, rows_written, updated_at "
+            f"FROM {self._table} FINAL WHERE pipeline = {{p:String}}",
+            {"p": pipeline},
+            what="read the replication offset",
+        )
+        return _state(rows[0]) if rows else None
+
+    def save(self, state: PipelineState) -> None:
+        row = pa.Table.from_pylist(
+            [
+                {
+                    "pipeline": state.pipeline,
+                    "source": state.source,
+                    "target": state.target,
+                    "committed_version": state.committed_version,
+                    "pending_version": state.pending_version,
+                    "rows_written": state.rows_written,
+                    "updated_at": state.updated_at,
+                }
+            ],
+            schema=_ARROW_SCHEMA,
+        )
+        self.sink.insert_arrow(self._table, row)
+
+
+def _state(row: tuple) -> PipelineState:
+    pipeline, source, target, version, pending, rows, updated = row
+    if updated.tzinfo is None:
+        updated = updated.replace(tzinfo=timezone.utc)
+    return PipelineState(pipeline, source, target, int(version), int(pending), int(rows), updated)
+
+
+def databases_with_state(sink: Sink) -> list[str]:
+    rows = sink.query_rows(
+        "SELECT database FROM system.tables WHERE name = {t:String} ORDER BY database",
+        {"t": STATE_TABLE},
+        what="find replication state tables",
+    )
+    return [r[0] for r in rows]

@@ -1,0 +1,16 @@
+-- Replication offsets, one row per pipeline (the latest updated_at wins). committed_version moves only
+-- after every batch of a version range has landed, so a crash replays the range instead of skipping it.
+-- pending_version is the end of the range being written: a restart replays exactly that range, so the
+-- replayed batches match the first attempt's deduplication tokens.
+CREATE TABLE IF NOT EXISTS {table}
+(
+    `pipeline`          String,
+    `source`            String,
+    `target`            String,
+    `committed_version` Int64,
+    `pending_version`   Int64,
+    `rows_written`      UInt64,
+    `updated_at`        DateTime64(3, 'UTC')
+)
+ENGINE = ReplacingMergeTree(`updated_at`)
+ORDER BY `pipeline`

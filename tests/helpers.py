@@ -1,0 +1,87 @@
+"""Test helpers: build Delta histories with Spark and compare Delta with ClickHouse value by value."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+
+from cdc2ch import schema
+from cdc2ch.config import TargetName
+
+
+def create_table(spark, path: str, columns: str, partitioned_by: str | None = None) -> None:
+    part = f"PARTITIONED BY ({partitioned_by})" if partitioned_by else ""
+    spark.sql(
+        f"CREATE TABLE delta.`{path}` ({columns}) USING delta {part} "
+        f"TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+    )
+
+
+def latest_version(spark, path: str) -> int:
+    from delta.tables import DeltaTable
+
+    return DeltaTable.forPath(spark, path).history(1).collect()[0]["version"]
+
+
+def normalize(value):
+    """A comparable form: NaN equal to itself, binary and text both as bytes, nested values recursively."""
+    if isinstance(value, float) and math.isnan(value):
+        return ("NaN",)
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    if isinstance(value, dict):
+        return tuple(sorted((normalize(k), normalize(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(normalize(v) for v in value)
+    if isinstance(value, decimal.Decimal):
+        return value.normalize() if value.is_finite() else value
+    return value
+
+
+def _rows(table, columns) -> list[tuple]:
+    data = table.select(columns).to_pylist()
+    # Map columns come back from Arrow as lists of (key, value) pairs on both sides.
+    return sorted((tuple(normalize(r[c]) for c in columns) for r in data), key=repr)
+
+
+def delta_rows(spark, path: str, version: int | None = None, columns: list[str] | None = None) -> list[tuple]:
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    df = reader.load(path)
+    columns = columns or df.columns
+    return _rows(df.toArrow(), columns)
+
+
+def clickhouse_rows(sink, target: TargetName, columns: list[str]) -> list[tuple]:
+    cols = ", ".join(schema.quote(c) for c in columns)
+    # Strings as binary: a String column may hold bytes that are not UTF-8 (Spark BINARY).
+    table = sink.query_arrow(f"SELECT {cols} FROM {schema.qualified(target)} FINAL WHERE _is_deleted = 0",
+                             settings={"output_format_arrow_string_as_string": 0})
+    return _rows(table, columns)
+
+
+def assert_replicated(spark, sink, path: str, target: TargetName, version: int | None = None) -> None:
+    """FINAL (live rows, user columns) equals the Delta table at `version` (default: latest), row for row."""
+    columns = spark.read.format("delta").load(path).columns
+    expected = delta_rows(spark, path, version, columns)
+    actual = clickhouse_rows(sink, target, columns)
+    missing = [r for r in expected if r not in set(actual)]
+    extra = [r for r in actual if r not in set(expected)]
+    assert not missing and not extra and len(expected) == len(actual), (
+        f"{target} differs from Delta {path}@{version}: {len(expected)} vs {len(actual)} rows; "
+        f"missing {missing[:5]}, extra {extra[:5]}"
+    )
+
+
+def committed_version(sink, database: str, pipeline: str) -> int:
+    rows = sink.query_rows(
+        f"SELECT committed_version FROM {schema.quote(database)}.cdc2ch_state FINAL WHERE pipeline = {{p:String}}",
+        {"p": pipeline},
+    )
+    return rows[0][0]
