@@ -31,7 +31,11 @@ def to_table_rows(cdf, immutable_keys: bool = False):
     if immutable_keys:  # the caller promises updates never change key columns: pre-images are redundant
         cdf = cdf.where(change != F.lit("update_preimage"))
     rank = F.when(change == "update_preimage", 1).when(change == "delete", 2).otherwise(3)
-    user = [F.col(f"`{c}`") for c in cdf.columns if c not in ("_change_type", "_commit_version", "_commit_timestamp")]
+    user = [
+        F.col(f"`{c}`")
+        for c in cdf.columns
+        if c not in ("_change_type", "_commit_version", "_commit_timestamp")
+    ]
     return cdf.select(
         *user,
         F.col("_commit_version").cast("long").alias("_commit_version"),
@@ -69,7 +73,9 @@ def check_keys(rows: pa.Table, primary_key: tuple[str, ...], where: str) -> None
         nulls = rows.column(key).null_count
         if nulls:
             sample = rows.filter(pc.is_null(rows.column(key))).slice(0, 1)
-            version = sample.column("_commit_version")[0].as_py() if "_commit_version" in rows.column_names else "?"
+            version = (
+                sample.column("_commit_version")[0].as_py() if "_commit_version" in rows.column_names else "?"
+            )
             raise SourceError(
                 f"{nulls} row(s) in {where} have a null in primary-key column {key!r} (first at version "
                 f"{version}). A key must identify a row: choose non-null key columns for --primary-key, or fix "

@@ -22,7 +22,7 @@ from cdc2ch.config import (
     TargetName,
     default_dsn,
 )
-from cdc2ch.errors import Cdc2chError, ConfigError
+from cdc2ch.errors import Cdc2chError
 
 
 def _fail(exc: Cdc2chError) -> None:
@@ -43,29 +43,52 @@ def handle_errors(fn):
 
 def clickhouse_option(fn):
     return click.option(
-        "--clickhouse", "clickhouse_dsn", envvar="CDC2CH_CLICKHOUSE_URL", default=default_dsn, show_default=True,
+        "--clickhouse",
+        "clickhouse_dsn",
+        envvar="CDC2CH_CLICKHOUSE_URL",
+        default=default_dsn,
+        show_default=True,
         help="Target ClickHouse: chdb:///path for the embedded engine, or http(s)://user@host:8123/db for a "
-             "server (password from CDC2CH_CLICKHOUSE_PASSWORD or CDC2CH_CLICKHOUSE_PASSWORD_FILE). "
-             "Env: CDC2CH_CLICKHOUSE_URL.",
+        "server (password from CDC2CH_CLICKHOUSE_PASSWORD or CDC2CH_CLICKHOUSE_PASSWORD_FILE). "
+        "Env: CDC2CH_CLICKHOUSE_URL.",
     )(fn)
 
 
 def logging_options(fn):
-    fn = click.option("--log-format", type=click.Choice(["console", "json"]), default="console",
-                      envvar="CDC2CH_LOG_FORMAT", show_default=True,
-                      help="console: readable lines; json: one JSON object per line (for journald, Loki...).")(fn)
-    fn = click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
-                      envvar="CDC2CH_LOG_LEVEL", show_default=True, help="Minimum level of log lines.")(fn)
+    fn = click.option(
+        "--log-format",
+        type=click.Choice(["console", "json"]),
+        default="console",
+        envvar="CDC2CH_LOG_FORMAT",
+        show_default=True,
+        help="console: readable lines; json: one JSON object per line (for journald, Loki...).",
+    )(fn)
+    fn = click.option(
+        "--log-level",
+        type=click.Choice(["debug", "info", "warning", "error"]),
+        default="info",
+        envvar="CDC2CH_LOG_LEVEL",
+        show_default=True,
+        help="Minimum level of log lines.",
+    )(fn)
     return fn
 
 
 def spark_options(fn):
-    fn = click.option("--spark-master", envvar="CDC2CH_SPARK_MASTER", default=None,
-                      help="Spark master URL (local[*], spark://host:7077, yarn, k8s://...). Default: local[*], "
-                           "or what spark-submit set.")(fn)
-    fn = click.option("--spark-conf", multiple=True, metavar="KEY=VALUE",
-                      help="A Spark setting, passed through as is; repeat for several "
-                           "(e.g. --spark-conf spark.executor.memory=4g).")(fn)
+    fn = click.option(
+        "--spark-master",
+        envvar="CDC2CH_SPARK_MASTER",
+        default=None,
+        help="Spark master URL (local[*], spark://host:7077, yarn, k8s://...). Default: local[*], "
+        "or what spark-submit set.",
+    )(fn)
+    fn = click.option(
+        "--spark-conf",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="A Spark setting, passed through as is; repeat for several "
+        "(e.g. --spark-conf spark.executor.memory=4g).",
+    )(fn)
     return fn
 
 
@@ -75,7 +98,9 @@ def _parse_timestamp(ctx, param, value):
     try:
         ts = datetime.fromisoformat(value)
     except ValueError:
-        raise click.BadParameter(f"{value!r} is not an ISO-8601 timestamp such as 2026-11-01T12:00:00Z.")
+        raise click.BadParameter(
+            f"{value!r} is not an ISO-8601 timestamp such as 2026-11-01T12:00:00Z."
+        ) from None
     return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts
 
 
@@ -86,7 +111,9 @@ def stop_on_signals(stop: threading.Event):
     def handler(signum, frame):
         if stop.is_set():  # a second signal means "now"
             raise KeyboardInterrupt
-        click.echo(f"cdc2ch: {signal.Signals(signum).name} received, stopping after the current batch", err=True)
+        click.echo(
+            f"cdc2ch: {signal.Signals(signum).name} received, stopping after the current batch", err=True
+        )
         stop.set()
 
     if threading.current_thread() is not threading.main_thread():
@@ -111,37 +138,102 @@ def main():
 
 
 @main.command()
-@click.option("--table", required=True, envvar="CDC2CH_TABLE",
-              help="The Delta table: a local path or a URI (s3a://, abfss://, gs://...).")
-@click.option("--primary-key", required=True, envvar="CDC2CH_PRIMARY_KEY",
-              help="Column(s) identifying a row, comma-separated: id or tenant,id. Becomes the ORDER BY key.")
-@click.option("--target", default=None, envvar="CDC2CH_TARGET",
-              help="ClickHouse table as database.table. Default: cdc2ch.<last path segment of --table>.")
-@click.option("--pipeline", default=None, help="Name under which the offset is stored. Default: the target name.")
-@click.option("--from-version", type=int, default=None,
-              help="First Delta version to replicate when the pipeline has no offset yet. Default: 0.")
-@click.option("--from-timestamp", callback=_parse_timestamp, default=None,
-              help="Like --from-version, but the first version committed at or after this ISO-8601 time.")
-@click.option("--reset", is_flag=True,
-              help="Forget the stored offset and start at --from-version/--from-timestamp (default 0).")
+@click.option(
+    "--table",
+    required=True,
+    envvar="CDC2CH_TABLE",
+    help="The Delta table: a local path or a URI (s3a://, abfss://, gs://...).",
+)
+@click.option(
+    "--primary-key",
+    required=True,
+    envvar="CDC2CH_PRIMARY_KEY",
+    help="Column(s) identifying a row, comma-separated: id or tenant,id. Becomes the ORDER BY key.",
+)
+@click.option(
+    "--target",
+    default=None,
+    envvar="CDC2CH_TARGET",
+    help="ClickHouse table as database.table. Default: cdc2ch.<last path segment of --table>.",
+)
+@click.option(
+    "--pipeline", default=None, help="Name under which the offset is stored. Default: the target name."
+)
+@click.option(
+    "--from-version",
+    type=int,
+    default=None,
+    help="First Delta version to replicate when the pipeline has no offset yet. Default: 0.",
+)
+@click.option(
+    "--from-timestamp",
+    callback=_parse_timestamp,
+    default=None,
+    help="Like --from-version, but the first version committed at or after this ISO-8601 time.",
+)
+@click.option(
+    "--reset",
+    is_flag=True,
+    help="Forget the stored offset and start at --from-version/--from-timestamp (default 0).",
+)
 @click.option("--once", is_flag=True, help="Catch up to the latest version and exit (for cron).")
-@click.option("--poll-interval", type=float, default=5.0, show_default=True,
-              help="Seconds between polls of the Delta log when running continuously.")
-@click.option("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, show_default=True,
-              help="Rows per ClickHouse insert.")
-@click.option("--max-rows-per-read", type=int, default=DEFAULT_MAX_ROWS_PER_READ, show_default=True,
-              help="Versions are read together until their estimated change rows reach this; bounds memory.")
-@click.option("--immutable-keys", is_flag=True,
-              help="Promise that updates never change key columns: update pre-images are not written.")
-@click.option("--retries", type=int, default=5, show_default=True,
-              help="Attempts per ClickHouse call on transient errors (exponential backoff) before giving up.")
+@click.option(
+    "--poll-interval",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Seconds between polls of the Delta log when running continuously.",
+)
+@click.option(
+    "--batch-size",
+    type=int,
+    default=DEFAULT_BATCH_SIZE,
+    show_default=True,
+    help="Rows per ClickHouse insert.",
+)
+@click.option(
+    "--max-rows-per-read",
+    type=int,
+    default=DEFAULT_MAX_ROWS_PER_READ,
+    show_default=True,
+    help="Versions are read together until their estimated change rows reach this; bounds memory.",
+)
+@click.option(
+    "--immutable-keys",
+    is_flag=True,
+    help="Promise that updates never change key columns: update pre-images are not written.",
+)
+@click.option(
+    "--retries",
+    type=int,
+    default=5,
+    show_default=True,
+    help="Attempts per ClickHouse call on transient errors (exponential backoff) before giving up.",
+)
 @clickhouse_option
 @spark_options
 @logging_options
 @handle_errors
-def run(table, primary_key, target, pipeline, from_version, from_timestamp, reset, once, poll_interval,
-        batch_size, max_rows_per_read, immutable_keys, retries, clickhouse_dsn, spark_master, spark_conf,
-        log_format, log_level):
+def run(
+    table,
+    primary_key,
+    target,
+    pipeline,
+    from_version,
+    from_timestamp,
+    reset,
+    once,
+    poll_interval,
+    batch_size,
+    max_rows_per_read,
+    immutable_keys,
+    retries,
+    clickhouse_dsn,
+    spark_master,
+    spark_conf,
+    log_format,
+    log_level,
+):
     """Replicate a Delta table's changes into ClickHouse, continuously or --once.
 
     Resumes from the offset stored in ClickHouse; stops cleanly on SIGTERM/SIGINT after the current batch.
@@ -179,7 +271,9 @@ def run(table, primary_key, target, pipeline, from_version, from_timestamp, rese
 
 @main.command()
 @click.option("--target", default=None, help="Only the pipelines writing to this database.table.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per pipeline) instead of a table.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON (one object per pipeline) instead of a table."
+)
 @clickhouse_option
 @spark_options
 @logging_options
@@ -200,8 +294,13 @@ def status(target, as_json, clickhouse_dsn, spark_master, spark_conf, log_format
 
 @main.command()
 @click.argument("sql")
-@click.option("--format", "fmt", default="PrettyCompactMonoBlock", show_default=True,
-              help="Any ClickHouse output format: PrettyCompact, TSVWithNames, JSONEachRow, CSV...")
+@click.option(
+    "--format",
+    "fmt",
+    default="PrettyCompactMonoBlock",
+    show_default=True,
+    help="Any ClickHouse output format: PrettyCompact, TSVWithNames, JSONEachRow, CSV...",
+)
 @clickhouse_option
 @handle_errors
 def query(sql, fmt, clickhouse_dsn):
@@ -214,8 +313,14 @@ def query(sql, fmt, clickhouse_dsn):
 
 
 @main.command()
-@click.option("--dir", "demo_dir", default="./cdc2ch-demo", show_default=True, type=click.Path(file_okay=False),
-              help="Where the demo writes its Delta table and embedded ClickHouse (recreated on each run).")
+@click.option(
+    "--dir",
+    "demo_dir",
+    default="./cdc2ch-demo",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Where the demo writes its Delta table and embedded ClickHouse (recreated on each run).",
+)
 @logging_options
 @handle_errors
 def demo(demo_dir, log_format, log_level):

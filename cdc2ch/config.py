@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -124,7 +123,9 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         if not self.primary_key:
-            raise ConfigError("--primary-key is required: name the Delta column(s) that identify a row, e.g. id or a,b.")
+            raise ConfigError(
+                "--primary-key is required: name the Delta column(s) that identify a row, e.g. id or a,b."
+            )
         if len(set(self.primary_key)) != len(self.primary_key):
             raise ConfigError(f"--primary-key {','.join(self.primary_key)} names a column twice.")
         if self.batch_size < 1:

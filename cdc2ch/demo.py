@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from cdc2ch import status as report
 from cdc2ch.config import RunConfig, TargetName
@@ -20,21 +20,31 @@ def build_table(spark, path: str) -> list[str]:
     """Write a short history; returns one line per Delta version describing it."""
     t = f"delta.`{path}`"
     steps = [
-        (f"CREATE TABLE {t} (id BIGINT, name STRING, city STRING, balance DECIMAL(12,2)) USING delta "
-         f"TBLPROPERTIES (delta.enableChangeDataFeed = true)", "create table (CDF on)"),
-        (f"INSERT INTO {t} VALUES (1,'Ada','London',100.00),(2,'Grace','New York',250.50),"
-         f"(3,'Linus','Helsinki',75.25),(4,'Edsger','Amsterdam',0.00),(5,'Barbara','Boston',980.10)",
-         "insert 5 customers"),
-        (f"INSERT INTO {t} VALUES (6,'Ken','Berkeley',12.00),(7,'Margaret','Boston',640.00)", "insert 2 more"),
+        (
+            f"CREATE TABLE {t} (id BIGINT, name STRING, city STRING, balance DECIMAL(12,2)) USING delta "
+            f"TBLPROPERTIES (delta.enableChangeDataFeed = true)",
+            "create table (CDF on)",
+        ),
+        (
+            f"INSERT INTO {t} VALUES (1,'Ada','London',100.00),(2,'Grace','New York',250.50),"
+            f"(3,'Linus','Helsinki',75.25),(4,'Edsger','Amsterdam',0.00),(5,'Barbara','Boston',980.10)",
+            "insert 5 customers",
+        ),
+        (
+            f"INSERT INTO {t} VALUES (6,'Ken','Berkeley',12.00),(7,'Margaret','Boston',640.00)",
+            "insert 2 more",
+        ),
         (f"UPDATE {t} SET balance = balance + 10 WHERE city = 'Boston'", "UPDATE: Boston customers +10"),
         (f"DELETE FROM {t} WHERE id = 4", "DELETE: customer 4"),
-        (f"MERGE INTO {t} AS c USING (SELECT * FROM VALUES (1,'Ada','Cambridge',120.00,'upsert'),"
-         f"(3,'Linus','Helsinki',0.00,'remove'),(8,'Dennis','Murray Hill',42.00,'upsert') "
-         f"AS s(id,name,city,balance,op)) AS s ON c.id = s.id "
-         f"WHEN MATCHED AND s.op = 'remove' THEN DELETE "
-         f"WHEN MATCHED THEN UPDATE SET name = s.name, city = s.city, balance = s.balance "
-         f"WHEN NOT MATCHED THEN INSERT (id, name, city, balance) VALUES (s.id, s.name, s.city, s.balance)",
-         "MERGE: update 1, delete 3, insert 8"),
+        (
+            f"MERGE INTO {t} AS c USING (SELECT * FROM VALUES (1,'Ada','Cambridge',120.00,'upsert'),"
+            f"(3,'Linus','Helsinki',0.00,'remove'),(8,'Dennis','Murray Hill',42.00,'upsert') "
+            f"AS s(id,name,city,balance,op)) AS s ON c.id = s.id "
+            f"WHEN MATCHED AND s.op = 'remove' THEN DELETE "
+            f"WHEN MATCHED THEN UPDATE SET name = s.name, city = s.city, balance = s.balance "
+            f"WHEN NOT MATCHED THEN INSERT (id, name, city, balance) VALUES (s.id, s.name, s.city, s.balance)",
+            "MERGE: update 1, delete 3, insert 8",
+        ),
     ]
     for sql, _ in steps:
         spark.sql(sql)
@@ -42,11 +52,7 @@ def build_table(spark, path: str) -> list[str]:
 
 
 def _grid(title: str, rows: list[tuple]) -> list[str]:
-    cells = [COLUMNS] + [["" if v is None else str(v) for v in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(COLUMNS))]
-    lines = [title, "  ".join(c.ljust(w) for c, w in zip(cells[0], widths))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in cells[1:]]
-    return lines
+    return [title, *report.aligned(COLUMNS, [list(r) for r in rows], empty="")]
 
 
 def run_demo(demo_dir: str, echo: Callable[[str], None]) -> bool:
@@ -62,8 +68,14 @@ def run_demo(demo_dir: str, echo: Callable[[str], None]) -> bool:
     for line in history:
         echo(line)
 
-    cfg = RunConfig(table=table_path, primary_key=("id",), target=TargetName("cdc2ch", "customers"),
-                    clickhouse_dsn=dsn, pipeline="cdc2ch.customers", once=True)
+    cfg = RunConfig(
+        table=table_path,
+        primary_key=("id",),
+        target=TargetName("cdc2ch", "customers"),
+        clickhouse_dsn=dsn,
+        pipeline="cdc2ch.customers",
+        once=True,
+    )
     with connect(dsn) as sink:
         Replicator(cfg, DeltaSource(spark, table_path), sink).run()
         replicated = sink.query_rows(
@@ -74,14 +86,18 @@ def run_demo(demo_dir: str, echo: Callable[[str], None]) -> bool:
             "SELECT id FROM cdc2ch.customers GROUP BY id HAVING argMax(_is_deleted, _version) = 1 ORDER BY id"
         )
         rows = report.collect(sink, lambda: spark)
-    delta_rows = [tuple(r) for r in spark.read.format("delta").load(table_path).orderBy("id").select(*COLUMNS).collect()]
+    delta_rows = [
+        tuple(r) for r in spark.read.format("delta").load(table_path).orderBy("id").select(*COLUMNS).collect()
+    ]
 
     left = _grid("Delta table (Spark)", delta_rows)
     right = _grid(f"ClickHouse {dsn}: SELECT ... FROM cdc2ch.customers FINAL", replicated)
     width = max(len(s) for s in left) + 4
     echo("")
     for i in range(max(len(left), len(right))):
-        echo(((left[i] if i < len(left) else "").ljust(width) + (right[i] if i < len(right) else "")).rstrip())
+        echo(
+            ((left[i] if i < len(left) else "").ljust(width) + (right[i] if i < len(right) else "")).rstrip()
+        )
     match = [tuple(map(str, r)) for r in delta_rows] == [tuple(map(str, r)) for r in replicated]
     echo("")
     echo(f"Soft-deleted keys kept as tombstones: {', '.join(str(t[0]) for t in tombstones) or 'none'}")
@@ -89,5 +105,5 @@ def run_demo(demo_dir: str, echo: Callable[[str], None]) -> bool:
     echo("")
     echo(report.render_table(rows))
     echo("")
-    echo(f"Look inside: cdc2ch query \"SELECT * FROM cdc2ch.customers FINAL\" --clickhouse {dsn}")
+    echo(f'Look inside: cdc2ch query "SELECT * FROM cdc2ch.customers FINAL" --clickhouse {dsn}')
     return match

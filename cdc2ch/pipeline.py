@@ -26,7 +26,9 @@ log = structlog.get_logger("cdc2ch.pipeline")
 MAX_VERSIONS_PER_READ = 1000
 
 
-def plan_ranges(commits: list[Commit], max_rows: int, max_versions: int = MAX_VERSIONS_PER_READ) -> list[tuple[int, int]]:
+def plan_ranges(
+    commits: list[Commit], max_rows: int, max_versions: int = MAX_VERSIONS_PER_READ
+) -> list[tuple[int, int]]:
     """Group consecutive versions into read ranges of at most ~max_rows estimated change rows.
 
     A version is never split; one larger than max_rows gets a range of its own.
@@ -90,13 +92,19 @@ class Replicator:
                 f"--from-version {requested} is beyond the latest version of {self.source.uri}, which is "
                 f"{latest}. Pass a version between 0 and {latest}."
             )
+        # Key and type problems surface now, before anything is written.
+        schema.column_types(self.source.snapshot(latest).schema.jsonValue(), cfg.primary_key)
         self.store.ensure()
         stored = self.store.load(cfg.pipeline)
         if stored is None or cfg.reset:
             if stored is not None:
                 self.log.warning("state_reset", was=stored.committed_version, now=(requested or 0) - 1)
             fresh = PipelineState(
-                cfg.pipeline, self.source.uri, str(cfg.target), (requested or 0) - 1, (requested or 0) - 1,
+                cfg.pipeline,
+                self.source.uri,
+                str(cfg.target),
+                (requested or 0) - 1,
+                (requested or 0) - 1,
                 stored.rows_written if stored else 0,
                 stored.updated_at if stored else datetime.now(timezone.utc),
             ).advanced((requested or 0) - 1, 0)
@@ -133,7 +141,9 @@ class Replicator:
             # Replay exactly what the interrupted attempt was writing: same batches, same tokens.
             s0, e0 = state.interrupted_range
             self.log.info("resuming_interrupted_range", start=s0, end=e0)
-            ranges = [(s0, e0)] + plan_ranges([c for c in commits if c.version > e0], self.cfg.max_rows_per_read)
+            ranges = [(s0, e0)] + plan_ranges(
+                [c for c in commits if c.version > e0], self.cfg.max_rows_per_read
+            )
         for s, e in ranges:
             state = state.writing(e)
             self.store.save(state)
@@ -166,19 +176,30 @@ class Replicator:
             token = f"{cfg.pipeline}:{start}-{end}:{i}"
             written += self.sink.insert_arrow(self.table_sql, batch, token)
             self.log.info(
-                "batch", start=start, end=end, batch=i, rows=batch.num_rows, seconds=round(time.monotonic() - t1, 3)
+                "batch",
+                start=start,
+                end=end,
+                batch=i,
+                rows=batch.num_rows,
+                seconds=round(time.monotonic() - t1, 3),
             )
             if self.stop.is_set() and i + 1 < len(pieces):
-                self.log.warning("range_abandoned", start=start, end=end, reason="stop requested",
-                                 committed=state.committed_version)
+                self.log.warning(
+                    "range_abandoned",
+                    start=start,
+                    end=end,
+                    reason="stop requested",
+                    committed=state.committed_version,
+                )
                 return RangeResult(start, end, written, False)
         return RangeResult(start, end, written, True)
 
     def run(self) -> PipelineState:
         """Catch up, then (unless --once) poll until asked to stop."""
         state = self.initial_state()
-        self.log.info("start", source=self.source.uri, target=str(self.cfg.target),
-                      committed=state.committed_version)
+        self.log.info(
+            "start", source=self.source.uri, target=str(self.cfg.target), committed=state.committed_version
+        )
         while not self.stop.is_set():
             latest = self.source.latest().version
             if state.committed_version < latest:

@@ -34,7 +34,9 @@ class PipelineState:
 
     def advanced(self, version: int, rows: int) -> "PipelineState":
         """Versions up to `version` have landed."""
-        return self._touched(committed_version=version, pending_version=version, rows_written=self.rows_written + rows)
+        return self._touched(
+            committed_version=version, pending_version=version, rows_written=self.rows_written + rows
+        )
 
     def writing(self, end: int) -> "PipelineState":
         """About to write the range ending at `end`; not committed yet."""

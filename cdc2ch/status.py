@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from cdc2ch.config import TargetName
 from cdc2ch.errors import Cdc2chError
@@ -10,8 +10,17 @@ from cdc2ch.sink import Sink
 from cdc2ch.source.delta import DeltaSource
 from cdc2ch.state import StateStore, databases_with_state
 
-COLUMNS = ("pipeline", "target", "committed_version", "latest_version", "versions_behind", "rows_written",
-           "last_sync", "source", "error")
+COLUMNS = (
+    "pipeline",
+    "target",
+    "committed_version",
+    "latest_version",
+    "versions_behind",
+    "rows_written",
+    "last_sync",
+    "source",
+    "error",
+)
 
 
 def collect(sink: Sink, spark_factory: Callable[[], object], target: TargetName | None = None) -> list[dict]:
@@ -42,12 +51,15 @@ def collect(sink: Sink, spark_factory: Callable[[], object], target: TargetName 
     return out
 
 
+def aligned(header: list[str], rows: list[list], empty: str = "-") -> list[str]:
+    """Rows as left-aligned text columns under a header line."""
+    cells = [[empty if v is None else str(v) for v in r] for r in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(header)]
+    return ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in [header, *cells]]
+
+
 def render_table(rows: list[dict]) -> str:
     if not rows:
         return "No pipelines found."
     cols = [c for c in COLUMNS if c != "error" or any(r["error"] for r in rows)]
-    cells = [[("-" if r[c] is None else str(r[c])) for c in cols] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
-    return "\n".join(line.rstrip() for line in lines)
+    return "\n".join(aligned(cols, [[r[c] for c in cols] for r in rows]))

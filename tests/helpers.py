@@ -61,8 +61,10 @@ def delta_rows(spark, path: str, version: int | None = None, columns: list[str] 
 def clickhouse_rows(sink, target: TargetName, columns: list[str]) -> list[tuple]:
     cols = ", ".join(schema.quote(c) for c in columns)
     # Strings as binary: a String column may hold bytes that are not UTF-8 (Spark BINARY).
-    table = sink.query_arrow(f"SELECT {cols} FROM {schema.qualified(target)} FINAL WHERE _is_deleted = 0",
-                             settings={"output_format_arrow_string_as_string": 0})
+    table = sink.query_arrow(
+        f"SELECT {cols} FROM {schema.qualified(target)} FINAL WHERE _is_deleted = 0",
+        settings={"output_format_arrow_string_as_string": 0},
+    )
     return _rows(table, columns)
 
 

@@ -30,14 +30,21 @@ def scenario_overwrite(spark, path):
     create_table(spark, path, COLS)
     _append(spark, path, [(i, "a", f"old{i}", 1.0) for i in range(20)])
     # Keeps keys 10..19 (with new values), drops 0..9, adds 20..29.
-    _rows(spark, [(i, "b", f"new{i}", 2.0) for i in range(10, 30)]).write.format("delta").mode("overwrite").save(path)
+    _rows(spark, [(i, "b", f"new{i}", 2.0) for i in range(10, 30)]).write.format("delta").mode(
+        "overwrite"
+    ).save(path)
 
 
 def scenario_replace_where(spark, path):
     create_table(spark, path, COLS, partitioned_by="part")
     _append(spark, path, [(i, "a" if i % 2 else "b", f"x{i}", 1.0) for i in range(40)])
-    (_rows(spark, [(i, "a", f"y{i}", 3.0) for i in range(1, 60, 4)])
-     .write.format("delta").mode("overwrite").option("replaceWhere", "part = 'a'").save(path))
+    (
+        _rows(spark, [(i, "a", f"y{i}", 3.0) for i in range(1, 60, 4)])
+        .write.format("delta")
+        .mode("overwrite")
+        .option("replaceWhere", "part = 'a'")
+        .save(path)
+    )
 
 
 def scenario_update(spark, path):
@@ -81,21 +88,29 @@ def scenario_mix(spark, path):
     create_table(spark, path, COLS, partitioned_by="part")
     next_id = 0
     for step in range(26):
-        op = rnd.choice(["append", "append", "update", "update_key", "delete", "merge", "replace_where", "overwrite"])
+        op = rnd.choice(
+            ["append", "append", "update", "update_key", "delete", "merge", "replace_where", "overwrite"]
+        )
         if step < 2:
             op = "append"
         if op == "append":
             n = rnd.randint(5, 25)
-            _append(spark, path, [(next_id + i, rnd.choice("abc"), f"s{step}", rnd.random()) for i in range(n)])
+            _append(
+                spark, path, [(next_id + i, rnd.choice("abc"), f"s{step}", rnd.random()) for i in range(n)]
+            )
             next_id += n
         elif op == "update":
-            spark.sql(f"UPDATE delta.`{path}` SET amount = amount + 1, name = 'u{step}' WHERE id % 5 = {step % 5}")
+            spark.sql(
+                f"UPDATE delta.`{path}` SET amount = amount + 1, name = 'u{step}' WHERE id % 5 = {step % 5}"
+            )
         elif op == "update_key":
             spark.sql(f"UPDATE delta.`{path}` SET id = id + 100000 WHERE id % 7 = {step % 7} AND id < 100000")
         elif op == "delete":
             spark.sql(f"DELETE FROM delta.`{path}` WHERE id % 6 = {step % 6}")
         elif op == "merge":
-            src = [(rnd.randint(0, next_id + 10), rnd.choice("abc"), f"m{step}", rnd.random()) for _ in range(12)]
+            src = [
+                (rnd.randint(0, next_id + 10), rnd.choice("abc"), f"m{step}", rnd.random()) for _ in range(12)
+            ]
             src = list({r[0]: r for r in src}.values())
             _rows(spark, src).createOrReplaceTempView("mix_src")
             spark.sql(
@@ -108,11 +123,15 @@ def scenario_mix(spark, path):
             p = rnd.choice("abc")
             rows = [(next_id + i, p, f"r{step}", rnd.random()) for i in range(8)]
             next_id += 8
-            _rows(spark, rows).write.format("delta").mode("overwrite").option("replaceWhere", f"part = '{p}'").save(path)
+            _rows(spark, rows).write.format("delta").mode("overwrite").option(
+                "replaceWhere", f"part = '{p}'"
+            ).save(path)
         elif op == "overwrite":
             current = spark.read.format("delta").load(path).where("id % 3 != 0").collect()
             keep = [(r.id, r.part, r.name, r.amount) for r in current]
-            _rows(spark, keep + [(next_id, "a", f"o{step}", 0.0)]).write.format("delta").mode("overwrite").save(path)
+            _rows(spark, keep + [(next_id, "a", f"o{step}", 0.0)]).write.format("delta").mode(
+                "overwrite"
+            ).save(path)
             next_id += 1
 
 
@@ -151,8 +170,13 @@ def test_incremental_runs_match_one_run(spark, sink, cli, database, tmp_path):
         lambda: spark.sql(f"UPDATE delta.`{path}` SET id = id + 1000 WHERE id % 5 = 0"),
         lambda: spark.sql(f"DELETE FROM delta.`{path}` WHERE id % 3 = 0"),
         lambda: _append(spark, path, [(i, "b", "again", 1.0) for i in range(0, 40, 3)]),
-        lambda: (_rows(spark, [(i, "a", "rw", 9.0) for i in range(500, 505)]).write.format("delta")
-                 .mode("overwrite").option("replaceWhere", "part = 'a'").save(path)),
+        lambda: (
+            _rows(spark, [(i, "a", "rw", 9.0) for i in range(500, 505)])
+            .write.format("delta")
+            .mode("overwrite")
+            .option("replaceWhere", "part = 'a'")
+            .save(path)
+        ),
     ]
     cli("run", "--table", path, "--primary-key", "id", "--target", str(step_target), "--once")
     for write in writes:
@@ -215,11 +239,28 @@ def test_batches_are_bounded(spark, sink, cli, database, tmp_path):
     path = str(tmp_path / "big")
     create_table(spark, path, "id BIGINT, v STRING")
     for part in range(2):
-        (spark.range(part * 250_000, (part + 1) * 250_000).selectExpr("id", "cast(id * 7 as string) as v")
-         .write.format("delta").mode("append").save(path))
+        (
+            spark.range(part * 250_000, (part + 1) * 250_000)
+            .selectExpr("id", "cast(id * 7 as string) as v")
+            .write.format("delta")
+            .mode("append")
+            .save(path)
+        )
     target = TargetName(database, "big")
-    result = cli("run", "--table", path, "--primary-key", "id", "--target", str(target), "--once",
-                 "--batch-size", "80000", "--max-rows-per-read", "300000")
+    result = cli(
+        "run",
+        "--table",
+        path,
+        "--primary-key",
+        "id",
+        "--target",
+        str(target),
+        "--once",
+        "--batch-size",
+        "80000",
+        "--max-rows-per-read",
+        "300000",
+    )
     batches = cli.events(result, "batch")
     sizes = [b["rows"] for b in batches]
     assert sum(sizes) == 500_000
@@ -241,8 +282,15 @@ def test_stop_mid_range_then_resume_replays_same_batches(spark, sink, cli, datab
     create_table(spark, path, COLS)
     _append(spark, path, [(i, "a", "x", 1.0) for i in range(1000)])
     target = TargetName(database, "stop")
-    cfg = RunConfig(table=path, primary_key=("id",), target=target, clickhouse_dsn=cli.dsn,
-                    pipeline=str(target), once=True, batch_size=300)
+    cfg = RunConfig(
+        table=path,
+        primary_key=("id",),
+        target=target,
+        clickhouse_dsn=cli.dsn,
+        pipeline=str(target),
+        once=True,
+        batch_size=300,
+    )
     stop = threading.Event()
 
     class StopAfterFirstBatch:
@@ -263,8 +311,18 @@ def test_stop_mid_range_then_resume_replays_same_batches(spark, sink, cli, datab
     assert state.committed_version == -1 and state.interrupted_range == (0, 1)
     assert sink.query_rows(f"SELECT count() FROM {database}.stop")[0][0] == 300
 
-    result = cli("run", "--table", path, "--primary-key", "id", "--target", str(target), "--once",
-                 "--batch-size", "300")
+    result = cli(
+        "run",
+        "--table",
+        path,
+        "--primary-key",
+        "id",
+        "--target",
+        str(target),
+        "--once",
+        "--batch-size",
+        "300",
+    )
     assert cli.events(result, "resuming_interrupted_range")[0]["end"] == 1
     assert sink.query_rows(f"SELECT count() FROM {database}.stop")[0][0] == 1000  # not 1300
     assert committed_version(sink, database, str(target)) == 1

@@ -16,22 +16,92 @@ SCHEMA = (
 UTC = dt.timezone.utc
 ROWS = [
     # extremes
-    (1, True, -128, -32768, -2147483648, -9223372036854775808, 1.5, -1.7976931348623157e308,
-     Decimal("9999999999999999999999999999.9999999999"), Decimal("-9999999.99"), "", b"",
-     dt.date(1900, 1, 1), dt.datetime(1900, 1, 1, 0, 0, 0, 1, tzinfo=UTC), dt.datetime(1900, 1, 1, 0, 0, 0, 1),
-     [], [], {}, (0, "", [])),
-    (2, False, 127, 32767, 2147483647, 9223372036854775807, float("inf"), float("nan"),
-     Decimal("-9999999999999999999999999999.9999999999"), Decimal("0.01"), "ünïcødé ✓ 日本語 🚀", b"\x00\xff\x10",
-     dt.date(2299, 12, 31), dt.datetime(2299, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
-     dt.datetime(2299, 12, 31, 23, 59, 59, 999999),
-     [1, None, 3], ["a", None, ""], {"x": 1, "y": None}, (None, None, [1.0, None, float("nan")])),
+    (
+        1,
+        True,
+        -128,
+        -32768,
+        -2147483648,
+        -9223372036854775808,
+        1.5,
+        -1.7976931348623157e308,
+        Decimal("9999999999999999999999999999.9999999999"),
+        Decimal("-9999999.99"),
+        "",
+        b"",
+        dt.date(1900, 1, 1),
+        dt.datetime(1900, 1, 1, 0, 0, 0, 1, tzinfo=UTC),
+        dt.datetime(1900, 1, 1, 0, 0, 0, 1),
+        [],
+        [],
+        {},
+        (0, "", []),
+    ),
+    (
+        2,
+        False,
+        127,
+        32767,
+        2147483647,
+        9223372036854775807,
+        float("inf"),
+        float("nan"),
+        Decimal("-9999999999999999999999999999.9999999999"),
+        Decimal("0.01"),
+        "ünïcødé ✓ 日本語 🚀",
+        b"\x00\xff\x10",
+        dt.date(2299, 12, 31),
+        dt.datetime(2299, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+        dt.datetime(2299, 12, 31, 23, 59, 59, 999999),
+        [1, None, 3],
+        ["a", None, ""],
+        {"x": 1, "y": None},
+        (None, None, [1.0, None, float("nan")]),
+    ),
     # around the epoch, beyond 2262 (the nanosecond limit), microseconds
-    (3, None, None, None, None, None, float("-inf"), 0.0, Decimal("0.0000000001"), Decimal("0.00"), "  spaces  ",
-     b"bytes", dt.date(1969, 12, 31), dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
-     dt.datetime(2262, 4, 12, 0, 0, 0, 1), [None], [None], {"": None}, (1, "b", [])),
+    (
+        3,
+        None,
+        None,
+        None,
+        None,
+        None,
+        float("-inf"),
+        0.0,
+        Decimal("0.0000000001"),
+        Decimal("0.00"),
+        "  spaces  ",
+        b"bytes",
+        dt.date(1969, 12, 31),
+        dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+        dt.datetime(2262, 4, 12, 0, 0, 0, 1),
+        [None],
+        [None],
+        {"": None},
+        (1, "b", []),
+    ),
     # nulls in every nullable scalar column
-    (4, None, None, None, None, None, None, None, None, None, None, None, None, None, None,
-     [7], ["z"], {"k": 2}, (2, None, [])),
+    (
+        4,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        [7],
+        ["z"],
+        {"k": 2},
+        (2, None, []),
+    ),
 ]
 SCALARS = ["k", "b", "i8", "i16", "i32", "i64", "f32", "f64", "d38", "d9", "s", "bin", "dte", "ts", "tsn"]
 
@@ -44,10 +114,17 @@ def test_all_types_round_trip(spark, sink, cli, database, tmp_path):
     target = TargetName(database, "types")
     cli("run", "--table", path, "--primary-key", "k", "--target", str(target), "--once")
 
-    types = dict(sink.query_rows(
-        f"SELECT name, type FROM system.columns WHERE database = '{database}' AND table = 'types'"))
+    types = dict(
+        sink.query_rows(
+            f"SELECT name, type FROM system.columns WHERE database = '{database}' AND table = 'types'"
+        )
+    )
     assert types["k"] == "Int64"  # key column: never Nullable
-    assert types["b"] == "Nullable(Bool)" and types["i8"] == "Nullable(Int8)" and types["f32"] == "Nullable(Float32)"
+    assert (
+        types["b"] == "Nullable(Bool)"
+        and types["i8"] == "Nullable(Int8)"
+        and types["f32"] == "Nullable(Float32)"
+    )
     assert types["d38"] == "Nullable(Decimal(38, 10))" and types["dte"] == "Nullable(Date32)"
     assert types["ts"] == "Nullable(DateTime64(6, 'UTC'))" and types["tsn"] == "Nullable(DateTime64(6))"
     assert types["bin"] == "Nullable(String)"
@@ -65,9 +142,12 @@ def test_all_types_round_trip(spark, sink, cli, database, tmp_path):
 def test_null_nested_values_become_empty(spark, sink, cli, database, tmp_path):
     """Array, Map and Tuple cannot be Nullable in ClickHouse: a null one arrives empty (documented)."""
     path = str(tmp_path / "nested_nulls")
-    spark.createDataFrame([(1, None, None, None)], "k BIGINT, arr ARRAY<INT>, m MAP<STRING, INT>, "
-                          "st STRUCT<a: INT, c: ARRAY<INT>>").write.format("delta") \
-        .option("delta.enableChangeDataFeed", "true").save(path)
+    spark.createDataFrame(
+        [(1, None, None, None)],
+        "k BIGINT, arr ARRAY<INT>, m MAP<STRING, INT>, st STRUCT<a: INT, c: ARRAY<INT>>",
+    ).write.format("delta").option("delta.enableChangeDataFeed", "true").save(path)
     target = TargetName(database, "nested_nulls")
     cli("run", "--table", path, "--primary-key", "k", "--target", str(target), "--once")
-    assert sink.query_rows(f"SELECT arr, m, st FROM {database}.nested_nulls FINAL") == [([], {}, {"a": None, "c": []})]
+    assert sink.query_rows(f"SELECT arr, m, st FROM {database}.nested_nulls FINAL") == [
+        ([], {}, {"a": None, "c": []})
+    ]

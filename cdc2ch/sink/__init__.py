@@ -7,7 +7,8 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import structlog
@@ -124,8 +125,10 @@ class Sink:
             log.info("column_added", target=str(target), column=name, type=types[name])
         changed = {c: (existing[c], t) for c, t in types.items() if c in existing and existing[c] != t}
         if changed:
-            desc = "; ".join(f"{c!r} is {old} in ClickHouse but the Delta table now needs {new}"
-                             for c, (old, new) in changed.items())
+            desc = "; ".join(
+                f"{c!r} is {old} in ClickHouse but the Delta table now needs {new}"
+                for c, (old, new) in changed.items()
+            )
             raise SourceError(
                 f"The target table {target} does not match the Delta table: {desc}. Migrate the ClickHouse "
                 f"column (ALTER TABLE ... MODIFY COLUMN) or replicate into a new --target."
@@ -135,9 +138,13 @@ class Sink:
         """Insert Arrow rows into a quoted table name. A replay with the same token is dropped by
         ClickHouse's insert deduplication; without a token, deduplication is off for this insert."""
         settings = (
-            {"insert_deduplicate": 1, "insert_deduplication_token": token} if token else {"insert_deduplicate": 0}
+            {"insert_deduplicate": 1, "insert_deduplication_token": token}
+            if token
+            else {"insert_deduplicate": 0}
         )
-        self._call(f"insert into {table_sql}", lambda: self.client.insert_arrow(table_sql, data, settings=settings))
+        self._call(
+            f"insert into {table_sql}", lambda: self.client.insert_arrow(table_sql, data, settings=settings)
+        )
         return data.num_rows
 
 

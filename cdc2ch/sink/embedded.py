@@ -11,7 +11,7 @@ from cdc2ch.errors import SinkError
 
 
 def data_path(dsn: str) -> Path:
-    raw = dsn[len("chdb:"):]
+    raw = dsn[len("chdb:") :]
     if raw.startswith("//"):
         raw = raw[2:]
     if not raw:

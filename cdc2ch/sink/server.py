@@ -37,8 +37,9 @@ def password() -> str:
         try:
             return path.read_text().strip()
         except OSError as exc:
-            raise ConfigError(f"Cannot read the ClickHouse password file {path} ({PASSWORD_FILE_ENV}): "
-                              f"{exc.strerror}.") from exc
+            raise ConfigError(
+                f"Cannot read the ClickHouse password file {path} ({PASSWORD_FILE_ENV}): {exc.strerror}."
+            ) from exc
     return os.environ.get(PASSWORD_ENV, "")
 
 

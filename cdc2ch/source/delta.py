@@ -24,7 +24,7 @@ class Commit:
 def normalize_uri(table: str) -> str:
     """Local paths become absolute (so the pipeline's identity does not depend on the cwd); URIs stay."""
     if urlsplit(table).scheme in ("", "file"):
-        path = table[len("file:"):] if table.startswith("file:") else table
+        path = table[len("file:") :] if table.startswith("file:") else table
         while path.startswith("//"):
             path = path[1:]
         return os.path.abspath(os.path.expanduser(path))
@@ -89,7 +89,11 @@ class DeltaSource:
         if end is not None:
             hist = hist.where(f"version <= {int(end)}")
         rows = hist.selectExpr(
-            "version", "unix_millis(timestamp) AS ts_ms", "operation", "operationParameters", "operationMetrics"
+            "version",
+            "unix_millis(timestamp) AS ts_ms",
+            "operation",
+            "operationParameters",
+            "operationMetrics",
         ).collect()
         out = [
             Commit(
@@ -105,14 +109,19 @@ class DeltaSource:
         return sorted(out, key=lambda c: c.version)
 
     def latest(self) -> Commit:
-        row = self._delta_table().history(1).selectExpr(
-            "version", "unix_millis(timestamp) AS ts_ms", "operation"
-        ).collect()[0]
+        row = (
+            self._delta_table()
+            .history(1)
+            .selectExpr("version", "unix_millis(timestamp) AS ts_ms", "operation")
+            .collect()[0]
+        )
         return Commit(row["version"], _from_ms(row["ts_ms"]), row["operation"], 0)
 
     def version_at(self, ts: datetime) -> int:
         """The first version committed at or after ts."""
-        hist = self._delta_table().history().selectExpr("version", "unix_millis(timestamp) AS ts_ms").collect()
+        hist = (
+            self._delta_table().history().selectExpr("version", "unix_millis(timestamp) AS ts_ms").collect()
+        )
         later = sorted(r["version"] for r in hist if _from_ms(r["ts_ms"]) >= ts)
         if not later:
             raise SourceError(
@@ -159,8 +168,12 @@ class DeltaSource:
                 f"the version where delta.enableChangeDataFeed was set to true. Load the table once with "
                 f"`cdc2ch snapshot --version V` at or after that version, then `cdc2ch run` continues from V + 1."
             )
-        if "FileNotFoundException" in text or "DELTA_CHANGE_DATA_FILE_NOT_FOUND" in text \
-                or "DELTA_FILE_NOT_FOUND" in text or "VersionNotFound" in text:
+        if (
+            "FileNotFoundException" in text
+            or "DELTA_CHANGE_DATA_FILE_NOT_FOUND" in text
+            or "DELTA_FILE_NOT_FOUND" in text
+            or "VersionNotFound" in text
+        ):
             return SourceError(
                 f"Files needed to read {span} of {self.uri} are gone (removed by VACUUM or log retention). "
                 f"These changes can no longer be replayed: resync with `cdc2ch snapshot` at the latest "

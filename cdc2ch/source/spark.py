@@ -97,9 +97,20 @@ def _fetch_with_ivy(tmp: Path) -> list[Path]:
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_HOME=str(submit.parent.parent))
     proc = subprocess.run(
-        [str(submit), "--master", "local[1]", "--packages", delta_artifact(),
-         "--conf", f"spark.jars.ivy={tmp / 'ivy'}", str(app)],
-        capture_output=True, text=True, timeout=900, env=env,
+        [
+            str(submit),
+            "--master",
+            "local[1]",
+            "--packages",
+            delta_artifact(),
+            "--conf",
+            f"spark.jars.ivy={tmp / 'ivy'}",
+            str(app),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
     )
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr or proc.stdout)
@@ -116,9 +127,19 @@ def _fetch_with_maven(tmp: Path) -> list[Path]:
         "</dependency></dependencies></project>"
     )
     proc = subprocess.run(
-        ["mvn", "-q", "-B", "-f", str(tmp / "pom.xml"), "dependency:copy-dependencies",
-         f"-DoutputDirectory={tmp / 'jars'}", "-DincludeScope=runtime"],
-        capture_output=True, text=True, timeout=900,
+        [
+            "mvn",
+            "-q",
+            "-B",
+            "-f",
+            str(tmp / "pom.xml"),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={tmp / 'jars'}",
+            "-DincludeScope=runtime",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     if proc.returncode != 0:
         raise RuntimeError(proc.stdout + proc.stderr)

@@ -1,0 +1,31 @@
+# cdc2ch developer and user entry points. `make demo` and `make test` are the two README commands.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install demo test lint clean
+
+install: $(STAMP)
+
+# Everything a fresh machine needs: a virtualenv, the package with test extras, and the Delta jars
+# (fetched once from Maven Central into ~/.cache/cdc2ch/jars).
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/python -m cdc2ch.source.spark > /dev/null
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/cdc2ch demo --dir ./cdc2ch-demo
+
+test: install
+	$(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check cdc2ch tests
+	$(BIN)/ruff format --check cdc2ch tests
+
+clean:
+	rm -rf $(VENV) cdc2ch-demo .pytest_cache

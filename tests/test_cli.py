@@ -1,0 +1,164 @@
+"""The command line as users meet it: help texts, status, query, bad input, and the demo."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from cdc2ch.cli import main
+from cdc2ch.config import TargetName
+from tests.helpers import create_table
+
+COLS = "id BIGINT, name STRING"
+
+
+def test_every_option_is_explained():
+    runner = CliRunner()
+    top = runner.invoke(main, ["--help"])
+    assert top.exit_code == 0
+    for name, command in main.commands.items():
+        assert name in top.output
+        result = runner.invoke(main, [name, "--help"], terminal_width=200)
+        assert result.exit_code == 0, result.output
+        assert (command.help or "").split("\n")[0].strip()[:30] in " ".join(result.output.split())
+        for param in command.params:
+            if isinstance(param, click.Option):
+                assert param.help and len(param.help) > 15, f"{name} {param.opts} has no real help"
+                assert param.opts[-1] in result.output, f"{param.opts} missing from `cdc2ch {name} --help`"
+
+
+@pytest.fixture
+def small_table(spark, tmp_path):
+    path = str(tmp_path / "small")
+    create_table(spark, path, COLS)
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'a'), (2, 'b')")
+    spark.sql(f"UPDATE delta.`{path}` SET name = 'B' WHERE id = 2")
+    return path
+
+
+def test_status_and_query(spark, cli, database, small_table):
+    target = TargetName(database, "small")
+    cli(
+        "run",
+        "--table",
+        small_table,
+        "--primary-key",
+        "id",
+        "--target",
+        str(target),
+        "--once",
+        "--from-version",
+        "1",
+    )
+    spark.sql(f"INSERT INTO delta.`{small_table}` VALUES (3, 'c')")
+    spark.sql(f"INSERT INTO delta.`{small_table}` VALUES (4, 'd')")
+
+    report = json.loads(cli("status", "--target", str(target), "--json").stdout)
+    assert len(report) == 1
+    row = report[0]
+    assert (row["committed_version"], row["latest_version"], row["versions_behind"]) == (2, 4, 2)
+    assert row["pipeline"] == str(target) and row["error"] is None and row["last_sync"]
+    text = cli("status", "--target", str(target)).stdout
+    assert "versions_behind" in text and str(target) in text
+
+    out = cli("query", f"SELECT id, name FROM {database}.small FINAL ORDER BY id", "--format", "TSV").stdout
+    assert out.splitlines() == ["1\ta", "2\tB"]
+
+
+@pytest.mark.parametrize(
+    "make_args, expect_code, message",
+    [
+        (lambda p, t: ["--table", p + "-missing", "--primary-key", "id"], 1, "does not exist"),
+        (lambda p, t: ["--table", str(Path(p).parent), "--primary-key", "id"], 1, "is not a Delta table"),
+        (lambda p, t: ["--table", p, "--primary-key", "nope"], 1, "'nope' are not in the Delta table"),
+        (
+            lambda p, t: ["--table", p, "--primary-key", "id", "--from-version", "99"],
+            1,
+            "beyond the latest version",
+        ),
+        (lambda p, t: ["--table", p, "--primary-key", "id", "--spark-conf", "novalue"], 2, "key=value"),
+        (
+            lambda p, t: [
+                "--table",
+                p,
+                "--primary-key",
+                "id",
+                "--clickhouse",
+                "http://u:s3cret@localhost:1/db",
+            ],
+            2,
+            "contains a password",
+        ),
+        (lambda p, t: ["--table", p, "--primary-key", "id", "--clickhouse", "mysql://x"], 1, "not a DSN"),
+    ],
+    ids=[
+        "missing-path",
+        "not-delta",
+        "unknown-key",
+        "version-beyond-latest",
+        "bad-spark-conf",
+        "password-in-dsn",
+        "bad-dsn",
+    ],
+)
+def test_bad_input_is_refused_without_writing(
+    make_args, expect_code, message, spark, sink, cli, database, small_table
+):
+    target = TargetName(database, "refused")
+    result = cli(
+        "run", *make_args(small_table, target), "--target", str(target), "--once", expect=expect_code
+    )
+    err = " ".join(result.stderr.split())
+    assert message in err
+    assert "s3cret" not in result.stderr + result.stdout
+    assert "Traceback" not in result.stderr
+    # Nothing was written: no table, no offset.
+    assert sink.query_rows(f"SELECT count() FROM system.tables WHERE database = '{database}'")[0][0] == 0
+
+
+def test_cdf_not_enabled(spark, cli, database, tmp_path):
+    path = str(tmp_path / "nocdf")
+    spark.sql(f"CREATE TABLE delta.`{path}` (id BIGINT) USING delta")
+    result = cli(
+        "run", "--table", path, "--primary-key", "id", "--target", f"{database}.nocdf", "--once", expect=1
+    )
+    assert (
+        "Change Data Feed is not enabled" in result.stderr and "delta.enableChangeDataFeed" in result.stderr
+    )
+
+
+def test_null_key_is_refused(spark, sink, cli, database, tmp_path):
+    path = str(tmp_path / "nullkey")
+    create_table(spark, path, COLS)
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'a'), (NULL, 'b')")
+    result = cli(
+        "run", "--table", path, "--primary-key", "id", "--target", f"{database}.nullkey", "--once", expect=1
+    )
+    assert "null in primary-key column 'id'" in " ".join(result.stderr.split())
+    assert sink.query_rows(
+        f"SELECT committed_version FROM {database}.cdc2ch_state FINAL WHERE pipeline = '{database}.nullkey'"
+    ) == [(-1,)]
+
+
+@pytest.mark.skipif(os.environ.get("CDC2CH_SKIP_SLOW") == "1", reason="starts its own Spark")
+def test_demo_command(tmp_path):
+    """The README's demo, as a user runs it: a fresh process, its own Spark and embedded ClickHouse."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "cdc2ch", "demo", "--dir", str(tmp_path / "demo")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "Tables match." in out
+    assert "Soft-deleted keys kept as tombstones: 3, 4" in out
+    assert "cdc2ch.customers" in out and "versions_behind" in out
