@@ -29,3 +29,8 @@ lint: install
 
 clean:
 	rm -rf $(VENV) cdc2ch-demo .pytest_cache
+
+.PHONY: bench
+# Throughput figures (not timed tests): snapshot rows/s with the Spark and the ClickHouse reader.
+bench: install
+	$(BIN)/python bench/snapshot_readers.py 2000000

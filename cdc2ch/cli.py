@@ -47,7 +47,7 @@ def clickhouse_option(fn):
         "clickhouse_dsn",
         envvar="CDC2CH_CLICKHOUSE_URL",
         default=default_dsn,
-        show_default=True,
+        show_default="chdb://~/.local/share/cdc2ch/clickhouse (embedded)",
         help="Target ClickHouse: chdb:///path for the embedded engine, or http(s)://user@host:8123/db for a "
         "server (password from CDC2CH_CLICKHOUSE_PASSWORD or CDC2CH_CLICKHOUSE_PASSWORD_FILE). "
         "Env: CDC2CH_CLICKHOUSE_URL.",
@@ -137,28 +137,75 @@ def main():
     """
 
 
+def pipeline_options(fn):
+    """Options shared by `run` and `snapshot`: which table goes where, and how to write it."""
+    options = [
+        click.option(
+            "--table",
+            required=True,
+            envvar="CDC2CH_TABLE",
+            help="The Delta table: a local path or a URI (s3a://, abfss://, gs://...). Env: CDC2CH_TABLE.",
+        ),
+        click.option(
+            "--primary-key",
+            required=True,
+            envvar="CDC2CH_PRIMARY_KEY",
+            help="Column(s) identifying a row, comma-separated: id or tenant,id. Becomes the ORDER BY key.",
+        ),
+        click.option(
+            "--target",
+            default=None,
+            envvar="CDC2CH_TARGET",
+            help="ClickHouse table as database.table. Default: cdc2ch.<last path segment of --table>.",
+        ),
+        click.option(
+            "--pipeline",
+            default=None,
+            help="Name under which the offset is stored. Default: the target name.",
+        ),
+        click.option(
+            "--batch-size",
+            type=int,
+            default=DEFAULT_BATCH_SIZE,
+            show_default=True,
+            help="Rows per ClickHouse insert.",
+        ),
+        click.option(
+            "--max-rows-per-read",
+            type=int,
+            default=DEFAULT_MAX_ROWS_PER_READ,
+            show_default=True,
+            help="run: versions are read together until their estimated change rows reach this; "
+            "snapshot --reader clickhouse: rows per chunk. Bounds memory.",
+        ),
+        click.option(
+            "--retries",
+            type=int,
+            default=5,
+            show_default=True,
+            help="Attempts per ClickHouse call on transient errors (exponential backoff) before giving up.",
+        ),
+    ]
+    fn = logging_options(spark_options(clickhouse_option(fn)))
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def build_config(table, primary_key, target, pipeline, spark_master, spark_conf, **rest) -> RunConfig:
+    target_name = TargetName.parse(target) if target else TargetName.for_source(table)
+    return RunConfig(
+        table=table,
+        primary_key=tuple(k.strip() for k in primary_key.split(",") if k.strip()),
+        target=target_name,
+        pipeline=pipeline or str(target_name),
+        spark=SparkSettings(spark_master, SparkSettings.parse_conf(spark_conf)),
+        **rest,
+    )
+
+
 @main.command()
-@click.option(
-    "--table",
-    required=True,
-    envvar="CDC2CH_TABLE",
-    help="The Delta table: a local path or a URI (s3a://, abfss://, gs://...).",
-)
-@click.option(
-    "--primary-key",
-    required=True,
-    envvar="CDC2CH_PRIMARY_KEY",
-    help="Column(s) identifying a row, comma-separated: id or tenant,id. Becomes the ORDER BY key.",
-)
-@click.option(
-    "--target",
-    default=None,
-    envvar="CDC2CH_TARGET",
-    help="ClickHouse table as database.table. Default: cdc2ch.<last path segment of --table>.",
-)
-@click.option(
-    "--pipeline", default=None, help="Name under which the offset is stored. Default: the target name."
-)
+@pipeline_options
 @click.option(
     "--from-version",
     type=int,
@@ -185,88 +232,70 @@ def main():
     help="Seconds between polls of the Delta log when running continuously.",
 )
 @click.option(
-    "--batch-size",
-    type=int,
-    default=DEFAULT_BATCH_SIZE,
-    show_default=True,
-    help="Rows per ClickHouse insert.",
-)
-@click.option(
-    "--max-rows-per-read",
-    type=int,
-    default=DEFAULT_MAX_ROWS_PER_READ,
-    show_default=True,
-    help="Versions are read together until their estimated change rows reach this; bounds memory.",
-)
-@click.option(
     "--immutable-keys",
     is_flag=True,
     help="Promise that updates never change key columns: update pre-images are not written.",
 )
-@click.option(
-    "--retries",
-    type=int,
-    default=5,
-    show_default=True,
-    help="Attempts per ClickHouse call on transient errors (exponential backoff) before giving up.",
-)
-@clickhouse_option
-@spark_options
-@logging_options
 @handle_errors
-def run(
-    table,
-    primary_key,
-    target,
-    pipeline,
-    from_version,
-    from_timestamp,
-    reset,
-    once,
-    poll_interval,
-    batch_size,
-    max_rows_per_read,
-    immutable_keys,
-    retries,
-    clickhouse_dsn,
-    spark_master,
-    spark_conf,
-    log_format,
-    log_level,
-):
+def run(log_format, log_level, **options):
     """Replicate a Delta table's changes into ClickHouse, continuously or --once.
 
     Resumes from the offset stored in ClickHouse; stops cleanly on SIGTERM/SIGINT after the current batch.
     """
     from cdc2ch.pipeline import Replicator
+
+    logsetup.configure(log_format, log_level)
+    _with_source(build_config(**options), Replicator)
+
+
+@main.command()
+@pipeline_options
+@click.option(
+    "--version",
+    "snapshot_version",
+    type=int,
+    default=None,
+    help="The Delta version to load. Default: the latest. `run` then continues at version + 1.",
+)
+@click.option(
+    "--reader",
+    type=click.Choice(["spark", "clickhouse"]),
+    default="spark",
+    show_default=True,
+    help="spark: Spark reads the table and cdc2ch inserts Arrow batches. clickhouse: ClickHouse reads "
+    "the Delta files itself (INSERT ... SELECT FROM deltaLakeLocal/deltaLake); needs ClickHouse to "
+    "reach the lake.",
+)
+@click.option(
+    "--reset",
+    is_flag=True,
+    help="Point the pipeline at this snapshot's version even if its stored offset is further on or "
+    "belongs to another source.",
+)
+@handle_errors
+def snapshot(log_format, log_level, **options):
+    """Load a Delta table as of one version (one-off backfill), resumably, then hand over to `run`.
+
+    A snapshot killed midway, started again with the same arguments, continues with the chunks it had not
+    finished. Keys alive in ClickHouse but absent from the snapshot are soft-deleted.
+    """
+    from cdc2ch.snapshot import Snapshotter
+
+    logsetup.configure(log_format, log_level)
+    _with_source(build_config(once=True, **options), Snapshotter)
+
+
+def _with_source(cfg: RunConfig, worker) -> None:
+    """Open ClickHouse and Spark, then run `worker(cfg, source, sink, stop)` with signal handling."""
     from cdc2ch.sink import connect
     from cdc2ch.source.delta import DeltaSource
     from cdc2ch.source.spark import session
 
-    logsetup.configure(log_format, log_level)
-    target_name = TargetName.parse(target) if target else TargetName.for_source(table)
-    cfg = RunConfig(
-        table=table,
-        primary_key=tuple(k.strip() for k in primary_key.split(",") if k.strip()),
-        target=target_name,
-        clickhouse_dsn=clickhouse_dsn,
-        pipeline=pipeline or str(target_name),
-        spark=SparkSettings(spark_master, SparkSettings.parse_conf(spark_conf)),
-        from_version=from_version,
-        from_timestamp=from_timestamp,
-        reset=reset,
-        once=once,
-        poll_interval=poll_interval,
-        batch_size=batch_size,
-        max_rows_per_read=max_rows_per_read,
-        immutable_keys=immutable_keys,
-        retries=retries,
-    )
     with connect(cfg.clickhouse_dsn, cfg.retries) as sink:
         spark = session(cfg.spark)
         stop = threading.Event()
         with stop_on_signals(stop):
-            Replicator(cfg, DeltaSource(spark, cfg.table), sink, stop).run()
+            worker(cfg, DeltaSource(spark, cfg.table), sink, stop).run()
 
 
 @main.command()

@@ -120,6 +120,9 @@ class RunConfig:
     max_rows_per_read: int = DEFAULT_MAX_ROWS_PER_READ
     immutable_keys: bool = False
     retries: int = 5
+    # snapshot only
+    snapshot_version: int | None = None
+    reader: str = "spark"
 
     def __post_init__(self) -> None:
         if not self.primary_key:
@@ -136,5 +139,9 @@ class RunConfig:
             raise ConfigError(f"--from-version must be 0 or more (got {self.from_version}).")
         if self.from_version is not None and self.from_timestamp is not None:
             raise ConfigError("Give either --from-version or --from-timestamp, not both.")
+        if self.snapshot_version is not None and self.snapshot_version < 0:
+            raise ConfigError(f"--version must be 0 or more (got {self.snapshot_version}).")
+        if self.reader not in ("spark", "clickhouse"):
+            raise ConfigError(f"--reader must be spark or clickhouse (got {self.reader!r}).")
         if self.poll_interval <= 0:
             raise ConfigError(f"--poll-interval must be positive (got {self.poll_interval}).")

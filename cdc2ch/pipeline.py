@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 import structlog
 
@@ -57,7 +56,9 @@ class RangeResult:
     committed: bool
 
 
-class Replicator:
+class TableJob:
+    """One Delta table into one ClickHouse table, with its offsets; `stop` asks it to end early."""
+
     def __init__(self, cfg: RunConfig, source: DeltaSource, sink: Sink, stop: threading.Event | None = None):
         self.cfg = cfg
         self.source = source
@@ -67,54 +68,65 @@ class Replicator:
         self.table_sql = schema.qualified(cfg.target)
         self.log = log.bind(pipeline=cfg.pipeline)
 
+
+class Replicator(TableJob):
     # -- start-up ---------------------------------------------------------------------------------
     def initial_state(self) -> PipelineState:
         """Where to start: the stored offset, or --from-version/--from-timestamp for a new pipeline.
 
-        Checks everything it can before writing anything.
+        Everything is checked before anything is written.
         """
         cfg = self.cfg
+        uri = self.source.uri
         latest = self.source.latest().version
-        props = self.source.properties()
-        if props.get("delta.enableChangeDataFeed", "false").lower() != "true":
+        if self.source.properties().get("delta.enableChangeDataFeed", "false").lower() != "true":
             raise SourceError(
-                f"The Change Data Feed is not enabled on {self.source.uri}. Enable it with "
-                f"ALTER TABLE delta.`{self.source.uri}` SET TBLPROPERTIES (delta.enableChangeDataFeed = true); "
-                f"changes are recorded from the next version on, so load the table first with "
-                f"`cdc2ch snapshot` and let `cdc2ch run` continue from there."
+                f"The Change Data Feed is not enabled on {uri}. Enable it with ALTER TABLE delta.`{uri}` "
+                f"SET TBLPROPERTIES (delta.enableChangeDataFeed = true); changes are recorded from the next "
+                f"version on, so load the table first with `cdc2ch snapshot` and let `cdc2ch run` continue."
             )
-        if cfg.from_timestamp is not None:
-            requested = self.source.version_at(cfg.from_timestamp)
-        else:
-            requested = cfg.from_version
+        requested = self.source.version_at(cfg.from_timestamp) if cfg.from_timestamp else cfg.from_version
         if requested is not None and requested > latest:
             raise StateError(
-                f"--from-version {requested} is beyond the latest version of {self.source.uri}, which is "
+                f"--from-version {requested} is beyond the latest version of {uri}, which is "
                 f"{latest}. Pass a version between 0 and {latest}."
             )
-        # Key and type problems surface now, before anything is written.
-        schema.column_types(self.source.snapshot(latest).schema.jsonValue(), cfg.primary_key)
-        self.store.ensure()
         stored = self.store.load(cfg.pipeline)
-        if stored is None or cfg.reset:
-            if stored is not None:
-                self.log.warning("state_reset", was=stored.committed_version, now=(requested or 0) - 1)
-            fresh = PipelineState(
-                cfg.pipeline,
-                self.source.uri,
-                str(cfg.target),
-                (requested or 0) - 1,
-                (requested or 0) - 1,
-                stored.rows_written if stored else 0,
-                stored.updated_at if stored else datetime.now(timezone.utc),
-            ).advanced((requested or 0) - 1, 0)
-            self.store.save(fresh)
-            return fresh
-        if stored.source != self.source.uri or stored.target != str(cfg.target):
-            raise StateError(
-                f"Pipeline {cfg.pipeline!r} replicates {stored.source} into {stored.target}, not "
-                f"{self.source.uri} into {cfg.target}. Use another --pipeline name, or --reset to repoint it."
+        if stored is not None and not cfg.reset:
+            self._check_stored(stored, requested, latest)
+            start = stored.committed_version + 1
+        else:
+            start = requested or 0
+        since = self.source.cdf_enabled_since()
+        if start < since:
+            raise SourceError(
+                f"The Change Data Feed of {uri} was enabled at version {since}; versions before it have no "
+                f"change data, so replication cannot start at {start}. Load the table first with "
+                f"`cdc2ch snapshot --table {uri} --primary-key {','.join(cfg.primary_key)} --target {cfg.target} "
+                f"--version {since}` (or a later version); `cdc2ch run` then continues after the snapshot."
             )
+        schema.column_types(self.source.snapshot(latest).schema.jsonValue(), cfg.primary_key)
+
+        self.store.ensure()
+        if stored is not None and not cfg.reset:
+            return stored
+        if stored is not None:
+            self.log.warning("state_reset", was=stored.committed_version, now=start - 1)
+        fresh = PipelineState(
+            cfg.pipeline,
+            uri,
+            str(cfg.target),
+            start - 1,
+            start - 1,
+            stored.rows_written if stored else 0,
+            stored.updated_at if stored else PipelineState.epoch(),
+        ).advanced(start - 1, 0)
+        self.store.save(fresh)
+        return fresh
+
+    def _check_stored(self, stored: PipelineState, requested: int | None, latest: int) -> None:
+        cfg = self.cfg
+        stored.check_matches(self.source.uri, str(cfg.target))
         if requested is not None and requested != stored.committed_version + 1:
             raise StateError(
                 f"Pipeline {cfg.pipeline!r} has already replicated up to version {stored.committed_version} "
@@ -125,9 +137,8 @@ class Replicator:
             raise StateError(
                 f"Pipeline {cfg.pipeline!r} has replicated up to version {stored.committed_version}, but the "
                 f"latest version of {self.source.uri} is {latest}: the table was recreated. Resync with "
-                f"`cdc2ch snapshot` or start over with --reset --from-version 0."
+                f"`cdc2ch snapshot --reset` or start over with --reset --from-version 0."
             )
-        return stored
 
     # -- work -------------------------------------------------------------------------------------
     def catch_up(self, state: PipelineState) -> PipelineState:

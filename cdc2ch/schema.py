@@ -138,7 +138,5 @@ def target_table_ddl(target: TargetName, types: dict[str, str], primary_key: tup
     )
 
 
-def state_table_ddl(database: str, table: str) -> str:
-    return _strip_comments(_template("create_state_table.sql")).format(
-        table=f"{quote(database)}.{quote(table)}"
-    )
+def state_table_ddl(database: str, table: str, template: str = "create_state_table.sql") -> str:
+    return _strip_comments(_template(template)).format(table=f"{quote(database)}.{quote(table)}")

@@ -12,9 +12,11 @@ from datetime import datetime, timedelta, timezone
 import pyarrow as pa
 
 from cdc2ch import schema
+from cdc2ch.errors import StateError
 from cdc2ch.sink import Sink
 
 STATE_TABLE = "cdc2ch_state"
+CHUNKS_TABLE = "cdc2ch_snapshot_chunks"
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,17 @@ class PipelineState:
     pending_version: int
     rows_written: int
     updated_at: datetime
+
+    def check_matches(self, source: str, target: str) -> None:
+        if self.source != source or self.target != target:
+            raise StateError(
+                f"Pipeline {self.pipeline!r} replicates {self.source} into {self.target}, not {source} into "
+                f"{target}. Use another --pipeline name, or --reset to repoint it."
+            )
+
+    @staticmethod
+    def epoch() -> datetime:
+        return datetime(1970, 1, 1, tzinfo=timezone.utc)
 
     def _touched(self, **changes) -> "PipelineState":
         # Keep updated_at strictly increasing so the newest row always wins the merge.
@@ -68,10 +81,38 @@ class StateStore:
         self.sink = sink
         self.database = database
         self._table = f"{schema.quote(database)}.{schema.quote(STATE_TABLE)}"
+        self._chunks = f"{schema.quote(database)}.{schema.quote(CHUNKS_TABLE)}"
 
     def ensure(self) -> None:
         self.sink.ensure_database(self.database)
         self.sink.command(schema.state_table_ddl(self.database, STATE_TABLE), what="create the state table")
+        self.sink.command(
+            schema.state_table_ddl(self.database, CHUNKS_TABLE, "create_snapshot_chunks_table.sql"),
+            what="create the snapshot progress table",
+        )
+
+    def chunks_done(self, pipeline: str, version: int, plan: str) -> dict[int, int]:
+        """{chunk: rows} of the snapshot chunks already landed for this pipeline, version and plan."""
+        rows = self.sink.query_rows(
+            f"SELECT chunk, rows FROM {self._chunks} FINAL "
+            f"WHERE pipeline = {{p:String}} AND version = {{v:Int64}} AND plan = {{plan:String}}",
+            {"p": pipeline, "v": version, "plan": plan},
+            what="read snapshot progress",
+        )
+        return {int(c): int(n) for c, n in rows}
+
+    def chunk_done(self, pipeline: str, version: int, plan: str, chunk: int, rows: int) -> None:
+        row = pa.table(
+            {
+                "pipeline": [pipeline],
+                "version": pa.array([version], pa.int64()),
+                "plan": [plan],
+                "chunk": pa.array([chunk], pa.uint32()),
+                "rows": pa.array([rows], pa.uint64()),
+                "done_at": pa.array([datetime.now(timezone.utc)], pa.timestamp("ms", tz="UTC")),
+            }
+        )
+        self.sink.insert_arrow(self._chunks, row)
 
     def exists(self) -> bool:
         return bool(

@@ -50,9 +50,9 @@ class Cli:
 
     def __call__(self, *args: str, expect: int = 0):
         argv = list(args)
-        if argv[0] in ("run", "status", "query") and "--clickhouse" not in argv:
+        if argv[0] in ("run", "snapshot", "status", "query") and "--clickhouse" not in argv:
             argv += ["--clickhouse", self.dsn]
-        if argv[0] in ("run", "status") and "--log-format" not in argv:
+        if argv[0] in ("run", "snapshot", "status") and "--log-format" not in argv:
             argv += ["--log-format", "json"]
         result = CliRunner().invoke(main, argv, catch_exceptions=False)
         assert result.exit_code == expect, (
@@ -60,6 +60,12 @@ class Cli:
             f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
         )
         return result
+
+    def replicate(self, command: str, path: str, target, *extra: str, key: str = "id", expect: int = 0):
+        """`cdc2ch run|snapshot --table path --primary-key key --target target [extra]`."""
+        return self(
+            command, "--table", path, "--primary-key", key, "--target", str(target), *extra, expect=expect
+        )
 
     @staticmethod
     def events(result, name: str | None = None) -> list[dict]:

@@ -87,3 +87,19 @@ def committed_version(sink, database: str, pipeline: str) -> int:
         {"p": pipeline},
     )
     return rows[0][0]
+
+
+class SinkTap:
+    """A real sink with a hook after each insert (to stop a job at a chosen point)."""
+
+    def __init__(self, inner, after_insert):
+        self.inner = inner
+        self.after_insert = after_insert
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def insert_arrow(self, table_sql, data, token=None):
+        n = self.inner.insert_arrow(table_sql, data, token)
+        self.after_insert(table_sql)
+        return n

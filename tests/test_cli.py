@@ -45,14 +45,10 @@ def small_table(spark, tmp_path):
 
 def test_status_and_query(spark, cli, database, small_table):
     target = TargetName(database, "small")
-    cli(
+    cli.replicate(
         "run",
-        "--table",
         small_table,
-        "--primary-key",
-        "id",
-        "--target",
-        str(target),
+        target,
         "--once",
         "--from-version",
         "1",

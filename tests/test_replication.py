@@ -7,7 +7,7 @@ import random
 import pytest
 
 from cdc2ch.config import TargetName
-from tests.helpers import assert_replicated, committed_version, create_table, latest_version
+from tests.helpers import SinkTap, assert_replicated, committed_version, create_table, latest_version
 
 COLS = "id BIGINT, part STRING, name STRING, amount DOUBLE"
 
@@ -152,7 +152,7 @@ def test_final_equals_delta(name, spark, sink, cli, database, tmp_path):
     path = str(tmp_path / name)
     SCENARIOS[name](spark, path)
     target = TargetName(database, name)
-    cli("run", "--table", path, "--primary-key", "id", "--target", str(target), "--once")
+    cli.replicate("run", path, target, "--once")
     latest = latest_version(spark, path)
     assert committed_version(sink, database, str(target)) == latest
     assert_replicated(spark, sink, path, target, latest)
@@ -178,13 +178,13 @@ def test_incremental_runs_match_one_run(spark, sink, cli, database, tmp_path):
             .save(path)
         ),
     ]
-    cli("run", "--table", path, "--primary-key", "id", "--target", str(step_target), "--once")
+    cli.replicate("run", path, step_target, "--once")
     for write in writes:
         write()
-        cli("run", "--table", path, "--primary-key", "id", "--target", str(step_target), "--once")
+        cli.replicate("run", path, step_target, "--once")
         assert_replicated(spark, sink, path, step_target)
     whole_target = TargetName(database, "whole")
-    cli("run", "--table", path, "--primary-key", "id", "--target", str(whole_target), "--once")
+    cli.replicate("run", path, whole_target, "--once")
     cols = "id, part, name, amount, _commit_version, _change_type, _is_deleted, _version"
     stepwise = sink.query_rows(f"SELECT {cols} FROM {database}.stepwise FINAL ORDER BY id")
     whole = sink.query_rows(f"SELECT {cols} FROM {database}.whole FINAL ORDER BY id")
@@ -247,14 +247,10 @@ def test_batches_are_bounded(spark, sink, cli, database, tmp_path):
             .save(path)
         )
     target = TargetName(database, "big")
-    result = cli(
+    result = cli.replicate(
         "run",
-        "--table",
         path,
-        "--primary-key",
-        "id",
-        "--target",
-        str(target),
+        target,
         "--once",
         "--batch-size",
         "80000",
@@ -293,32 +289,19 @@ def test_stop_mid_range_then_resume_replays_same_batches(spark, sink, cli, datab
     )
     stop = threading.Event()
 
-    class StopAfterFirstBatch:
-        def __init__(self, inner):
-            self.inner = inner
+    def after_insert(table_sql):
+        if "stop" in table_sql:  # the first data batch landed: freeze parts, ask the job to stop
+            sink.command(f"SYSTEM STOP MERGES {database}.stop")
+            stop.set()
 
-        def __getattr__(self, name):
-            return getattr(self.inner, name)
-
-        def insert_arrow(self, table_sql, data, token=None):
-            n = self.inner.insert_arrow(table_sql, data, token)
-            if "stop" in table_sql:
-                sink.command(f"SYSTEM STOP MERGES {database}.stop")
-                stop.set()
-            return n
-
-    state = Replicator(cfg, DeltaSource(spark, path), StopAfterFirstBatch(sink), stop).run()
+    state = Replicator(cfg, DeltaSource(spark, path), SinkTap(sink, after_insert), stop).run()
     assert state.committed_version == -1 and state.interrupted_range == (0, 1)
     assert sink.query_rows(f"SELECT count() FROM {database}.stop")[0][0] == 300
 
-    result = cli(
+    result = cli.replicate(
         "run",
-        "--table",
         path,
-        "--primary-key",
-        "id",
-        "--target",
-        str(target),
+        target,
         "--once",
         "--batch-size",
         "300",

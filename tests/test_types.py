@@ -112,7 +112,7 @@ def test_all_types_round_trip(spark, sink, cli, database, tmp_path):
     df.write.format("delta").option("delta.enableChangeDataFeed", "true").save(path)
     spark.sql(f"UPDATE delta.`{path}` SET s = concat(s, '!') WHERE k = 3")
     target = TargetName(database, "types")
-    cli("run", "--table", path, "--primary-key", "k", "--target", str(target), "--once")
+    cli.replicate("run", path, target, "--once", key="k")
 
     types = dict(
         sink.query_rows(
@@ -147,7 +147,7 @@ def test_null_nested_values_become_empty(spark, sink, cli, database, tmp_path):
         "k BIGINT, arr ARRAY<INT>, m MAP<STRING, INT>, st STRUCT<a: INT, c: ARRAY<INT>>",
     ).write.format("delta").option("delta.enableChangeDataFeed", "true").save(path)
     target = TargetName(database, "nested_nulls")
-    cli("run", "--table", path, "--primary-key", "k", "--target", str(target), "--once")
+    cli.replicate("run", path, target, "--once", key="k")
     assert sink.query_rows(f"SELECT arr, m, st FROM {database}.nested_nulls FINAL") == [
         ([], {}, {"a": None, "c": []})
     ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -43,8 +44,16 @@ def is_transient(exc: BaseException) -> bool:
 class Sink:
     """A ClickHouse target reached through a clickhouse-connect client."""
 
-    def __init__(self, client: Any, display: str, retries: int = 5, max_wait: float = 10.0):
+    def __init__(
+        self,
+        client: Any,
+        display: str,
+        retries: int = 5,
+        max_wait: float = 10.0,
+        reads_files: Callable[[], AbstractContextManager] = nullcontext,
+    ):
         self.client = client
+        self.reads_files = reads_files  # context for statements that read lake files (table functions)
         self.display = display  # the DSN without secrets, for messages
         self._retries = max(1, retries)
         self._max_wait = max_wait

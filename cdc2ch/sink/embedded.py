@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import clickhouse_connect
@@ -42,4 +44,16 @@ def connect(dsn: str, retries: int) -> "Sink":  # noqa: F821 - imported lazily t
                 f"This process already has an embedded ClickHouse open at another path; cannot also open {path}."
             ) from exc
         raise SinkError(f"Cannot open the embedded ClickHouse at {path}: {text}") from exc
-    return Sink(client, f"chdb://{path}", retries)
+    return Sink(client, f"chdb://{path}", retries, reads_files=_from_root)
+
+
+@contextmanager
+def _from_root():
+    """The embedded engine lets table functions read files only below the process's working directory;
+    lake files can be anywhere, so statements that read them run from /."""
+    previous = os.getcwd()
+    os.chdir("/")
+    try:
+        yield
+    finally:
+        os.chdir(previous)

@@ -1,0 +1,208 @@
+"""`cdc2ch snapshot`: load a Delta table as of version N, resumably, and hand over to `run` at N + 1.
+
+Every row is written live at `_version = N * 4 + 3`, so changes replicated from N + 1 on (possibly by a
+`run` going on at the same time) outrank it. Work goes chunk by chunk (Spark scan partitions, or groups
+of files for the ClickHouse reader); each finished chunk is recorded in ClickHouse, and a restart with
+the same arguments skips it. At the end, keys still alive in ClickHouse from before N but absent from
+the snapshot are tombstoned at N (a resync after VACUUM must not leave them behind), and the offset
+moves to N unless the pipeline is already past it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from urllib.parse import unquote, urlsplit
+
+import structlog
+
+from cdc2ch import changes, schema
+from cdc2ch.errors import SourceError, StateError
+from cdc2ch.pipeline import TableJob
+from cdc2ch.progress import Progress
+from cdc2ch.source.chunked import ChunkedFrame
+from cdc2ch.state import PipelineState
+
+log = structlog.get_logger("cdc2ch.snapshot")
+
+
+def lake_function(uri: str) -> str:
+    """The ClickHouse table function that reads this Delta table itself."""
+    parts = urlsplit(uri)
+    if parts.scheme in ("", "file"):
+        return f"deltaLakeLocal({schema.literal(unquote(parts.path))})"
+    if parts.scheme in ("s3", "s3a"):
+        url = f"https://{parts.netloc}.s3.amazonaws.com{parts.path.rstrip('/')}/"
+        return f"deltaLake({schema.literal(url)})"
+    if parts.scheme in ("http", "https"):
+        return f"deltaLake({schema.literal(uri.rstrip('/') + '/')})"
+    raise SourceError(
+        f"--reader clickhouse cannot read {uri}: ClickHouse reads local paths and S3/HTTP(S) URLs "
+        f"(credentials from the server's own S3 settings). Use the default --reader spark for this table."
+    )
+
+
+def _file_path(spark_file: str) -> str:
+    """Spark's inputFiles() URI -> the _path ClickHouse reports for a local file."""
+    parts = urlsplit(spark_file)
+    return unquote(parts.path) if parts.scheme in ("", "file") else f"{parts.netloc}{unquote(parts.path)}"
+
+
+class Snapshotter(TableJob):
+    def run(self) -> PipelineState | None:
+        cfg = self.cfg
+        latest = self.source.latest().version
+        version = latest if cfg.snapshot_version is None else cfg.snapshot_version
+        if version > latest:
+            raise StateError(
+                f"--version {version} is beyond the latest version of {self.source.uri}, which is {latest}."
+            )
+        commit = self.source.commits(version, version)
+        if not commit:
+            raise SourceError(
+                f"Version {version} of {self.source.uri} is no longer in the Delta log (log retention). "
+                f"Snapshot a later version, e.g. the latest ({latest})."
+            )
+        ts_ms = int(commit[0].timestamp.timestamp() * 1000)
+        table = self.source.snapshot(version)
+        types = schema.column_types(table.schema.jsonValue(), cfg.primary_key)
+        stored = self.store.load(cfg.pipeline) if self.store.exists() else None
+        if (
+            stored
+            and not cfg.reset
+            and (stored.source != self.source.uri or stored.target != str(cfg.target))
+        ):
+            raise StateError(
+                f"Pipeline {cfg.pipeline!r} replicates {stored.source} into {stored.target}, not "
+                f"{self.source.uri} into {cfg.target}. Use another --pipeline name, or --reset to repoint it."
+            )
+        self.sink.ensure_target(cfg.target, types, cfg.primary_key)
+        self.store.ensure()
+        self.log.info("snapshot_start", source=self.source.uri, version=version, reader=cfg.reader)
+        t0 = time.monotonic()
+        load = self._spark_chunks if cfg.reader == "spark" else self._clickhouse_chunks
+        rows = load(table, version, ts_ms, list(types))
+        if rows is None:  # stopped between chunks
+            self.log.warning("snapshot_interrupted", version=version)
+            return None
+        self._sweep(version, ts_ms, list(types))
+        state = self._hand_over(stored, version, rows)
+        self.log.info(
+            "snapshot_done",
+            version=version,
+            rows=rows,
+            seconds=round(time.monotonic() - t0, 3),
+            committed=state.committed_version,
+        )
+        return state
+
+    # -- readers ----------------------------------------------------------------------------------
+    def _spark_chunks(self, table, version: int, ts_ms: int, columns: list[str]) -> int | None:
+        cfg = self.cfg
+        frame = ChunkedFrame(changes.snapshot_rows(table, version, ts_ms))
+        plan = "spark:" + frame.fingerprint()
+        done = self.store.chunks_done(cfg.pipeline, version, plan)
+        progress = Progress(f"snapshot v{version}", table.count(), frame.count, len(frame.files))
+        progress.advance(sum(done.values()), len(done))
+        for chunk in range(frame.count):
+            if chunk in done:
+                continue
+            if self.stop.is_set():
+                return None
+            data = frame.read(chunk)
+            n = 0
+            if data is not None:
+                changes.check_keys(data, cfg.primary_key, f"version {version} of {self.source.uri}")
+                data = changes.in_replay_order(data, cfg.primary_key)
+                for i, batch in enumerate(changes.batches(data, cfg.batch_size)):
+                    n += self.sink.insert_arrow(
+                        self.table_sql, batch, f"{cfg.pipeline}:snap{version}:{plan}:{chunk}:{i}"
+                    )
+            self.store.chunk_done(cfg.pipeline, version, plan, chunk, n)
+            self.log.info("chunk", version=version, chunk=chunk, of=frame.count, rows=n)
+            progress.advance(n, 1)
+        progress.done()
+        return sum(self.store.chunks_done(cfg.pipeline, version, plan).values())
+
+    def _clickhouse_chunks(self, table, version: int, ts_ms: int, columns: list[str]) -> int | None:
+        """Push-down: ClickHouse reads the Delta table itself, a group of files per INSERT ... SELECT."""
+        cfg = self.cfg
+        files = sorted(_file_path(f) for f in table.inputFiles())
+        total = table.count()
+        count = max(1, min(len(files), math.ceil(total / cfg.max_rows_per_read)))
+        groups = [files[i::count] for i in range(count)]
+        plan = "clickhouse:" + hashlib.sha1("\0".join([str(count), *files]).encode()).hexdigest()[:16]
+        done = self.store.chunks_done(cfg.pipeline, version, plan)
+        progress = Progress(f"snapshot v{version}", total, count, len(files))
+        progress.advance(sum(done.values()), len(done))
+        source = lake_function(self.source.uri)
+        cols = ", ".join(schema.quote(c) for c in columns)
+        meta = (
+            f"toUInt64({version}) AS _commit_version, fromUnixTimestamp64Milli(toInt64({ts_ms}), 'UTC') AS "
+            f"_commit_timestamp, 'snapshot' AS _change_type, toUInt8(0) AS _is_deleted, "
+            f"toUInt64({version * 4 + changes.RANK['snapshot']}) AS _version"
+        )
+        for chunk, group in enumerate(groups):
+            if chunk in done or not group:
+                continue
+            if self.stop.is_set():
+                return None
+            paths = ", ".join(schema.literal(p) for p in group)
+            before = self._count()
+            with self.sink.reads_files():
+                self.sink.command(
+                    f"INSERT INTO {self.table_sql} ({cols}, _commit_version, _commit_timestamp, _change_type, "
+                    f"_is_deleted, _version) SELECT {cols}, {meta} FROM {source} WHERE _path IN ({paths})",
+                    what=f"load snapshot chunk {chunk}",
+                    settings={
+                        "delta_lake_snapshot_version": version,
+                        "insert_null_as_default": 0,
+                        "insert_deduplicate": 1,
+                        "insert_deduplication_token": f"{cfg.pipeline}:snap{version}:{plan}:{chunk}",
+                    },
+                )
+            n = max(self._count() - before, 0)
+            self.store.chunk_done(cfg.pipeline, version, plan, chunk, n)
+            self.log.info("chunk", version=version, chunk=chunk, of=count, rows=n, files=len(group))
+            progress.advance(n, 1)
+        progress.done()
+        return sum(self.store.chunks_done(cfg.pipeline, version, plan).values())
+
+    def _count(self) -> int:
+        return int(self.sink.query_rows(f"SELECT count() FROM {self.table_sql}", what="count rows")[0][0])
+
+    # -- finish -----------------------------------------------------------------------------------
+    def _sweep(self, version: int, ts_ms: int, columns: list[str]) -> None:
+        """Tombstone keys alive from before `version` that the snapshot did not write (gone by then)."""
+        cols = ", ".join(schema.quote(c) for c in columns)
+        self.sink.command(
+            f"INSERT INTO {self.table_sql} ({cols}, _commit_version, _commit_timestamp, _change_type, _is_deleted, "
+            f"_version) SELECT {cols}, toUInt64({version}), fromUnixTimestamp64Milli(toInt64({ts_ms}), 'UTC'), "
+            f"'delete', toUInt8(1), toUInt64({version * 4 + changes.RANK['delete']}) "
+            f"FROM {self.table_sql} FINAL WHERE _version < {version * 4}",
+            what="tombstone keys missing from the snapshot",
+            settings={
+                "insert_deduplicate": 1,
+                "insert_deduplication_token": f"{self.cfg.pipeline}:sweep{version}",
+            },
+        )
+
+    def _hand_over(self, stored: PipelineState | None, version: int, rows: int) -> PipelineState:
+        """Point the pipeline at `version` unless it is already further (a `run` went on meanwhile)."""
+        current = self.store.load(self.cfg.pipeline)
+        if current is not None and current.committed_version >= version and not self.cfg.reset:
+            self.log.info("offset_kept", committed=current.committed_version, snapshot=version)
+            return current
+        base = current or stored
+        state = PipelineState(
+            self.cfg.pipeline,
+            self.source.uri,
+            str(self.cfg.target),
+            version,
+            version,
+            (base.rows_written if base else 0) + rows,
+            base.updated_at if base else PipelineState.epoch(),
+        ).advanced(version, 0)
+        self.store.save(state)
+        return state
