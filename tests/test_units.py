@@ -29,9 +29,16 @@ def test_plan_ranges_groups_by_estimated_rows_and_never_splits_a_version():
 
 def test_estimates_cover_every_changed_row():
     assert estimate_change_rows("WRITE", {"mode": "Append"}, {"numOutputRows": "100"}) == 100
-    assert estimate_change_rows("UPDATE", {"predicate": "[]"}, {"numUpdatedRows": "5", "numCopiedRows": "95"}) >= 10
-    merge = {"numTargetRowsInserted": "3", "numTargetRowsUpdated": "4", "numTargetRowsDeleted": "2",
-             "numOutputRows": "50"}
+    assert (
+        estimate_change_rows("UPDATE", {"predicate": "[]"}, {"numUpdatedRows": "5", "numCopiedRows": "95"})
+        >= 10
+    )
+    merge = {
+        "numTargetRowsInserted": "3",
+        "numTargetRowsUpdated": "4",
+        "numTargetRowsDeleted": "2",
+        "numOutputRows": "50",
+    }
     assert estimate_change_rows("MERGE", {}, merge) >= 3 + 2 * 4 + 2
     overwrite = {"numOutputRows": "100", "numOutputBytes": "1000", "numRemovedBytes": "3000"}
     assert estimate_change_rows("WRITE", {"mode": "Overwrite"}, overwrite) == 100 + 300
@@ -50,16 +57,26 @@ def test_target_names():
 def test_type_mapping():
     assert clickhouse_type("decimal(38,10)", True) == "Nullable(Decimal(38, 10))"
     assert clickhouse_type("varchar(20)", False) == "String"
-    nested = {"type": "map", "keyType": "string", "valueContainsNull": True,
-              "valueType": {"type": "array", "elementType": "timestamp", "containsNull": False}}
+    nested = {
+        "type": "map",
+        "keyType": "string",
+        "valueContainsNull": True,
+        "valueType": {"type": "array", "elementType": "timestamp", "containsNull": False},
+    }
     assert clickhouse_type(nested, True) == "Map(String, Array(DateTime64(6, 'UTC')))"
     with pytest.raises(SourceError, match="variant"):
         clickhouse_type("variant", True, "v")
-    schema = {"fields": [{"name": "id", "type": "long", "nullable": True},
-                         {"name": "_change_type", "type": "string", "nullable": True}]}
+    schema = {
+        "fields": [
+            {"name": "id", "type": "long", "nullable": True},
+            {"name": "_change_type", "type": "string", "nullable": True},
+        ]
+    }
     assert column_types(schema, ("id",)) == {"id": "Int64"}  # keys are never Nullable; CDF columns dropped
     with pytest.raises(SourceError, match="reserves"):
-        column_types({"fields": [{"name": "_version", "type": "long"}, {"name": "id", "type": "long"}]}, ("id",))
+        column_types(
+            {"fields": [{"name": "_version", "type": "long"}, {"name": "id", "type": "long"}]}, ("id",)
+        )
 
 
 def test_quoting_and_redaction():

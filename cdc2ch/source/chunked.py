@@ -2,7 +2,8 @@
 
 A snapshot is too large to collect at once. Its scan partitions (file splits) are a natural chunk:
 `SparkContext.runJob` computes just the partitions asked for, and `mapInArrow` ships them as Arrow IPC,
-so there is no per-row Python work and memory is bounded by one partition.
+so there is no per-row Python work. A chunk is as many partitions as Spark has cores (computed in
+parallel), so memory is bounded by that many partitions.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ class ChunkedFrame:
 
         self._spark = df.sparkSession
         self._rdd = df.mapInArrow(to_ipc, "ipc binary").rdd
-        self.count = self._rdd.getNumPartitions()
+        self.partitions = self._rdd.getNumPartitions()
+        self.per_chunk = max(1, self._spark.sparkContext.defaultParallelism)
+        self.count = -(-self.partitions // self.per_chunk)
         self.files = sorted(df.inputFiles())
 
     def fingerprint(self) -> str:
@@ -35,7 +38,7 @@ class ChunkedFrame:
         conf = self._spark.conf
         digest = hashlib.sha1()
         for part in (
-            str(self.count),
+            f"{self.partitions}/{self.per_chunk}",
             conf.get("spark.sql.files.maxPartitionBytes"),
             conf.get("spark.sql.files.openCostInBytes"),
             *self.files,
@@ -44,8 +47,10 @@ class ChunkedFrame:
         return digest.hexdigest()[:16]
 
     def read(self, index: int) -> pa.Table | None:
-        """Partition `index` as one Arrow table (None when it holds no rows)."""
-        blobs = self._spark.sparkContext.runJob(self._rdd, lambda rows: [bytes(r.ipc) for r in rows], [index])
+        """Chunk `index` as one Arrow table (None when it holds no rows)."""
+        first = index * self.per_chunk
+        parts = list(range(first, min(first + self.per_chunk, self.partitions)))
+        blobs = self._spark.sparkContext.runJob(self._rdd, lambda rows: [bytes(r.ipc) for r in rows], parts)
         tables = [pa.ipc.open_stream(b).read_all() for b in blobs]
         tables = [t for t in tables if t.num_rows]
         if not tables:
