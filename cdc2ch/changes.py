@@ -13,6 +13,8 @@ is gone, an ordinary UPDATE's pre-image is outranked by its post-image. No per-k
 
 from __future__ import annotations
 
+import hashlib
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -81,6 +83,15 @@ def check_keys(rows: pa.Table, primary_key: tuple[str, ...], where: str) -> None
                 f"{version}). A key must identify a row: choose non-null key columns for --primary-key, or fix "
                 f"the rows in Delta and replicate from after that version."
             )
+
+
+def batch_token(prefix: str, batch: pa.Table) -> str:
+    """Insert deduplication token: the batch's place plus a digest of its content, so a replay of the
+    same rows is dropped while different rows (another --batch-size, --immutable-keys) never are."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_table(batch)
+    return f"{prefix}:{hashlib.sha1(sink.getvalue()).hexdigest()[:20]}"
 
 
 def batches(rows: pa.Table, batch_size: int):

@@ -184,7 +184,7 @@ class Replicator(TableJob):
         pieces = list(changes.batches(rows, cfg.batch_size))
         for i, batch in enumerate(pieces):
             t1 = time.monotonic()
-            token = f"{cfg.pipeline}:{start}-{end}:{i}"
+            token = changes.batch_token(f"{cfg.pipeline}:{start}-{end}:{i}", batch)
             written += self.sink.insert_arrow(self.table_sql, batch, token)
             self.log.info(
                 "batch",

@@ -116,9 +116,8 @@ class Snapshotter(TableJob):
                 changes.check_keys(data, cfg.primary_key, f"version {version} of {self.source.uri}")
                 data = changes.in_replay_order(data, cfg.primary_key)
                 for i, batch in enumerate(changes.batches(data, cfg.batch_size)):
-                    n += self.sink.insert_arrow(
-                        self.table_sql, batch, f"{cfg.pipeline}:snap{version}:{plan}:{chunk}:{i}"
-                    )
+                    token = changes.batch_token(f"{cfg.pipeline}:snap{version}:{plan}:{chunk}:{i}", batch)
+                    n += self.sink.insert_arrow(self.table_sql, batch, token)
             self.store.chunk_done(cfg.pipeline, version, plan, chunk, n)
             self.log.info("chunk", version=version, chunk=chunk, of=frame.count, rows=n)
             progress.advance(n, 1)

@@ -265,9 +265,13 @@ def test_batches_are_bounded(spark, sink, cli, database, tmp_path):
     assert sink.query_rows(f"SELECT count() FROM {database}.big FINAL WHERE _is_deleted = 0")[0][0] == 500_000
 
 
-def test_stop_mid_range_then_resume_replays_same_batches(spark, sink, cli, database, tmp_path):
+@pytest.mark.parametrize(
+    "resume_batch, raw_rows", [(300, 1000), (1000, 1600)], ids=["same-batches", "new-size"]
+)
+def test_stop_mid_range_then_resume(resume_batch, raw_rows, spark, sink, cli, database, tmp_path):
     """A stop request after a batch abandons the range without committing; the next run replays exactly
-    that range, and the batch that had landed is dropped by its deduplication token."""
+    that range. Batches that had landed are dropped by their deduplication tokens when the replay cuts the
+    same batches; with another --batch-size nothing is dropped wrongly (tokens carry a content digest)."""
     import threading
 
     from cdc2ch.config import RunConfig
@@ -288,25 +292,21 @@ def test_stop_mid_range_then_resume_replays_same_batches(spark, sink, cli, datab
         batch_size=300,
     )
     stop = threading.Event()
+    landed = []
 
     def after_insert(table_sql):
-        if "stop" in table_sql:  # the first data batch landed: freeze parts, ask the job to stop
-            sink.command(f"SYSTEM STOP MERGES {database}.stop")
-            stop.set()
+        if "stop" in table_sql:  # a data batch landed; after two, freeze parts and ask the job to stop
+            landed.append(1)
+            if len(landed) == 2:
+                sink.command(f"SYSTEM STOP MERGES {database}.stop")
+                stop.set()
 
     state = Replicator(cfg, DeltaSource(spark, path), SinkTap(sink, after_insert), stop).run()
     assert state.committed_version == -1 and state.interrupted_range == (0, 1)
-    assert sink.query_rows(f"SELECT count() FROM {database}.stop")[0][0] == 300
+    assert sink.query_rows(f"SELECT count() FROM {database}.stop")[0][0] == 600
 
-    result = cli.replicate(
-        "run",
-        path,
-        target,
-        "--once",
-        "--batch-size",
-        "300",
-    )
+    result = cli.replicate("run", path, target, "--once", "--batch-size", str(resume_batch))
     assert cli.events(result, "resuming_interrupted_range")[0]["end"] == 1
-    assert sink.query_rows(f"SELECT count() FROM {database}.stop")[0][0] == 1000  # not 1300
+    assert sink.query_rows(f"SELECT count() FROM {database}.stop")[0][0] == raw_rows
     assert committed_version(sink, database, str(target)) == 1
     assert_replicated(spark, sink, path, target)

@@ -111,7 +111,11 @@ def test_clickhouse_reader_matches_spark_reader(spark, sink, cli, database, tmp_
 def test_snapshot_interleaved_with_run_converges(spark, sink, cli, database, tmp_path):
     """A snapshot at N interrupted, `run` from N + 1 meanwhile, more writes, then the snapshot finishes."""
     path = str(tmp_path / "both")
-    _history(spark, path, partitioned=False)
+    spark.conf.set("spark.sql.files.maxRecordsPerFile", "200")  # many files, so several chunks
+    try:
+        _history(spark, path, partitioned=False)
+    finally:
+        spark.conf.unset("spark.sql.files.maxRecordsPerFile")
     n = latest_version(spark, path)
     _after(spark, path)
     target = TargetName(database, "both")
@@ -122,8 +126,7 @@ def test_snapshot_interleaved_with_run_converges(spark, sink, cli, database, tmp
         clickhouse_dsn=cli.dsn,
         pipeline=str(target),
         snapshot_version=n,
-        spark=None,
-    )  # type: ignore[arg-type]
+    )
     stop = threading.Event()
     chunks = []
 
@@ -133,7 +136,9 @@ def test_snapshot_interleaved_with_run_converges(spark, sink, cli, database, tmp
             if len(chunks) == 2:
                 stop.set()
 
-    spark.conf.set("spark.sql.files.maxPartitionBytes", "20000")
+    # One Delta file per Spark partition: several chunks, so the snapshot can be stopped midway.
+    spark.conf.set("spark.sql.files.maxPartitionBytes", "65536")
+    spark.conf.set("spark.sql.files.openCostInBytes", "65536")
     try:
         assert Snapshotter(cfg, DeltaSource(spark, path), SinkTap(sink, after_insert), stop).run() is None
         cli.replicate(
@@ -148,6 +153,7 @@ def test_snapshot_interleaved_with_run_converges(spark, sink, cli, database, tmp
         finish = cli.replicate("snapshot", path, target, "--version", str(n))
     finally:
         spark.conf.unset("spark.sql.files.maxPartitionBytes")
+        spark.conf.unset("spark.sql.files.openCostInBytes")
     finished = cli.events(finish, "chunk")
     assert finished and len(finished) == finished[0]["of"] - 2  # the two chunks done before were skipped
     assert cli.events(finish, "offset_kept")  # run was already past N

@@ -29,7 +29,6 @@ DELTA_CONF = {
 LOCAL_CONF = {
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "4",
-    "spark.default.parallelism": "4",
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.driver.memory": "2g",
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
