@@ -15,16 +15,12 @@ import math
 import time
 from urllib.parse import unquote, urlsplit
 
-import structlog
-
 from cdc2ch import changes, schema
 from cdc2ch.errors import SourceError, StateError
 from cdc2ch.pipeline import TableJob
 from cdc2ch.progress import Progress
 from cdc2ch.source.chunked import ChunkedFrame
 from cdc2ch.state import PipelineState
-
-log = structlog.get_logger("cdc2ch.snapshot")
 
 
 def lake_function(uri: str) -> str:

@@ -159,6 +159,9 @@ def session(settings: SparkSettings | None = None):
     if master and master.startswith("local"):
         conf.update(LOCAL_CONF)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # one machine: no hostname guessing
+        # Python workers (mapInArrow) must run this interpreter, which has pyarrow; not whatever python3
+        # comes first on PATH. On a cluster, set PYSPARK_PYTHON to the executors' environment.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         log4j = Path(__file__).with_name("log4j2.properties")
         conf["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile=file:{log4j}"
     user = dict(settings.conf)
