@@ -22,7 +22,6 @@ from cdc2ch.errors import SourceError
 
 RANK = {"insert": 3, "update_postimage": 3, "snapshot": 3, "delete": 2, "update_preimage": 1}
 DELETED = ("delete", "update_preimage")
-TARGET_META = ("_commit_version", "_commit_timestamp", "_change_type", "_is_deleted", "_version")
 
 
 def to_table_rows(cdf, immutable_keys: bool = False):

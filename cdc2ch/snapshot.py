@@ -63,7 +63,7 @@ class Snapshotter(TableJob):
         ts_ms = int(commit[0].timestamp.timestamp() * 1000)
         table = self.source.snapshot(version)
         types = schema.column_types(table.schema.jsonValue(), cfg.primary_key)
-        stored = self.store.load(cfg.pipeline) if self.store.exists() else None
+        stored = self.store.load(cfg.pipeline)
         if (
             stored
             and not cfg.reset
