@@ -24,6 +24,13 @@ RANK = {"insert": 3, "update_postimage": 3, "snapshot": 3, "delete": 2, "update_
 DELETED = ("delete", "update_preimage")
 
 
+def spark_col(name: str):
+    """A top-level column by its exact name, even with dots or backticks in it."""
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
 def to_table_rows(cdf, immutable_keys: bool = False):
     """Spark DataFrame of CDF rows -> DataFrame in the target table's layout (user columns + metadata)."""
     from pyspark.sql import functions as F
@@ -33,9 +40,7 @@ def to_table_rows(cdf, immutable_keys: bool = False):
         cdf = cdf.where(change != F.lit("update_preimage"))
     rank = F.when(change == "update_preimage", 1).when(change == "delete", 2).otherwise(3)
     user = [
-        F.col(f"`{c}`")
-        for c in cdf.columns
-        if c not in ("_change_type", "_commit_version", "_commit_timestamp")
+        spark_col(c) for c in cdf.columns if c not in ("_change_type", "_commit_version", "_commit_timestamp")
     ]
     return cdf.select(
         *user,
@@ -52,7 +57,7 @@ def snapshot_rows(snapshot, version: int, timestamp_ms: int):
     from pyspark.sql import functions as F
 
     return snapshot.select(
-        *[F.col(f"`{c}`") for c in snapshot.columns],
+        *[spark_col(c) for c in snapshot.columns],
         F.lit(int(version)).cast("long").alias("_commit_version"),
         F.timestamp_millis(F.lit(int(timestamp_ms))).alias("_commit_timestamp"),
         F.lit("snapshot").alias("_change_type"),
@@ -97,3 +102,36 @@ def batches(rows: pa.Table, batch_size: int):
     """Split into insert batches of at most batch_size rows (zero-copy slices)."""
     for offset in range(0, rows.num_rows, batch_size):
         yield rows.slice(offset, batch_size)
+
+
+def duplicate_keys(rows: pa.Table, primary_key: tuple[str, ...], limit: int = 10) -> list[dict]:
+    """Keys written live more than once by one commit: the Delta table holds duplicate keys, and
+    ClickHouse will keep only one of those rows. One summary per version (at most `limit`)."""
+    live = rows.filter(pc.equal(rows.column("_is_deleted"), 0)).select(["_commit_version", *primary_key])
+    if live.num_rows < 2:
+        return []
+    counts = live.group_by(["_commit_version", *primary_key]).aggregate([([], "count_all")])
+    dups = counts.filter(pc.greater(counts.column("count_all"), 1))
+    if dups.num_rows == 0:
+        return []
+    out = []
+    for (version,), group in _by_version(dups):
+        example = {k: group.column(k)[0].as_py() for k in primary_key}
+        out.append(
+            {
+                "version": version,
+                "duplicate_keys": group.num_rows,
+                "extra_rows": int(pc.sum(group.column("count_all")).as_py()) - group.num_rows,
+                "example_key": {k: str(v) for k, v in example.items()},
+            }
+        )
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _by_version(table: pa.Table):
+    table = table.sort_by("_commit_version")
+    versions = table.column("_commit_version")
+    for v in pc.unique(versions).to_pylist():
+        yield (v,), table.filter(pc.equal(versions, v))

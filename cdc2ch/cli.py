@@ -185,6 +185,14 @@ def pipeline_options(fn):
             show_default=True,
             help="Attempts per ClickHouse call on transient errors (exponential backoff) before giving up.",
         ),
+        click.option(
+            "--lock-ttl",
+            type=float,
+            default=60.0,
+            show_default=True,
+            help="Seconds after its last heartbeat that a vanished runner stops blocking the pipeline (a dead "
+            "process on this host is noticed at once). A second runner exits with code 75.",
+        ),
     ]
     fn = logging_options(spark_options(clickhouse_option(fn)))
     for option in reversed(options):
@@ -230,6 +238,14 @@ def build_config(table, primary_key, target, pipeline, spark_master, spark_conf,
     default=5.0,
     show_default=True,
     help="Seconds between polls of the Delta log when running continuously.",
+)
+@click.option(
+    "--on-schema-change",
+    type=click.Choice(["fail", "resync"]),
+    default="fail",
+    show_default=True,
+    help="When Delta drops, renames or narrows a column (added columns and widened types are followed "
+    "automatically): fail stops at that version; resync rebuilds the table from a snapshot and goes on.",
 )
 @click.option(
     "--immutable-keys",
@@ -287,15 +303,18 @@ def snapshot(log_format, log_level, **options):
 
 def _with_source(cfg: RunConfig, worker) -> None:
     """Open ClickHouse and Spark, then run `worker(cfg, source, sink, stop)` with signal handling."""
+    from cdc2ch.lock import PipelineLock
     from cdc2ch.sink import connect
     from cdc2ch.source.delta import DeltaSource
     from cdc2ch.source.spark import session
 
-    with connect(cfg.clickhouse_dsn, cfg.retries) as sink:
+    stop = threading.Event()
+    with stop_on_signals(stop), connect(cfg.clickhouse_dsn, cfg.retries) as sink:
+        # Refuse early, before Spark starts, if another runner has the pipeline; the job claims it
+        # itself once its inputs are checked, so bad input writes nothing.
+        PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl).check()
         spark = session(cfg.spark)
-        stop = threading.Event()
-        with stop_on_signals(stop):
-            worker(cfg, DeltaSource(spark, cfg.table), sink, stop).run()
+        worker(cfg, DeltaSource(spark, cfg.table), sink, stop).run()
 
 
 @main.command()

@@ -120,6 +120,8 @@ class RunConfig:
     max_rows_per_read: int = DEFAULT_MAX_ROWS_PER_READ
     immutable_keys: bool = False
     retries: int = 5
+    lock_ttl: float = 60.0
+    on_schema_change: str = "fail"
     # snapshot only
     snapshot_version: int | None = None
     reader: str = "spark"
@@ -143,5 +145,9 @@ class RunConfig:
             raise ConfigError(f"--version must be 0 or more (got {self.snapshot_version}).")
         if self.reader not in ("spark", "clickhouse"):
             raise ConfigError(f"--reader must be spark or clickhouse (got {self.reader!r}).")
+        if self.on_schema_change not in ("fail", "resync"):
+            raise ConfigError(f"--on-schema-change must be fail or resync (got {self.on_schema_change!r}).")
+        if self.lock_ttl < 1:
+            raise ConfigError(f"--lock-ttl must be at least 1 second (got {self.lock_ttl}).")
         if self.poll_interval <= 0:
             raise ConfigError(f"--poll-interval must be positive (got {self.poll_interval}).")

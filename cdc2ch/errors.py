@@ -23,3 +23,7 @@ class SinkError(Cdc2chError):
 
 class StateError(Cdc2chError):
     """The stored offset disagrees with what was asked."""
+
+
+class SchemaChangeError(SourceError):
+    """The Delta schema changed in a way the ClickHouse table cannot follow in place."""

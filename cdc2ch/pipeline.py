@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 
 import structlog
 
 from cdc2ch import changes, schema
-from cdc2ch.config import RunConfig
-from cdc2ch.errors import SourceError, StateError
+from cdc2ch.config import RunConfig, TargetName
+from cdc2ch.errors import SchemaChangeError, SourceError, StateError
+from cdc2ch.lock import PipelineLock
 from cdc2ch.sink import Sink
 from cdc2ch.source.delta import Commit, DeltaSource
 from cdc2ch.state import PipelineState, StateStore
@@ -23,20 +25,50 @@ from cdc2ch.state import PipelineState, StateStore
 log = structlog.get_logger("cdc2ch.pipeline")
 
 MAX_VERSIONS_PER_READ = 1000
+RESYNC_SUFFIX = "__cdc2ch_resync"
+_MARKER = "cdc2ch: rebuilt by resync of pipeline {pipeline} at Delta version {version}"
+
+
+def resync_marker(pipeline: str, version: int) -> str:
+    return _MARKER.format(pipeline=pipeline, version=version)
+
+
+def parse_resync_marker(comment: str | None, pipeline: str) -> int | None:
+    prefix = _MARKER.split("{version}")[0].format(pipeline=pipeline)
+    if comment and comment.startswith(prefix) and comment[len(prefix) :].isdigit():
+        return int(comment[len(prefix) :])
+    return None
+
+
+def describe(commit: Commit) -> str:
+    """A commit as a user would name it: the operation and, for schema changes, its columns."""
+    p = commit.parameters
+    if commit.operation == "RENAME COLUMN":
+        return f"RENAME COLUMN {p.get('oldColumnPath')} TO {p.get('newColumnPath')}"
+    for key in ("columns", "column"):
+        if p.get(key):
+            return f"{commit.operation} {p[key][:200]}"
+    return commit.operation
 
 
 def plan_ranges(
-    commits: list[Commit], max_rows: int, max_versions: int = MAX_VERSIONS_PER_READ
+    commits: list[Commit],
+    max_rows: int,
+    max_versions: int = MAX_VERSIONS_PER_READ,
+    breaks: Collection[int] = (),
 ) -> list[tuple[int, int]]:
     """Group consecutive versions into read ranges of at most ~max_rows estimated change rows.
 
-    A version is never split; one larger than max_rows gets a range of its own.
+    A version is never split; one larger than max_rows gets a range of its own. A version in `breaks`
+    (a schema or metadata change) always starts a range: a CDF read may not span one.
     """
     ranges: list[tuple[int, int]] = []
     start = prev = None
     rows = 0
     for c in commits:
-        if start is not None and (rows + c.estimated_rows > max_rows or c.version - start >= max_versions):
+        if start is not None and (
+            rows + c.estimated_rows > max_rows or c.version - start >= max_versions or c.version in breaks
+        ):
             ranges.append((start, prev))
             start, rows = None, 0
         if start is None:
@@ -67,6 +99,22 @@ class TableJob:
         self.stop = stop or threading.Event()
         self.table_sql = schema.qualified(cfg.target)
         self.log = log.bind(pipeline=cfg.pipeline)
+        self.lock = PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl)
+
+    def prepare_target(self, types: dict[str, str], comment: str | None = None) -> schema.SchemaDiff:
+        """Create the target table, or evolve it to take rows of `types` (add columns, widen types).
+
+        Returns the difference; when it has breaking changes the table is left as it was.
+        """
+        cfg = self.cfg
+        existing = self.sink.table_columns(cfg.target)
+        if existing is None:
+            self.sink.create_target(cfg.target, types, cfg.primary_key, comment)
+            return schema.diff(types, types, cfg.primary_key)
+        change = schema.diff(existing, types, cfg.primary_key)
+        if not change.breaking:
+            self.sink.evolve_target(cfg.target, change)
+        return change
 
 
 class Replicator(TableJob):
@@ -107,6 +155,8 @@ class Replicator(TableJob):
             )
         schema.column_types(self.source.snapshot(latest).schema.jsonValue(), cfg.primary_key)
 
+        self.lock.acquire()  # inputs are fine: from here on this process writes
+        stored = self.store.load(cfg.pipeline)  # again, now that nobody else can move it
         self.store.ensure()
         if stored is not None and not cfg.reset:
             return stored
@@ -147,42 +197,88 @@ class Replicator(TableJob):
         commits = self.source.commits(start)
         if not commits:
             return state
-        ranges = plan_ranges(commits, self.cfg.max_rows_per_read)
+        self._check_contiguous(start, commits)
+        breaks = self.source.schema_changes([c.version for c in commits])
+        ranges = plan_ranges(commits, self.cfg.max_rows_per_read, breaks=breaks)
         if state.interrupted_range:
             # Replay exactly what the interrupted attempt was writing: same batches, same tokens.
             s0, e0 = state.interrupted_range
             self.log.info("resuming_interrupted_range", start=s0, end=e0)
             ranges = [(s0, e0)] + plan_ranges(
-                [c for c in commits if c.version > e0], self.cfg.max_rows_per_read
+                [c for c in commits if c.version > e0], self.cfg.max_rows_per_read, breaks=breaks
             )
+        by_version = {c.version: c for c in commits}
         for s, e in ranges:
+            if self.stop.is_set():
+                break
+            cdf = self.source.changes(s, e)
+            types = schema.column_types(cdf.schema.jsonValue(), self.cfg.primary_key)
+            change = self.prepare_target(types)
+            if change.breaking:
+                return self._schema_broken(state, by_version.get(s) if s in breaks else None, s, e, change)
             state = state.writing(e)
             self.store.save(state)
-            result = self.replicate_range(s, e, state)
+            result = self.replicate_range(cdf, s, e, state)
             if not result.committed:
                 break
             state = state.advanced(e, result.rows)
             self.store.save(state)
             self.log.info("committed", version=e, rows=result.rows, total_rows=state.rows_written)
-            if self.stop.is_set():
-                break
         return state
 
-    def replicate_range(self, start: int, end: int, state: PipelineState) -> RangeResult:
+    def _check_contiguous(self, start: int, commits: list[Commit]) -> None:
+        """Versions missing from the log (expired by log retention) cannot be replayed: never skip them."""
+        expected = range(start, commits[-1].version + 1)
+        have = {c.version for c in commits}
+        missing = [v for v in expected if v not in have]
+        if missing:
+            raise SourceError(
+                f"Versions {missing[0]}..{missing[-1]} of {self.source.uri} are no longer in the Delta log "
+                f"(log retention removed them), so their changes cannot be replayed. Resync with `cdc2ch snapshot "
+                f"--table {self.source.uri} --primary-key {','.join(self.cfg.primary_key)} --target "
+                f"{self.cfg.target} --reset`, then `cdc2ch run` continues after the snapshot."
+            )
+
+    def _schema_broken(
+        self, state: PipelineState, commit: Commit | None, start: int, end: int, change: schema.SchemaDiff
+    ) -> PipelineState:
+        at = f"version {start}" if commit is not None or start == end else f"versions {start}..{end}"
+        what = f" ({describe(commit)})" if commit else ""
+        reason = f"{at} of {self.source.uri}{what}: " + "; ".join(change.breaking)
+        if self.cfg.on_schema_change == "resync":
+            return self.resync(state, reason)
+        raise SchemaChangeError(
+            f"The Delta schema changed at {reason}. ClickHouse table {self.cfg.target} cannot follow this in "
+            f"place, so replication stopped with version {state.committed_version} committed. Run again with "
+            f"--on-schema-change resync to rebuild {self.cfg.target} from a snapshot of the new schema (readers "
+            f"keep the old table until the new one is swapped in), or replicate into a new --target."
+        )
+
+    def replicate_range(self, cdf, start: int, end: int, state: PipelineState) -> RangeResult:
         cfg = self.cfg
         t0 = time.monotonic()
-        cdf = self.source.changes(start, end)
-        types = schema.column_types(cdf.schema.jsonValue(), cfg.primary_key)
         frame = changes.to_table_rows(cdf, cfg.immutable_keys)
         rows = self.source.collect(frame, "the change data feed", start, end)
         read_s = time.monotonic() - t0
-        changes.check_keys(rows, cfg.primary_key, f"versions {start}..{end} of {self.source.uri}")
+        where = f"versions {start}..{end} of {self.source.uri}"
+        changes.check_keys(rows, cfg.primary_key, where)
+        for dup in changes.duplicate_keys(rows, cfg.primary_key):
+            self.log.warning("duplicate_keys", where=where, **dup)
         rows = changes.in_replay_order(rows, cfg.primary_key)
-        self.sink.ensure_target(cfg.target, types, cfg.primary_key)
         self.log.info("range_read", start=start, end=end, rows=rows.num_rows, seconds=round(read_s, 3))
         written = 0
         pieces = list(changes.batches(rows, cfg.batch_size))
         for i, batch in enumerate(pieces):
+            if self.stop.is_set():
+                self.log.warning(
+                    "range_abandoned",
+                    start=start,
+                    end=end,
+                    reason="stop requested",
+                    batches_written=i,
+                    committed=state.committed_version,
+                )
+                return RangeResult(start, end, written, False)
             t1 = time.monotonic()
             token = changes.batch_token(f"{cfg.pipeline}:{start}-{end}:{i}", batch)
             written += self.sink.insert_arrow(self.table_sql, batch, token)
@@ -194,29 +290,82 @@ class Replicator(TableJob):
                 rows=batch.num_rows,
                 seconds=round(time.monotonic() - t1, 3),
             )
-            if self.stop.is_set() and i + 1 < len(pieces):
-                self.log.warning(
-                    "range_abandoned",
-                    start=start,
-                    end=end,
-                    reason="stop requested",
-                    committed=state.committed_version,
-                )
-                return RangeResult(start, end, written, False)
         return RangeResult(start, end, written, True)
+
+    # -- resync -----------------------------------------------------------------------------------
+    def resync_table(self) -> TargetName:
+        return TargetName(self.cfg.target.database, self.cfg.target.table + RESYNC_SUFFIX)
+
+    def resync(self, state: PipelineState, reason: str) -> PipelineState:
+        """Rebuild the target from a snapshot at the latest version into a side table, swap it in, and
+        continue from there. Crash-safe: each table carries a comment naming the version it was built at."""
+        from cdc2ch.snapshot import Snapshotter
+
+        cfg = self.cfg
+        side = self.resync_table()
+        version = self.source.latest().version
+        marker = resync_marker(cfg.pipeline, version)
+        if self.sink.table_comment(side) not in (None, marker):
+            self.sink.command(
+                f"DROP TABLE IF EXISTS {schema.qualified(side)}", what="drop a stale side table"
+            )
+        self.log.warning("resync_start", reason=reason, version=version, side_table=str(side))
+        job = Snapshotter(
+            replace(cfg, target=side, pipeline=cfg.pipeline + RESYNC_SUFFIX, snapshot_version=version),
+            self.source,
+            self.sink,
+            self.stop,
+        )
+        rows = job.load(version, comment=marker)
+        if rows is None:
+            return state
+        self.sink.command(
+            f"EXCHANGE TABLES {schema.qualified(side)} AND {self.table_sql}", what="swap in the rebuilt table"
+        )
+        state = self._finish_resync(state, version, rows)
+        self.log.warning("resync_done", version=version, rows=rows)
+        return state
+
+    def _finish_resync(self, state: PipelineState, version: int, rows: int) -> PipelineState:
+        state = state.advanced(version, rows)
+        self.store.save(state)
+        self.sink.command(
+            f"DROP TABLE IF EXISTS {schema.qualified(self.resync_table())}", what="drop the replaced table"
+        )
+        return state
+
+    def recover_resync(self, state: PipelineState) -> PipelineState:
+        """After a crash in the middle of a resync: finish the hand-over if the swap had happened."""
+        built_at = parse_resync_marker(self.sink.table_comment(self.cfg.target), self.cfg.pipeline)
+        if built_at is not None and built_at > state.committed_version:
+            self.log.warning("resync_recovered", version=built_at)
+            return self._finish_resync(state, built_at, 0)
+        side = self.resync_table()
+        side_at = parse_resync_marker(self.sink.table_comment(side), self.cfg.pipeline)
+        if side_at is not None and side_at <= state.committed_version:
+            self.sink.command(
+                f"DROP TABLE IF EXISTS {schema.qualified(side)}", what="drop the replaced table"
+            )
+        return state
 
     def run(self) -> PipelineState:
         """Catch up, then (unless --once) poll until asked to stop."""
-        state = self.initial_state()
-        self.log.info(
-            "start", source=self.source.uri, target=str(self.cfg.target), committed=state.committed_version
-        )
-        while not self.stop.is_set():
-            latest = self.source.latest().version
-            if state.committed_version < latest:
-                state = self.catch_up(state)
-            if self.cfg.once:
-                break
-            self.stop.wait(self.cfg.poll_interval)
+        try:
+            state = self.recover_resync(self.initial_state())
+            self.log.info(
+                "start",
+                source=self.source.uri,
+                target=str(self.cfg.target),
+                committed=state.committed_version,
+            )
+            while not self.stop.is_set():
+                latest = self.source.latest().version
+                if state.committed_version < latest:
+                    state = self.catch_up(state)
+                if self.cfg.once:
+                    break
+                self.stop.wait(self.cfg.poll_interval)
+        finally:
+            self.lock.release()
         self.log.info("stopped", committed=state.committed_version, rows_written=state.rows_written)
         return state

@@ -6,6 +6,7 @@ Works on Spark's JSON schema (`StructType.jsonValue()`), so it is pure and needs
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -130,13 +131,177 @@ def _strip_comments(sql: str) -> str:
     return "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--")).strip()
 
 
-def target_table_ddl(target: TargetName, types: dict[str, str], primary_key: tuple[str, ...]) -> str:
+def target_table_ddl(
+    target: TargetName, types: dict[str, str], primary_key: tuple[str, ...], comment: str | None = None
+) -> str:
     columns = ",\n".join(f"    {quote(name)} {ch_type}" for name, ch_type in types.items())
     order_by = ", ".join(quote(k) for k in primary_key)
-    return _strip_comments(_template("create_target_table.sql")).format(
+    ddl = _strip_comments(_template("create_target_table.sql")).format(
         table=qualified(target), columns=columns, order_by=order_by
     )
+    return ddl + (f"\nCOMMENT {literal(comment)}" if comment else "")
 
 
 def state_table_ddl(database: str, table: str, template: str = "create_state_table.sql") -> str:
     return _strip_comments(_template(template)).format(table=f"{quote(database)}.{quote(table)}")
+
+
+# -- schema evolution -------------------------------------------------------------------------------
+# ClickHouse type strings are compared as parsed trees: (name, args), where a Tuple's args are
+# (element name, tree) pairs and other args are trees or literal strings (Decimal precision, time zone).
+
+_INTS = ("Int8", "Int16", "Int32", "Int64")
+_INT_DIGITS = {"Int8": 3, "Int16": 5, "Int32": 10, "Int64": 19}
+_WRAPPERS = ("Nullable", "Array", "LowCardinality")
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    """Split on `sep` outside parentheses, quotes and backticks."""
+    parts, depth, quote_ch, start, i = [], 0, None, 0, 0
+    while i < len(text):
+        ch = text[i]
+        if quote_ch:
+            if ch == "\\":
+                i += 1
+            elif ch == quote_ch:
+                quote_ch = None
+        elif ch in "`'":
+            quote_ch = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _unquote_name(name: str) -> str:
+    if name.startswith("`") and name.endswith("`"):
+        return re.sub(r"\\(.)", r"\1", name[1:-1])
+    return name
+
+
+def parse_type(text: str) -> tuple:
+    text = text.strip()
+    if "(" not in text:
+        return (text, ())
+    name, inner = text[: text.index("(")], text[text.index("(") + 1 : text.rindex(")")]
+    args = _split_top(inner, ",")
+    if name == "Tuple":
+        elements = []
+        for arg in args:
+            head = _split_top(arg, " ")
+            if len(head) > 1:
+                elements.append((_unquote_name(head[0]), parse_type(arg[len(head[0]) :])))
+            else:
+                elements.append((None, parse_type(arg)))
+        return (name, tuple(elements))
+    if name in _WRAPPERS or name == "Map":
+        return (name, tuple(parse_type(a) for a in args))
+    return (name, tuple(args))
+
+
+def render_type(tree: tuple) -> str:
+    name, args = tree
+    if not args:
+        return name
+    if name == "Tuple":
+        inner = ", ".join(render_type(t) if n is None else f"{quote(n)} {render_type(t)}" for n, t in args)
+    elif name in _WRAPPERS or name == "Map":
+        inner = ", ".join(render_type(a) for a in args)
+    else:
+        inner = ", ".join(args)
+    return f"{name}({inner})"
+
+
+def _widen_base(old: tuple, new: tuple) -> tuple | None:
+    """The type a column of type `old` must become to hold values of type `new` without loss
+    (Delta type widening), or None when `new` is narrower or unrelated."""
+    if old == new:
+        return old
+    (o, oa), (n, na) = old, new
+    if o in _INTS and n in _INTS:
+        return new if _INTS.index(n) > _INTS.index(o) else None
+    if n == "Float64" and (o == "Float32" or o in _INTS[:3]):
+        return new
+    if n == "Decimal" and o == "Decimal":
+        (p1, s1), (p2, s2) = (map(int, oa), map(int, na))
+        return new if s2 >= s1 and p2 - s2 >= p1 - s1 else None
+    if n == "Decimal" and o in _INTS:
+        p, s = map(int, na)
+        return new if p - s >= _INT_DIGITS[o] else None
+    if o == "Date32" and n == "DateTime64":
+        return new
+    if o == n == "Array":
+        inner = widen(oa[0], na[0])
+        return (o, (inner,)) if inner else None
+    if o == n == "Map":
+        key, value = widen(oa[0], na[0]), widen(oa[1], na[1])
+        return (o, (key, value)) if key and value else None
+    if o == n == "Tuple":
+        # Struct evolution: fields may be added (anywhere) and widened, never removed or renamed.
+        old_fields = dict(oa)
+        if None in old_fields or not set(old_fields) <= {name for name, _ in na}:
+            return None
+        fields = []
+        for name, tree in na:
+            merged = widen(old_fields[name], tree) if name in old_fields else tree
+            if merged is None:
+                return None
+            fields.append((name, merged))
+        return (o, tuple(fields))
+    return None
+
+
+def widen(old: tuple, new: tuple) -> tuple | None:
+    """Like _widen_base, also across Nullable: a column stays Nullable once it is."""
+    nullable = old[0] == "Nullable" or new[0] == "Nullable"
+    base = _widen_base(old[1][0] if old[0] == "Nullable" else old, new[1][0] if new[0] == "Nullable" else new)
+    if base is None:
+        return None
+    return ("Nullable", (base,)) if nullable and base[0] not in ("Array", "Map", "Tuple") else base
+
+
+@dataclass(frozen=True)
+class SchemaDiff:
+    """What a ClickHouse table needs to take rows of a new Delta schema."""
+
+    added: dict[str, str]  # column -> type, for ALTER TABLE ADD COLUMN
+    modified: dict[str, tuple[str, str]]  # column -> (current type, wider type), for MODIFY COLUMN
+    breaking: list[str]  # changes ClickHouse cannot follow in place, described for the user
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.modified or self.breaking)
+
+
+def diff(existing: dict[str, str], wanted: dict[str, str], primary_key: tuple[str, ...]) -> SchemaDiff:
+    """Compare the target table's user columns with those a Delta schema maps to."""
+    current = {c: t for c, t in existing.items() if c not in CDF_COLUMNS + META_COLUMNS}
+    added = {c: t for c, t in wanted.items() if c not in current}
+    modified: dict[str, tuple[str, str]] = {}
+    breaking = [
+        f"column {c!r} is no longer in the Delta table (dropped or renamed)"
+        for c in current
+        if c not in wanted
+    ]
+    for c, new in wanted.items():
+        if c not in current:
+            continue
+        old_tree = parse_type(current[c])
+        merged = widen(old_tree, parse_type(new))
+        if merged is None:
+            breaking.append(f"column {c!r} changed type from {current[c]} to {new}, which is not a widening")
+        elif merged != old_tree:
+            if c in primary_key:
+                breaking.append(
+                    f"primary-key column {c!r} widened from {current[c]} to {new}, and ClickHouse cannot "
+                    f"change the type of an ORDER BY column in place"
+                )
+            else:
+                modified[c] = (current[c], render_type(merged))
+    return SchemaDiff(added, modified, breaking)

@@ -16,10 +16,11 @@ import time
 from urllib.parse import unquote, urlsplit
 
 from cdc2ch import changes, schema
-from cdc2ch.errors import SourceError, StateError
+from cdc2ch.errors import SchemaChangeError, SourceError, StateError
 from cdc2ch.pipeline import TableJob
 from cdc2ch.progress import Progress
 from cdc2ch.source.chunked import ChunkedFrame
+from cdc2ch.source.delta import Commit
 from cdc2ch.state import PipelineState
 
 
@@ -60,30 +61,16 @@ class Snapshotter(TableJob):
                 f"Version {version} of {self.source.uri} is no longer in the Delta log (log retention). "
                 f"Snapshot a later version, e.g. the latest ({latest})."
             )
-        ts_ms = int(commit[0].timestamp.timestamp() * 1000)
-        table = self.source.snapshot(version)
-        types = schema.column_types(table.schema.jsonValue(), cfg.primary_key)
         stored = self.store.load(cfg.pipeline)
-        if (
-            stored
-            and not cfg.reset
-            and (stored.source != self.source.uri or stored.target != str(cfg.target))
-        ):
-            raise StateError(
-                f"Pipeline {cfg.pipeline!r} replicates {stored.source} into {stored.target}, not "
-                f"{self.source.uri} into {cfg.target}. Use another --pipeline name, or --reset to repoint it."
-            )
-        self.sink.ensure_target(cfg.target, types, cfg.primary_key)
-        self.store.ensure()
-        self.log.info("snapshot_start", source=self.source.uri, version=version, reader=cfg.reader)
+        if stored and not cfg.reset:
+            stored.check_matches(self.source.uri, str(cfg.target))
         t0 = time.monotonic()
-        load = self._spark_chunks if cfg.reader == "spark" else self._clickhouse_chunks
-        rows = load(table, version, ts_ms, list(types))
-        if rows is None:  # stopped between chunks
-            self.log.warning("snapshot_interrupted", version=version)
-            return None
-        self._sweep(version, ts_ms, list(types))
-        state = self._hand_over(stored, version, rows)
+        with self.lock:
+            rows = self.load(version, commit[0])
+            if rows is None:  # stopped between chunks
+                self.log.warning("snapshot_interrupted", version=version)
+                return None
+            state = self._hand_over(stored, version, rows)
         self.log.info(
             "snapshot_done",
             version=version,
@@ -92,6 +79,29 @@ class Snapshotter(TableJob):
             committed=state.committed_version,
         )
         return state
+
+    def load(self, version: int, commit: Commit | None = None, comment: str | None = None) -> int | None:
+        """Write the table as of `version` into the target (created with `comment` if missing) and
+        tombstone keys the snapshot no longer has. Returns the rows written, or None when stopped."""
+        cfg = self.cfg
+        commit = commit or self.source.commits(version, version)[0]
+        ts_ms = int(commit.timestamp.timestamp() * 1000)
+        table = self.source.snapshot(version)
+        types = schema.column_types(table.schema.jsonValue(), cfg.primary_key)
+        change = self.prepare_target(types, comment)
+        if change.breaking:
+            raise SchemaChangeError(
+                f"The existing ClickHouse table {cfg.target} does not fit version {version} of "
+                f"{self.source.uri}: {'; '.join(change.breaking)}. Drop the table first (it is rebuilt from "
+                f"the snapshot) or snapshot into a new --target."
+            )
+        self.store.ensure()
+        self.log.info("snapshot_start", source=self.source.uri, version=version, reader=cfg.reader)
+        load = self._spark_chunks if cfg.reader == "spark" else self._clickhouse_chunks
+        rows = load(table, version, ts_ms, list(types))
+        if rows is not None:
+            self._sweep(version, ts_ms, list(types))
+        return rows
 
     # -- readers ----------------------------------------------------------------------------------
     def _spark_chunks(self, table, version: int, ts_ms: int, columns: list[str]) -> int | None:
@@ -109,7 +119,10 @@ class Snapshotter(TableJob):
             data = frame.read(chunk)
             n = 0
             if data is not None:
-                changes.check_keys(data, cfg.primary_key, f"version {version} of {self.source.uri}")
+                where = f"version {version} of {self.source.uri}"
+                changes.check_keys(data, cfg.primary_key, where)
+                for dup in changes.duplicate_keys(data, cfg.primary_key):
+                    self.log.warning("duplicate_keys", where=where, chunk=chunk, **dup)
                 data = changes.in_replay_order(data, cfg.primary_key)
                 for i, batch in enumerate(changes.batches(data, cfg.batch_size)):
                     token = changes.batch_token(f"{cfg.pipeline}:snap{version}:{plan}:{chunk}:{i}", batch)

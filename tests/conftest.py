@@ -81,3 +81,51 @@ class Cli:
 @pytest.fixture(scope="session")
 def cli(chdb_dsn):
     return Cli(chdb_dsn)
+
+
+# -- ClickHouse over HTTP ---------------------------------------------------------------------------------
+# Server-target tests talk HTTP to `clickhouse_http`: the session's chdb engine behind tests/chserver.py, or a
+# real server when CDC2CH_TEST_CLICKHOUSE_URL (http://user@host:8123/, password in
+# CDC2CH_TEST_CLICKHOUSE_PASSWORD) is set.
+CHSERVER_PASSWORD = "s3cr3t-test"
+
+
+@pytest.fixture(scope="session")
+def chserver(chdb_dsn, sink):
+    from tests.chserver import ChServer
+
+    # `sink` first: the embedded client opens the engine; ChServer adds its own handles to it.
+    with ChServer(chdb_dsn[len("chdb://") :], user="default", password=CHSERVER_PASSWORD) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def clickhouse_http(request):
+    from urllib.parse import unquote, urlsplit
+
+    from tests.chserver import Endpoint
+
+    url = os.environ.get("CDC2CH_TEST_CLICKHOUSE_URL")
+    if url:
+        parts = urlsplit(url)
+        password = os.environ.get("CDC2CH_TEST_CLICKHOUSE_PASSWORD", "")
+        return Endpoint(parts.hostname, parts.port or 8123, unquote(parts.username or "default"), password)
+    server = request.getfixturevalue("chserver")  # started only when no real server is configured
+    return Endpoint("127.0.0.1", server.port, server.user, server.password)
+
+
+@pytest.fixture
+def fault_proxy(clickhouse_http):
+    from tests.chserver import FaultProxy
+
+    with FaultProxy(clickhouse_http.host, clickhouse_http.port) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def http_sink(clickhouse_http, monkeypatch):
+    monkeypatch.setenv("CDC2CH_CLICKHOUSE_PASSWORD", clickhouse_http.password)
+    monkeypatch.delenv("CDC2CH_CLICKHOUSE_PASSWORD_FILE", raising=False)
+    s = connect(clickhouse_http.dsn)
+    yield s
+    s.close()

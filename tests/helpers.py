@@ -103,3 +103,86 @@ class SinkTap:
         n = self.inner.insert_arrow(table_sql, data, token)
         self.after_insert(table_sql)
         return n
+
+
+class Proc:
+    """A real `cdc2ch` process (own interpreter, own Spark), its output collected as it comes."""
+
+    def __init__(self, *args: str, env: dict | None = None, cwd: str | None = None):
+        import os
+        import subprocess
+        import sys
+        import threading
+
+        argv = [sys.executable, "-m", "cdc2ch", *args]
+        if args[0] in ("run", "snapshot", "status"):
+            argv += ["--log-format", "json"]
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
+            cwd=cwd,
+        )
+        self.pid = self.proc.pid
+        self.stderr_lines: list[str] = []
+        self.stdout = ""
+        self._changed = threading.Condition()
+        self._readers = [
+            threading.Thread(target=self._read_stderr, daemon=True),
+            threading.Thread(target=self._read_stdout, daemon=True),
+        ]
+        for t in self._readers:
+            t.start()
+
+    def _read_stderr(self):
+        for line in self.proc.stderr:
+            with self._changed:
+                self.stderr_lines.append(line.rstrip("\n"))
+                self._changed.notify_all()
+
+    def _read_stdout(self):
+        self.stdout = self.proc.stdout.read()
+
+    @property
+    def stderr(self) -> str:
+        return "\n".join(self.stderr_lines)
+
+    def events(self, name: str | None = None) -> list[dict]:
+        import json
+
+        out = []
+        for line in list(self.stderr_lines):
+            if line.startswith("{"):
+                ev = json.loads(line)
+                if name is None or ev.get("event") == name:
+                    out.append(ev)
+        return out
+
+    def wait_for(self, name: str, timeout: float = 300) -> dict:
+        """Block until the process logs event `name` (fails if it exits first)."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                found = self.events(name)
+                if found:
+                    return found[0]
+                assert self.proc.poll() is None or self._readers[0].is_alive(), (
+                    f"cdc2ch exited {self.proc.returncode} before logging {name!r}:\n{self.stderr[-3000:]}"
+                )
+                assert time.monotonic() < deadline, f"no {name!r} event in {timeout}s:\n{self.stderr[-3000:]}"
+                self._changed.wait(0.5)
+
+    def signal(self, sig) -> None:
+        import os
+
+        os.kill(self.pid, sig)
+
+    def wait(self, timeout: float = 600) -> int:
+        code = self.proc.wait(timeout)
+        for t in self._readers:
+            t.join(10)
+        return code

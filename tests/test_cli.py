@@ -158,3 +158,89 @@ def test_demo_command(tmp_path):
     assert "Tables match." in out
     assert "Soft-deleted keys kept as tombstones: 3, 4" in out
     assert "cdc2ch.customers" in out and "versions_behind" in out
+
+
+def _state(sink, database: str, pipeline: str) -> tuple[int, int]:
+    return sink.query_rows(
+        f"SELECT committed_version, pending_version FROM {database}.cdc2ch_state FINAL WHERE pipeline = {{p:String}}",
+        {"p": pipeline},
+    )[0]
+
+
+def test_cdf_gap_vacuum_and_expired_log_ask_for_a_snapshot(spark, sink, cli, database, tmp_path):
+    """Changes that Delta no longer has (CDF switched off for a while, files vacuumed, log entries expired)
+    stop the pipeline at its committed version, with the resync command in the message."""
+    from delta.tables import DeltaTable
+
+    # CDF off and on again: versions 2..3 have no change data.
+    path = str(tmp_path / "gap")
+    create_table(spark, path, COLS)
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'a')")
+    target = f"{database}.gap"
+    cli("run", "--table", path, "--primary-key", "id", "--target", target, "--once")
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES (delta.enableChangeDataFeed = false)")
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (2, 'b')")
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (3, 'c')")
+    err = " ".join(
+        cli(
+            "run", "--table", path, "--primary-key", "id", "--target", target, "--once", expect=1
+        ).stderr.split()
+    )
+    assert "was enabled at version 4" in err and "cannot start at 2" in err and "cdc2ch snapshot" in err
+    assert _state(sink, database, target) == (1, 1)
+
+    # VACUUM removed the change files (and the rewritten data files) of versions not yet replicated.
+    path = str(tmp_path / "vacuumed")
+    create_table(spark, path, COLS)
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'a'), (2, 'b')")
+    target = f"{database}.vacuumed"
+    cli("run", "--table", path, "--primary-key", "id", "--target", target, "--once")
+    spark.sql(f"UPDATE delta.`{path}` SET name = 'B' WHERE id = 2")
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 1")
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    try:
+        DeltaTable.forPath(spark, path).vacuum(0)
+    finally:
+        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+    err = " ".join(
+        cli(
+            "run", "--table", path, "--primary-key", "id", "--target", target, "--once", expect=1
+        ).stderr.split()
+    )
+    assert "are gone (removed by VACUUM or log retention)" in err and "resync with `cdc2ch snapshot`" in err
+    assert _state(sink, database, target)[0] == 1
+
+    # Log retention removed commits 0..3 after a checkpoint at 4; the pipeline stood at 1.
+    path = str(tmp_path / "expired")
+    spark.sql(
+        f"CREATE TABLE delta.`{path}` ({COLS}) USING delta TBLPROPERTIES "
+        f"(delta.enableChangeDataFeed = true, delta.checkpointInterval = 4)"
+    )
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'a')")
+    target = f"{database}.expired"
+    cli("run", "--table", path, "--primary-key", "id", "--target", target, "--once")
+    for i in range(2, 6):
+        spark.sql(f"INSERT INTO delta.`{path}` VALUES ({i}, 'x')")
+    log_dir = Path(path) / "_delta_log"
+    assert (log_dir / f"{4:020d}.checkpoint.parquet").exists()
+    for v in range(4):
+        for f in log_dir.glob(f"{v:020d}.*"):
+            f.unlink()
+    err = " ".join(
+        cli(
+            "run", "--table", path, "--primary-key", "id", "--target", target, "--once", expect=1
+        ).stderr.split()
+    )
+    assert "Versions 2..3" in err and "no longer in the Delta log" in err and "cdc2ch snapshot" in err
+    assert _state(sink, database, target) == (1, 1)
+
+
+def test_duplicate_keys_in_one_version_are_counted(spark, sink, cli, database, tmp_path):
+    path = str(tmp_path / "dups")
+    create_table(spark, path, COLS)
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'a'), (1, 'b'), (2, 'c'), (2, 'd'), (2, 'e'), (3, 'f')")
+    result = cli("run", "--table", path, "--primary-key", "id", "--target", f"{database}.dups", "--once")
+    (warning,) = cli.events(result, "duplicate_keys")
+    assert (warning["version"], warning["duplicate_keys"], warning["extra_rows"]) == (1, 2, 3)
+    assert warning["level"] == "warning" and warning["example_key"] == {"id": "1"}

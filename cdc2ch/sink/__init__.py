@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
@@ -18,7 +19,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 
 from cdc2ch import schema
 from cdc2ch.config import TargetName
-from cdc2ch.errors import SinkError, SourceError
+from cdc2ch.errors import SinkError
 
 log = structlog.get_logger("cdc2ch.sink")
 T = TypeVar("T")
@@ -57,6 +58,13 @@ class Sink:
         self.display = display  # the DSN without secrets, for messages
         self._retries = max(1, retries)
         self._max_wait = max_wait
+        # The lock heartbeat shares the client with the main loop; one call at a time keeps any
+        # client (the embedded engine included) safe.
+        self._lock = threading.Lock()
+
+    def _locked(self, fn: Callable[[], T]) -> T:
+        with self._lock:
+            return fn()
 
     # -- plumbing -------------------------------------------------------------------------------
     def _call(self, what: str, fn: Callable[[], T]) -> T:
@@ -70,7 +78,7 @@ class Sink:
             ),
         )
         try:
-            return retrying(fn)
+            return retrying(lambda: self._locked(fn))
         except ClickHouseError as exc:
             hint = (
                 "ClickHouse could not be reached after "
@@ -116,32 +124,51 @@ class Sink:
         )
         return dict(rows) if rows else None
 
-    def ensure_target(self, target: TargetName, types: dict[str, str], primary_key: tuple[str, ...]) -> None:
-        """Create the target table, or check an existing one still fits the Delta schema."""
-        existing = self.table_columns(target)
-        if existing is None:
-            self.ensure_database(target.database)
-            self.command(schema.target_table_ddl(target, types, primary_key), what="create the target table")
-            log.info("target_created", target=str(target), columns=len(types))
-            return
-        missing = [c for c in types if c not in existing]
-        for name in missing:
+    def table_comment(self, target: TargetName) -> str | None:
+        """The table's comment, or None when the table does not exist."""
+        rows = self.query_rows(
+            "SELECT comment FROM system.tables WHERE database = {db:String} AND name = {t:String}",
+            {"db": target.database, "t": target.table},
+            what="read a table comment",
+        )
+        return rows[0][0] if rows else None
+
+    def create_target(
+        self,
+        target: TargetName,
+        types: dict[str, str],
+        primary_key: tuple[str, ...],
+        comment: str | None = None,
+    ) -> None:
+        self.ensure_database(target.database)
+        self.command(
+            schema.target_table_ddl(target, types, primary_key, comment), what="create the target table"
+        )
+        log.info("target_created", target=str(target), columns=len(types))
+
+    def evolve_target(self, target: TargetName, change: schema.SchemaDiff) -> None:
+        """Apply additive and widening changes: new columns (NULL in older rows) and wider types."""
+        # New columns go after the last user column, before cdc2ch's own, in Delta's order.
+        existing = list(self.table_columns(target) or {})
+        after = (
+            existing[max(existing.index("_commit_version") - 1, 0)] if "_commit_version" in existing else None
+        )
+        for name, ch_type in change.added.items():
+            position = f" AFTER {schema.quote(after)}" if after else ""
             self.command(
                 f"ALTER TABLE {schema.qualified(target)} ADD COLUMN IF NOT EXISTS "
-                f"{schema.quote(name)} {types[name]} BEFORE `_commit_version`",
+                f"{schema.quote(name)} {ch_type}{position}",
                 what=f"add column {name!r}",
             )
-            log.info("column_added", target=str(target), column=name, type=types[name])
-        changed = {c: (existing[c], t) for c, t in types.items() if c in existing and existing[c] != t}
-        if changed:
-            desc = "; ".join(
-                f"{c!r} is {old} in ClickHouse but the Delta table now needs {new}"
-                for c, (old, new) in changed.items()
+            after = name
+            log.info("column_added", target=str(target), column=name, type=ch_type)
+        for name, (old, new) in change.modified.items():
+            self.command(
+                f"ALTER TABLE {schema.qualified(target)} MODIFY COLUMN {schema.quote(name)} {new}",
+                what=f"widen column {name!r} to {new}",
+                settings={"mutations_sync": 2},
             )
-            raise SourceError(
-                f"The target table {target} does not match the Delta table: {desc}. Migrate the ClickHouse "
-                f"column (ALTER TABLE ... MODIFY COLUMN) or replicate into a new --target."
-            )
+            log.info("column_widened", target=str(target), column=name, was=old, type=new)
 
     def insert_arrow(self, table_sql: str, data: pa.Table, token: str | None = None) -> int:
         """Insert Arrow rows into a quoted table name. A replay with the same token is dropped by

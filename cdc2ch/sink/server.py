@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import clickhouse_connect
-from clickhouse_connect.driver.exceptions import ClickHouseError
+from clickhouse_connect.driver.exceptions import ClickHouseError, OperationalError
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from cdc2ch.errors import ConfigError, SinkError
 
@@ -43,6 +44,24 @@ def password() -> str:
     return os.environ.get(PASSWORD_ENV, "")
 
 
+def _timeouts(query: str, display: str) -> dict[str, float]:
+    """connect_timeout / send_receive_timeout (seconds) from the DSN's query string."""
+    out = {"connect_timeout": 10.0, "send_receive_timeout": 300.0}
+    for key, value in parse_qsl(query):
+        if key not in out:
+            raise ConfigError(
+                f"The ClickHouse DSN {display} has an unknown parameter {key!r}; supported: "
+                f"connect_timeout and send_receive_timeout (seconds)."
+            )
+        try:
+            out[key] = float(value)
+        except ValueError:
+            raise ConfigError(
+                f"The ClickHouse DSN parameter {key}={value!r} is not a number of seconds."
+            ) from None
+    return out
+
+
 def connect(dsn: str, retries: int) -> "Sink":  # noqa: F821
     from cdc2ch.sink import Sink
 
@@ -61,18 +80,31 @@ def connect(dsn: str, retries: int) -> "Sink":  # noqa: F821
     if not parts.hostname:
         raise ConfigError(f"The ClickHouse DSN {dsn} names no host: use http(s)://user@host:8123/database.")
     display = urlunsplit(parts._replace(query="", fragment=""))
-    try:
-        client = clickhouse_connect.get_client(
+    timeouts = _timeouts(parts.query, display)
+
+    def open_client():
+        return clickhouse_connect.get_client(
             host=parts.hostname,
             port=port,
             username=unquote(parts.username or "default"),
             password=password(),
             database=unquote(parts.path.strip("/")) or "default",
             secure=secure,
-            connect_timeout=10,
-            send_receive_timeout=300,
             compress="lz4",
+            # No server session: cdc2ch needs none, and without one calls from two threads never collide.
+            autogenerate_session_id=False,
+            **timeouts,
         )
+
+    # A server that is restarting or briefly unreachable gets the same bounded backoff as any call.
+    retrying = Retrying(
+        stop=stop_after_attempt(max(1, retries)),
+        wait=wait_exponential(multiplier=0.5, max=10),
+        retry=retry_if_exception_type(OperationalError),
+        reraise=True,
+    )
+    try:
+        client = retrying(open_client)
     except ClickHouseError as exc:
         text = " ".join(str(exc).split())
         if "516" in text or "Authentication failed" in text or "AUTHENTICATION_FAILED" in text:
@@ -81,7 +113,7 @@ def connect(dsn: str, retries: int) -> "Sink":  # noqa: F821
                 f"Check the user in the DSN and the password in {PASSWORD_ENV} (or {PASSWORD_FILE_ENV})."
             ) from exc
         raise SinkError(
-            f"Cannot connect to ClickHouse at {display}: {text[:300]}. Check host, port and network, and that "
-            f"the server is running."
+            f"Cannot connect to ClickHouse at {display} (tried {max(1, retries)} times): {text[:300]}. Check "
+            f"host, port and network, and that the server is running; nothing was written."
         ) from exc
     return Sink(client, display, retries)

@@ -27,7 +27,10 @@ class ChunkedFrame:
                 )
 
         self._spark = df.sparkSession
-        self._rdd = df.mapInArrow(to_ipc, "ipc binary").rdd
+        # mapInArrow resolves columns by name and trips over dots in them: ship positional names.
+        self.names = df.columns
+        safe = df.toDF(*[f"_c{i}" for i in range(len(self.names))])
+        self._rdd = safe.mapInArrow(to_ipc, "ipc binary").rdd
         self.partitions = self._rdd.getNumPartitions()
         self.per_chunk = max(1, self._spark.sparkContext.defaultParallelism)
         self.count = -(-self.partitions // self.per_chunk)
@@ -55,4 +58,4 @@ class ChunkedFrame:
         tables = [t for t in tables if t.num_rows]
         if not tables:
             return None
-        return pa.concat_tables(tables)
+        return pa.concat_tables(tables).rename_columns(self.names)

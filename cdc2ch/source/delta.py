@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
@@ -20,6 +20,7 @@ class Commit:
     timestamp: datetime
     operation: str
     estimated_rows: int
+    parameters: dict = field(default_factory=dict, compare=False)
 
 
 def normalize_uri(table: str) -> str:
@@ -54,6 +55,11 @@ def estimate_change_rows(operation: str, parameters: dict, metrics: dict) -> int
     return rows
 
 
+CDF_SCHEMA_CONF = {
+    "spark.databricks.delta.changeDataFeed.allowTimeTravelOptionsForSchema": "true",
+    "spark.databricks.delta.changeDataFeed.defaultSchemaModeForColumnMappingTable": "legacy",
+}
+
 _MISSING_CDF = re.compile(r"change data was not recorded for version \[?(\d+)\]?", re.I)
 
 
@@ -64,6 +70,11 @@ class DeltaSource:
         self.spark = spark
         self.uri = normalize_uri(table)
         self._checked = False
+        # CDF reads use the schema of their end version (versionAsOf), for tables with and without
+        # column mapping alike; by default Delta reads old versions with the latest schema and refuses
+        # any range older than a schema change, even an added column.
+        for key, value in CDF_SCHEMA_CONF.items():
+            spark.conf.set(key, value)
 
     # -- log --------------------------------------------------------------------------------------
     def _delta_table(self):
@@ -104,10 +115,38 @@ class DeltaSource:
                 estimated_rows=estimate_change_rows(
                     r["operation"], r["operationParameters"] or {}, r["operationMetrics"] or {}
                 ),
+                parameters=dict(r["operationParameters"] or {}),
             )
             for r in rows
         ]
         return sorted(out, key=lambda c: c.version)
+
+    def schema_changes(self, versions: list[int]) -> set[int]:
+        """Which of these versions carry a metaData action (a new schema or table properties).
+
+        A batch CDF read must not span such a version (Delta refuses, even for additive changes), so
+        read ranges start anew at each. Reads the commit files themselves, in one Spark job.
+        """
+        if not versions:
+            return set()
+        from pyspark.sql import functions as F
+
+        log_dir = self.uri.rstrip("/") + "/_delta_log/"
+        files = [f"{log_dir}{v:020d}.json" for v in versions]
+        try:
+            rows = (
+                self.spark.read.text(files)
+                .where(F.col("value").contains('"metaData"'))
+                .select("value", "_metadata.file_name")
+                .collect()
+            )
+        except Exception as exc:
+            raise self.translate(exc, "the Delta log", versions[0], versions[-1]) from exc
+        return {int(r["file_name"].split(".")[0]) for r in rows if "metaData" in json.loads(r["value"])}
+
+    def schema_at(self, version: int) -> dict:
+        """The table's schema (Spark JSON form) as of `version`; reads only the log."""
+        return self.snapshot(version).schema.jsonValue()
 
     def latest(self) -> Commit:
         row = (
@@ -159,13 +198,17 @@ class DeltaSource:
     def changes(self, start: int, end: int):
         """The Change Data Feed for versions [start, end] as a Spark DataFrame (lazy)."""
         self._delta_table()
-        return (
-            self.spark.read.format("delta")
-            .option("readChangeFeed", "true")
-            .option("startingVersion", int(start))
-            .option("endingVersion", int(end))
-            .load(self.uri)
-        )
+        try:
+            return (
+                self.spark.read.format("delta")
+                .option("readChangeFeed", "true")
+                .option("startingVersion", int(start))
+                .option("endingVersion", int(end))
+                .option("versionAsOf", int(end))
+                .load(self.uri)
+            )
+        except Exception as exc:  # Delta checks the range when the read is planned
+            raise self.translate(exc, "the change data feed", start, end) from exc
 
     def snapshot(self, version: int):
         self._delta_table()

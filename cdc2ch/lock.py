@@ -1,0 +1,181 @@
+"""One runner per pipeline: a claim in ClickHouse, next to the offsets, kept alive by a heartbeat.
+
+ClickHouse has no compare-and-set, so a claim is taken optimistically: write it, read all live claims,
+and the oldest (by server time, then token) wins; the loser withdraws. Timestamps come from the server
+clock, so clocks of different runners never matter. A runner killed with -9 stops heartbeating: its claim
+no longer counts after the TTL, or at once when it ran on this host and its process is gone.
+
+The lock keeps work from being done twice; correctness never depends on it, since every write cdc2ch
+makes is idempotent under FINAL.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+import structlog
+
+from cdc2ch import schema
+from cdc2ch.errors import Cdc2chError, SinkError
+from cdc2ch.sink import Sink
+
+log = structlog.get_logger("cdc2ch.lock")
+
+LOCK_TABLE = "cdc2ch_locks"
+DEFAULT_TTL = 60.0
+
+
+class LockedError(Cdc2chError):
+    """Another process holds the pipeline."""
+
+    exit_code = 75  # EX_TEMPFAIL: try again later
+
+
+@dataclass(frozen=True)
+class Claim:
+    token: str
+    holder: str
+    host: str
+    pid: int
+    claimed_at: datetime
+    age_s: float  # seconds since the last heartbeat, by the server's clock
+
+    def describe(self) -> str:
+        return (
+            f"{self.holder} on host {self.host} (pid {self.pid}), which took it at "
+            f"{self.claimed_at:%Y-%m-%d %H:%M:%S} UTC and last checked in {self.age_s:.0f} s ago"
+        )
+
+
+def _process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def command_name() -> str:
+    """`cdc2ch run`, `cdc2ch snapshot`...: what the holder is doing, without any argument values."""
+    args = [a for a in sys.argv[1:2] if not a.startswith("-")]
+    return " ".join(["cdc2ch", *args])
+
+
+class PipelineLock:
+    def __init__(self, sink: Sink, database: str, pipeline: str, ttl: float = DEFAULT_TTL):
+        self.sink = sink
+        self.pipeline = pipeline
+        self.ttl = ttl
+        self.token = uuid.uuid4().hex
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.table = f"{schema.quote(database)}.{schema.quote(LOCK_TABLE)}"
+        self.database = database
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- claims -----------------------------------------------------------------------------------
+    def _live(self) -> list[Claim]:
+        rows = self.sink.query_rows(
+            f"SELECT token, holder, host, pid, claimed_at, "
+            f"dateDiff('millisecond', heartbeat_at, now64(3)) / 1000 "
+            f"FROM {self.table} FINAL WHERE pipeline = {{p:String}} AND released = 0 "
+            f"AND heartbeat_at > now64(3) - toIntervalMillisecond({int(self.ttl * 1000)}) "
+            f"ORDER BY claimed_at, token",
+            {"p": self.pipeline},
+            what="read pipeline claims",
+        )
+        claims = []
+        for token, holder, host, pid, claimed_at, age in rows:
+            claim = Claim(token, holder, host, int(pid), claimed_at, float(age))
+            if token != self.token and host == self.host and _process_gone(claim.pid):
+                log.warning("stale_claim_released", pipeline=self.pipeline, holder=claim.describe())
+                self._write(token=token, holder=holder, host=host, pid=claim.pid, released=1)
+                continue
+            claims.append(claim)
+        return claims
+
+    def _write(self, released: int = 0, token=None, holder=None, host=None, pid=None) -> None:
+        """Insert or refresh a claim row (server time for both timestamps; claimed_at kept if present)."""
+        token = token or self.token
+        self.sink.command(
+            f"INSERT INTO {self.table} SELECT {schema.literal(self.pipeline)}, {schema.literal(token)}, "
+            f"{schema.literal(holder or command_name())}, {schema.literal(host or self.host)}, "
+            f"{int(pid or self.pid)}, "
+            f"ifNull((SELECT minOrNull(claimed_at) FROM {self.table} WHERE pipeline = {schema.literal(self.pipeline)} "
+            f"AND token = {schema.literal(token)}), now64(3)), now64(3), {int(released)}",
+            what="record the pipeline claim",
+            settings={"insert_deduplicate": 0},
+        )
+
+    def check(self) -> None:
+        """Refuse if another runner holds the pipeline; writes nothing when the pipeline is free."""
+        exists = self.sink.query_rows(
+            "SELECT 1 FROM system.tables WHERE database = {db:String} AND name = {t:String}",
+            {"db": self.database, "t": LOCK_TABLE},
+            what="look for the lock table",
+        )
+        if exists:
+            self._refuse_if_held(self._live())
+
+    def acquire(self) -> None:
+        self.sink.ensure_database(self.database)
+        self.sink.command(
+            schema.state_table_ddl(self.database, LOCK_TABLE, "create_locks_table.sql"),
+            what="create the lock table",
+        )
+        self._refuse_if_held(self._live())
+        self._write()
+        # Two runners claiming in the same instant both see both claims only after both have written.
+        for pause in (0.0, 0.25):
+            time.sleep(pause)
+            claims = self._live()
+            if claims and claims[0].token != self.token:
+                self._write(released=1)
+                self._refuse_if_held(claims)
+        self._thread = threading.Thread(target=self._heartbeat, name="cdc2ch-lock-heartbeat", daemon=True)
+        self._thread.start()
+        log.debug("pipeline_claimed", pipeline=self.pipeline, token=self.token)
+
+    def _refuse_if_held(self, claims: list[Claim]) -> None:
+        others = [c for c in claims if c.token != self.token]
+        if others:
+            raise LockedError(
+                f"Pipeline {self.pipeline!r} is already being run by {others[0].describe()}. Only one process "
+                f"may write a pipeline at a time, so this one exits without doing anything. If that process "
+                f"is gone for good (its host died), its claim expires {self.ttl:.0f} s after its last "
+                f"check-in (--lock-ttl); on the same host a dead process is noticed at once."
+            )
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.ttl / 4):
+            try:
+                self._write()
+            except SinkError as exc:
+                log.warning("heartbeat_failed", pipeline=self.pipeline, error=str(exc)[:300])
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            try:
+                self._write(released=1)
+            except SinkError as exc:  # the claim will age out after the TTL
+                log.warning("release_failed", pipeline=self.pipeline, error=str(exc)[:300])
+            self._thread = None
+
+    def __enter__(self) -> "PipelineLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
