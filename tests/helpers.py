@@ -186,3 +186,18 @@ class Proc:
         for t in self._readers:
             t.join(10)
         return code
+
+
+def job_config(path: str, target: TargetName, dsn: str, **options):
+    """The RunConfig `cdc2ch run --once` would build, for driving a job in-process."""
+    from cdc2ch.config import RunConfig
+
+    return RunConfig(
+        table=path,
+        primary_key=("id",),
+        target=target,
+        clickhouse_dsn=dsn,
+        pipeline=str(target),
+        once=True,
+        **options,
+    )

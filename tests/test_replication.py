@@ -7,7 +7,14 @@ import random
 import pytest
 
 from cdc2ch.config import TargetName
-from tests.helpers import SinkTap, assert_replicated, committed_version, create_table, latest_version
+from tests.helpers import (
+    SinkTap,
+    assert_replicated,
+    committed_version,
+    create_table,
+    job_config,
+    latest_version,
+)
 
 COLS = "id BIGINT, part STRING, name STRING, amount DOUBLE"
 
@@ -274,7 +281,6 @@ def test_stop_mid_range_then_resume(resume_batch, raw_rows, spark, sink, cli, da
     same batches; with another --batch-size nothing is dropped wrongly (tokens carry a content digest)."""
     import threading
 
-    from cdc2ch.config import RunConfig
     from cdc2ch.pipeline import Replicator
     from cdc2ch.source.delta import DeltaSource
 
@@ -282,15 +288,7 @@ def test_stop_mid_range_then_resume(resume_batch, raw_rows, spark, sink, cli, da
     create_table(spark, path, COLS)
     _append(spark, path, [(i, "a", "x", 1.0) for i in range(1000)])
     target = TargetName(database, "stop")
-    cfg = RunConfig(
-        table=path,
-        primary_key=("id",),
-        target=target,
-        clickhouse_dsn=cli.dsn,
-        pipeline=str(target),
-        once=True,
-        batch_size=300,
-    )
+    cfg = job_config(path, target, cli.dsn, batch_size=300)
     stop = threading.Event()
     landed = []
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cdc2ch.config import TargetName
-from tests.helpers import SinkTap, assert_replicated, committed_version, latest_version
+from tests.helpers import SinkTap, assert_replicated, committed_version, job_config, latest_version
 
 
 def _sql(spark, *statements):
@@ -138,7 +138,6 @@ def test_resync_interrupted_after_the_swap_finishes_on_restart(spark, sink, cli,
     rebuilt table's marker and moves the offset instead of replaying changes the table already holds."""
     import threading
 
-    from cdc2ch.config import RunConfig
     from cdc2ch.pipeline import Replicator
     from cdc2ch.source.delta import DeltaSource
 
@@ -160,15 +159,7 @@ def test_resync_interrupted_after_the_swap_finishes_on_restart(spark, sink, cli,
                 raise Crash
             return out
 
-    cfg = RunConfig(
-        table=path,
-        primary_key=("id",),
-        target=target,
-        clickhouse_dsn=cli.dsn,
-        pipeline=str(target),
-        once=True,
-        on_schema_change="resync",
-    )
+    cfg = job_config(path, target, cli.dsn, on_schema_change="resync")
     with pytest.raises(Crash):
         Replicator(
             cfg, DeltaSource(spark, path), CrashAfterSwap(sink, lambda t: None), threading.Event()

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from cdc2ch.config import RunConfig, TargetName
+from cdc2ch.config import TargetName
 from cdc2ch.snapshot import Snapshotter
 from cdc2ch.source.delta import DeltaSource
 from tests.helpers import (
@@ -20,6 +20,7 @@ from tests.helpers import (
     committed_version,
     create_table,
     delta_rows,
+    job_config,
     latest_version,
 )
 
@@ -119,14 +120,7 @@ def test_snapshot_interleaved_with_run_converges(spark, sink, cli, database, tmp
     n = latest_version(spark, path)
     _after(spark, path)
     target = TargetName(database, "both")
-    cfg = RunConfig(
-        table=path,
-        primary_key=("id",),
-        target=target,
-        clickhouse_dsn=cli.dsn,
-        pipeline=str(target),
-        snapshot_version=n,
-    )
+    cfg = job_config(path, target, cli.dsn, snapshot_version=n)
     stop = threading.Event()
     chunks = []
 
