@@ -248,6 +248,15 @@ def build_config(table, primary_key, target, pipeline, spark_master, spark_conf,
     "automatically): fail stops at that version; resync rebuilds the table from a snapshot and goes on.",
 )
 @click.option(
+    "--writer",
+    type=click.Choice(["auto", "driver", "executors"]),
+    default="auto",
+    show_default=True,
+    help="driver: cdc2ch collects each version range and inserts it. executors: Spark tasks insert their own "
+    "partitions straight into a ClickHouse server (task retries are deduplicated). auto: executors on a "
+    "cluster with a server target, driver otherwise.",
+)
+@click.option(
     "--immutable-keys",
     is_flag=True,
     help="Promise that updates never change key columns: update pre-images are not written.",

@@ -122,6 +122,7 @@ class RunConfig:
     retries: int = 5
     lock_ttl: float = 60.0
     on_schema_change: str = "fail"
+    writer: str = "auto"
     # snapshot only
     snapshot_version: int | None = None
     reader: str = "spark"
@@ -147,6 +148,8 @@ class RunConfig:
             raise ConfigError(f"--reader must be spark or clickhouse (got {self.reader!r}).")
         if self.on_schema_change not in ("fail", "resync"):
             raise ConfigError(f"--on-schema-change must be fail or resync (got {self.on_schema_change!r}).")
+        if self.writer not in ("auto", "driver", "executors"):
+            raise ConfigError(f"--writer must be auto, driver or executors (got {self.writer!r}).")
         if self.lock_ttl < 1:
             raise ConfigError(f"--lock-ttl must be at least 1 second (got {self.lock_ttl}).")
         if self.poll_interval <= 0:

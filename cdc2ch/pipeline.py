@@ -16,15 +16,16 @@ import structlog
 
 from cdc2ch import changes, schema
 from cdc2ch.config import RunConfig, TargetName
-from cdc2ch.errors import SchemaChangeError, SourceError, StateError
+from cdc2ch.errors import ConfigError, SchemaChangeError, SinkError, SourceError, StateError
 from cdc2ch.lock import PipelineLock
-from cdc2ch.sink import Sink
+from cdc2ch.sink import Sink, distributed
 from cdc2ch.source.delta import Commit, DeltaSource
 from cdc2ch.state import PipelineState, StateStore
 
 log = structlog.get_logger("cdc2ch.pipeline")
 
 MAX_VERSIONS_PER_READ = 1000
+MAX_TASK_PARTITIONS = 256
 RESYNC_SUFFIX = "__cdc2ch_resync"
 _MARKER = "cdc2ch: rebuilt by resync of pipeline {pipeline} at Delta version {version}"
 
@@ -100,6 +101,7 @@ class TableJob:
         self.table_sql = schema.qualified(cfg.target)
         self.log = log.bind(pipeline=cfg.pipeline)
         self.lock = PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl)
+        self.writer = "driver"  # `run` chooses once its inputs are checked
 
     def prepare_target(self, types: dict[str, str], comment: str | None = None) -> schema.SchemaDiff:
         """Create the target table, or evolve it to take rows of `types` (add columns, widen types).
@@ -155,6 +157,7 @@ class Replicator(TableJob):
             )
         schema.column_types(self.source.snapshot(latest).schema.jsonValue(), cfg.primary_key)
 
+        self.writer = self.choose_writer()
         self.lock.acquire()  # inputs are fine: from here on this process writes
         stored = self.store.load(cfg.pipeline)  # again, now that nobody else can move it
         self.store.ensure()
@@ -173,6 +176,21 @@ class Replicator(TableJob):
         ).advanced(start - 1, 0)
         self.store.save(fresh)
         return fresh
+
+    def choose_writer(self) -> str:
+        """driver: collect each range and insert from this process. executors: Spark tasks insert their own
+        partitions (server targets only). auto: executors on a cluster with a server target."""
+        wanted, remote = self.cfg.writer, self.sink.task_client is not None
+        if wanted == "executors" and not remote:
+            raise ConfigError(
+                "--writer executors needs a ClickHouse server target: the embedded engine lives inside this "
+                "process, out of the Spark tasks' reach. Use --writer driver (the default for embedded) or an "
+                "http(s):// --clickhouse."
+            )
+        if wanted == "auto":
+            local = self.source.spark.sparkContext.master.startswith("local")
+            return "executors" if remote and not local else "driver"
+        return wanted
 
     def _check_stored(self, stored: PipelineState, requested: int | None, latest: int) -> None:
         cfg = self.cfg
@@ -218,7 +236,8 @@ class Replicator(TableJob):
                 return self._schema_broken(state, by_version.get(s) if s in breaks else None, s, e, change)
             state = state.writing(e)
             self.store.save(state)
-            result = self.replicate_range(cdf, s, e, state)
+            estimate = sum(by_version[v].estimated_rows for v in range(s, e + 1) if v in by_version)
+            result = self.replicate_range(cdf, s, e, state, estimate)
             if not result.committed:
                 break
             state = state.advanced(e, result.rows)
@@ -254,10 +273,14 @@ class Replicator(TableJob):
             f"keep the old table until the new one is swapped in), or replicate into a new --target."
         )
 
-    def replicate_range(self, cdf, start: int, end: int, state: PipelineState) -> RangeResult:
+    def replicate_range(
+        self, cdf, start: int, end: int, state: PipelineState, estimate: int = 0
+    ) -> RangeResult:
         cfg = self.cfg
         t0 = time.monotonic()
         frame = changes.to_table_rows(cdf, cfg.immutable_keys)
+        if self.writer == "executors":
+            return self._replicate_on_executors(frame, start, end, estimate, t0)
         rows = self.source.collect(frame, "the change data feed", start, end)
         read_s = time.monotonic() - t0
         where = f"versions {start}..{end} of {self.source.uri}"
@@ -291,6 +314,51 @@ class Replicator(TableJob):
                 seconds=round(time.monotonic() - t1, 3),
             )
         return RangeResult(start, end, written, True)
+
+    def _replicate_on_executors(self, frame, start: int, end: int, estimate: int, t0: float) -> RangeResult:
+        """Spark tasks insert their partitions; the partition count follows the range's estimated rows
+        (the same on a replay, so the same batches and tokens)."""
+        cfg = self.cfg
+        partitions = max(1, min(MAX_TASK_PARTITIONS, -(-max(estimate, 1) // cfg.batch_size)))
+        try:
+            rows, batches = distributed.write_partitions(
+                frame,
+                self.sink.task_client,
+                self.table_sql,
+                cfg.primary_key,
+                partitions,
+                cfg.batch_size,
+                f"{cfg.pipeline}:{start}-{end}",
+                cfg.retries,
+            )
+        except Exception as exc:
+            text = str(exc)
+            if distributed.NULL_KEY_MARK in text:
+                key, nulls, version = text.split(distributed.NULL_KEY_MARK + ":", 1)[1].split(":")[:3]
+                raise SourceError(
+                    f"{nulls} row(s) in versions {start}..{end} of {self.source.uri} have a null in primary-key "
+                    f"column {key!r} (first at version {version.split()[0]}). A key must identify a row: choose "
+                    f"non-null key columns for --primary-key, or fix the rows in Delta."
+                ) from exc
+            if "ClickHouse" in text or "clickhouse_connect" in text:
+                first = next((ln for ln in text.splitlines() if "ClickHouse" in ln), text)[:400]
+                raise SinkError(
+                    f"Spark tasks failed to insert versions {start}..{end} into {self.table_sql} after "
+                    f"{cfg.retries} attempts each (and Spark's task retries): {first}. The offset was not moved; "
+                    f"run again once ClickHouse is healthy."
+                ) from exc
+            raise self.source.translate(exc, "the change data feed", start, end) from exc
+        self.log.info(
+            "range_written",
+            start=start,
+            end=end,
+            rows=rows,
+            batches=batches,
+            partitions=partitions,
+            writer="executors",
+            seconds=round(time.monotonic() - t0, 3),
+        )
+        return RangeResult(start, end, rows, True)
 
     # -- resync -----------------------------------------------------------------------------------
     def resync_table(self) -> TargetName:

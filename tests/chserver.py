@@ -382,6 +382,7 @@ class Request:
     body: bytes  # as received, still Content-Encoded
     sql: str = ""  # the statement: `query` parameter and/or decoded body, without insert data
     is_insert: bool = False
+    client_port: int = 0  # the client's TCP port, to find the process that sent it
 
     @classmethod
     def parse(cls, h: _Handler) -> Request:
@@ -399,6 +400,7 @@ class Request:
         stmt, _, fmt = split_insert(req.params.get("query", "").encode(), data)
         req.sql = stmt.decode("utf-8", "replace").strip() + (f" FORMAT {fmt}" if fmt else "")
         req.is_insert = req.sql[:6].upper() == "INSERT"
+        req.client_port = h.client_address[1]
         return req
 
     def arrow(self):

@@ -52,8 +52,12 @@ class Sink:
         retries: int = 5,
         max_wait: float = 10.0,
         reads_files: Callable[[], AbstractContextManager] = nullcontext,
+        task_client: dict | None = None,
     ):
         self.client = client
+        # clickhouse_connect.get_client arguments for Spark tasks to open their own connection (servers only;
+        # holds the password, so it is never logged)
+        self.task_client = task_client
         self.reads_files = reads_files  # context for statements that read lake files (table functions)
         self.display = display  # the DSN without secrets, for messages
         self._retries = max(1, retries)

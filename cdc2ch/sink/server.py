@@ -82,19 +82,21 @@ def connect(dsn: str, retries: int) -> "Sink":  # noqa: F821
     display = urlunsplit(parts._replace(query="", fragment=""))
     timeouts = _timeouts(parts.query, display)
 
+    kwargs = dict(
+        host=parts.hostname,
+        port=port,
+        username=unquote(parts.username or "default"),
+        password=password(),
+        database=unquote(parts.path.strip("/")) or "default",
+        secure=secure,
+        compress="lz4",
+        # No server session: cdc2ch needs none, and without one calls from two threads never collide.
+        autogenerate_session_id=False,
+        **timeouts,
+    )
+
     def open_client():
-        return clickhouse_connect.get_client(
-            host=parts.hostname,
-            port=port,
-            username=unquote(parts.username or "default"),
-            password=password(),
-            database=unquote(parts.path.strip("/")) or "default",
-            secure=secure,
-            compress="lz4",
-            # No server session: cdc2ch needs none, and without one calls from two threads never collide.
-            autogenerate_session_id=False,
-            **timeouts,
-        )
+        return clickhouse_connect.get_client(**kwargs)
 
     # A server that is restarting or briefly unreachable gets the same bounded backoff as any call.
     retrying = Retrying(
@@ -116,4 +118,4 @@ def connect(dsn: str, retries: int) -> "Sink":  # noqa: F821
             f"Cannot connect to ClickHouse at {display} (tried {max(1, retries)} times): {text[:300]}. Check "
             f"host, port and network, and that the server is running; nothing was written."
         ) from exc
-    return Sink(client, display, retries)
+    return Sink(client, display, retries, task_client=kwargs)
