@@ -30,7 +30,17 @@ lint: install
 clean:
 	rm -rf $(VENV) cdc2ch-demo .pytest_cache
 
-.PHONY: bench
-# Throughput figures (not timed tests): snapshot rows/s with the Spark and the ClickHouse reader.
-bench: install
+.PHONY: bench bench-quick
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e ".[test,bench]"
+	touch $(BENCH_STAMP)
+
+# cdc2ch against the delta-rs reference loop and ClickHouse's own Delta reader (W1-W3), then the snapshot
+# readers; writes bench/results.md and bench/results.png. bench-quick: the same at a tenth of the size.
+bench: $(BENCH_STAMP)
+	$(BIN)/python bench/workloads.py
 	$(BIN)/python bench/snapshot_readers.py 2000000
+
+bench-quick: $(BENCH_STAMP)
+	$(BIN)/python bench/workloads.py --quick

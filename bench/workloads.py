@@ -1,0 +1,415 @@
+"""cdc2ch against the alternatives on the same Delta histories, in one run:
+`python bench/workloads.py [--quick]` (also `make bench` / `make bench-quick`).
+
+Workloads (built with Spark in a temporary directory):
+  W1  append-heavy backlog: rows appended over many versions
+  W2  update/delete-heavy backlog: a loaded table, then MERGE versions touching ~6% of it each
+  W3  steady state: a small commit every 2 s while `cdc2ch run` polls every second
+
+Contenders, each into its own ReplacingMergeTree table of the same layout on the embedded ClickHouse:
+  cdc2ch     `cdc2ch run --once` as its own process (Spark start-up reported separately)
+  reference  the loop ClickHouse published for Delta CDF: delta-rs `load_cdf`, drop pre-images, add the
+             metadata columns, `insert_arrow` in batches of 80,000 rows (no Spark)
+  native     ClickHouse reading the CDF itself: INSERT ... SELECT FROM deltaLakeLocal(path) SETTINGS
+             delta_lake_snapshot_start_version/end_version (the physical limit here)
+Prints one line per figure and writes bench/results.md and bench/results.png.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cdc2ch import schema
+from cdc2ch.config import SparkSettings, TargetName
+from cdc2ch.sink import connect
+from cdc2ch.source.spark import session
+
+SIZES = {
+    "full": dict(w1_rows=2_000_000, w1_versions=20, w2_rows=1_000_000, w2_versions=20, w3_seconds=60),
+    "quick": dict(w1_rows=200_000, w1_versions=10, w2_rows=100_000, w2_versions=5, w3_seconds=16),
+}
+COLUMNS = "id BIGINT, tenant INT, name STRING, amount DOUBLE, at TIMESTAMP"
+BATCH = 80_000
+HERE = Path(__file__).resolve().parent
+
+
+# -- workloads --------------------------------------------------------------------------------------
+def _rows(spark, start: int, count: int, salt: int = 0):
+    return spark.range(start, start + count, 1, 4).selectExpr(
+        "id",
+        "cast(id % 1000 AS INT) AS tenant",
+        f"concat('name-', id, '-', {salt}) AS name",
+        f"rand({salt}) * 1000 AS amount",
+        "timestamp_micros(id * 1000) AS at",
+    )
+
+
+def _create(spark, path: str) -> None:
+    spark.sql(
+        f"CREATE TABLE delta.`{path}` ({COLUMNS}) USING delta TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+    )
+
+
+def build_w1(spark, path: str, rows: int, versions: int) -> int:
+    """Appends only; returns the first version of the backlog."""
+    _create(spark, path)
+    per = rows // versions
+    for v in range(versions):
+        _rows(spark, v * per, per, v).write.format("delta").mode("append").save(path)
+    return 1
+
+
+def build_w2(spark, path: str, rows: int, versions: int) -> int:
+    """A loaded table, then MERGEs each touching ~6%: updates, deletes and inserts."""
+    _create(spark, path)
+    _rows(spark, 0, rows).write.format("delta").mode("append").save(path)
+    touched = int(rows * 0.06)
+    for v in range(versions):
+        src = (
+            spark.range(0, touched, 1, 4)
+            .selectExpr(f"(id * 16 + {v * 7}) % {rows + touched} AS id")
+            .selectExpr(
+                "id",
+                "cast(id % 1000 AS INT) AS tenant",
+                f"concat('merged-', id, '-', {v}) AS name",
+                f"rand({v}) * 1000 AS amount",
+                "timestamp_micros(id * 1000) AS at",
+                "CASE WHEN id % 5 = 0 THEN 'd' ELSE 'u' END AS op",
+            )
+        )
+        src.createOrReplaceTempView("merge_source")
+        spark.sql(
+            f"MERGE INTO delta.`{path}` t USING merge_source s ON t.id = s.id "
+            f"WHEN MATCHED AND s.op = 'd' THEN DELETE "
+            f"WHEN MATCHED THEN UPDATE SET tenant = s.tenant, name = s.name, amount = s.amount, at = s.at "
+            f"WHEN NOT MATCHED THEN INSERT (id, tenant, name, amount, at) "
+            f"VALUES (s.id, s.tenant, s.name, s.amount, s.at)"
+        )
+    return 2
+
+
+def latest_version(spark, path: str) -> int:
+    from delta.tables import DeltaTable
+
+    return DeltaTable.forPath(spark, path).history(1).collect()[0]["version"]
+
+
+def cdf_rows(spark, path: str, start: int) -> int:
+    return (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", start)
+        .load(path)
+        .count()
+    )
+
+
+# -- measuring a process tree -----------------------------------------------------------------------
+class PeakRss:
+    """Samples the resident memory of a process and all its descendants (Python + JVM + workers)."""
+
+    def __init__(self, pid: int):
+        self.pid, self.peak, self._stop = pid, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _tree(self) -> list[int]:
+        parents: dict[int, int] = {}
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    parents[int(d)] = int(Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    pass
+        tree, frontier = [self.pid], [self.pid]
+        while frontier:
+            frontier = [p for p, pp in parents.items() if pp in frontier]
+            tree += frontier
+        return tree
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.25):
+            total = 0
+            for p in self._tree():
+                try:
+                    for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                        if line.startswith("VmRSS:"):
+                            total += int(line.split()[1]) * 1024
+                except OSError:
+                    pass
+            self.peak = max(self.peak, total)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def cdc2ch_process(args: list[str]) -> tuple[subprocess.Popen, PeakRss]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cdc2ch", *args, "--log-format", "json"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return proc, PeakRss(proc.pid)
+
+
+def events(stderr: str) -> list[dict]:
+    return [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+
+
+def _ts(event: dict) -> float:
+    return datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
+# -- contenders -------------------------------------------------------------------------------------
+def run_cdc2ch(path: str, start: int, dsn: str, table: str) -> dict:
+    t0 = time.monotonic()
+    proc, rss = cdc2ch_process(
+        [
+            "run",
+            "--table",
+            path,
+            "--primary-key",
+            "id",
+            "--target",
+            f"bench.{table}",
+            "--from-version",
+            str(start),
+            "--once",
+            "--clickhouse",
+            dsn,
+        ]  # fmt: skip
+    )
+    _, err = proc.communicate()
+    wall = time.monotonic() - t0
+    peak = rss.stop()
+    if proc.returncode != 0:
+        raise SystemExit(f"cdc2ch failed:\n{err[-3000:]}")
+    evs = events(err)
+    start_ev = next(e for e in evs if e["event"] == "start")
+    stop_ev = next(e for e in evs if e["event"] == "stopped")
+    # Where the time goes: Spark reads (CDF + collect to Arrow), ClickHouse inserts, the rest (Delta log
+    # and schema lookups, offsets, lock).
+    read = sum(e["seconds"] for e in evs if e["event"] == "range_read")
+    insert = sum(e["seconds"] for e in evs if e["event"] == "batch")
+    total = _ts(stop_ev) - _ts(start_ev)
+    split = {"read": read, "insert": insert, "other": max(total - read - insert, 0.0)}
+    return {"seconds": total, "wall": wall, "rss": peak, "rows": stop_ev["rows_written"], "split": split}
+
+
+def _target(sink, name: str, spark_schema) -> str:
+    target = TargetName("bench", name)
+    types = schema.column_types(spark_schema.jsonValue(), ("id",))
+    sink.ensure_database("bench")
+    sink.command(f"DROP TABLE IF EXISTS {schema.qualified(target)}")
+    sink.command(schema.target_table_ddl(target, types, ("id",)))
+    return schema.qualified(target)
+
+
+def run_reference(sink, path: str, start: int, end: int, table_sql: str) -> dict:
+    """The published delta-rs loop: load_cdf, drop pre-images, metadata columns, insert_arrow 80k at a time."""
+    from deltalake import DeltaTable
+
+    t0 = time.monotonic()
+    reader = DeltaTable(path).load_cdf(starting_version=start, ending_version=end)
+    data = pa.RecordBatchReader.from_stream(reader).read_all()
+    # delta-rs hands out string_view columns, which pyarrow cannot filter yet
+    data = data.cast(
+        pa.schema([f.with_type(pa.string()) if f.type == pa.string_view() else f for f in data.schema])
+    )
+    data = data.filter(pc.not_equal(data["_change_type"], "update_preimage"))
+    change = pc.cast(data["_change_type"], pa.string())
+    deleted = pc.cast(pc.equal(change, "delete"), pa.uint8())
+    version = pc.cast(data["_commit_version"], pa.uint64())
+    out = pa.table(
+        {
+            **{c: data[c] for c in ("id", "tenant", "name", "amount", "at")},
+            "_commit_version": version,
+            "_commit_timestamp": pc.cast(data["_commit_timestamp"], pa.timestamp("ms", tz="UTC")),
+            "_change_type": change,
+            "_is_deleted": deleted,
+            "_version": version,
+        }
+    )
+    for offset in range(0, out.num_rows, BATCH):
+        sink.insert_arrow(table_sql, out.slice(offset, BATCH))
+    return {"seconds": time.monotonic() - t0, "rows": out.num_rows}
+
+
+def run_native(sink, path: str, start: int, end: int, table_sql: str) -> dict:
+    cols = "id, tenant, name, amount, at"
+    rank = "multiIf(_change_type = 'update_preimage', 1, _change_type = 'delete', 2, 3)"
+    t0 = time.monotonic()
+    with sink.reads_files():
+        sink.command(
+            f"INSERT INTO {table_sql} ({cols}, _commit_version, _commit_timestamp, _change_type, _is_deleted, "
+            f"_version) SELECT {cols}, _commit_version, _commit_timestamp, _change_type, "
+            f"_change_type IN ('delete', 'update_preimage'), _commit_version * 4 + {rank} "
+            f"FROM deltaLakeLocal({schema.literal(path)})",
+            settings={"delta_lake_snapshot_start_version": start, "delta_lake_snapshot_end_version": end},
+        )
+    rows = sink.query_rows(f"SELECT count() FROM {table_sql}")[0][0]
+    return {"seconds": time.monotonic() - t0, "rows": rows}
+
+
+# -- W3 ---------------------------------------------------------------------------------------------
+def run_steady(spark, path: str, seconds: float, dsn: str) -> dict:
+    _create(spark, path)
+    proc, rss = cdc2ch_process(
+        [
+            "run",
+            "--table",
+            path,
+            "--primary-key",
+            "id",
+            "--target",
+            "bench.w3",
+            "--poll-interval",
+            "1",
+            "--clickhouse",
+            dsn,
+        ]  # fmt: skip
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    while not any('"event": "start"' in ln for ln in lines):
+        if proc.poll() is not None:
+            raise SystemExit("cdc2ch run exited:\n" + "".join(lines)[-3000:])
+        time.sleep(0.5)
+    commits = int(seconds / 2)
+    for i in range(commits):
+        t = time.monotonic()
+        _rows(spark, i * 100, 100, i).write.format("delta").mode("append").save(path)
+        time.sleep(max(0.0, 2 - (time.monotonic() - t)))
+    time.sleep(6)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(120)
+    reader.join(10)
+    peak = rss.stop()
+    from delta.tables import DeltaTable
+
+    committed_at = {
+        r["version"]: r["ms"] / 1000
+        for r in DeltaTable.forPath(spark, path)
+        .history()
+        .selectExpr("version", "unix_millis(timestamp) AS ms")
+        .collect()
+    }
+    visible: dict[int, float] = {}
+    for e in events("".join(lines)):
+        if e["event"] == "batch":
+            for v in range(e["start"], e["end"] + 1):
+                visible[v] = _ts(e)
+    lat = sorted(visible[v] - committed_at[v] for v in committed_at if v in visible and v > 0)
+    missing = [v for v in committed_at if v > 0 and v not in visible]
+    pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else float("nan")  # noqa: E731
+    return {"p50": pick(0.5), "p95": pick(0.95), "commits": len(lat), "missing": missing, "rss": peak}
+
+
+# -- report -----------------------------------------------------------------------------------------
+def main(size: str) -> None:
+    p = SIZES[size]
+    t0 = time.monotonic()
+    spark = session(SparkSettings())
+    spark_start = time.monotonic() - t0
+    lines, results = [], {}
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+        lines.append(text)
+
+    with tempfile.TemporaryDirectory(prefix="cdc2ch-bench-") as tmp:
+        tmp = Path(tmp)
+        own_dsn, cdc_dsn = f"chdb://{tmp / 'ch-alternatives'}", f"chdb://{tmp / 'ch-cdc2ch'}"
+        with connect(own_dsn) as sink:
+            for name, build, args in (
+                ("W1", build_w1, (p["w1_rows"], p["w1_versions"])),
+                ("W2", build_w2, (p["w2_rows"], p["w2_versions"])),
+            ):
+                path = str(tmp / name.lower())
+                t1 = time.monotonic()
+                start = build(spark, path, *args)
+                end = latest_version(spark, path)
+                n = cdf_rows(spark, path, start)
+                say(
+                    f"{name}: built versions {start}..{end}, {n:,} change rows, in {time.monotonic() - t1:.1f} s"
+                )
+                shape = spark.read.format("delta").load(path).schema
+                cdc = run_cdc2ch(path, start, cdc_dsn, name.lower())
+                ref = run_reference(sink, path, start, end, _target(sink, f"ref_{name.lower()}", shape))
+                nat = run_native(sink, path, start, end, _target(sink, f"native_{name.lower()}", shape))
+                rate = {
+                    k: n / r["seconds"] for k, r in (("cdc2ch", cdc), ("reference", ref), ("native", nat))
+                }
+                results[name] = rate
+                say(f"{name} cdc2ch: {rate['cdc2ch']:,.0f} rows/s excluding Spark start-up ({cdc['seconds']:.2f} s), "
+                    f"{n / cdc['wall']:,.0f} rows/s including it ({cdc['wall']:.1f} s); peak RSS "
+                    f"{cdc['rss'] / 2**20:,.0f} MiB")  # fmt: skip
+                say(f"{name} cdc2ch time: Spark CDF read {cdc['split']['read']:.2f} s, ClickHouse inserts "
+                    f"{cdc['split']['insert']:.2f} s, log/schema/offsets {cdc['split']['other']:.2f} s")  # fmt: skip
+                say(
+                    f"{name} reference loop (delta-rs): {rate['reference']:,.0f} rows/s ({ref['seconds']:.2f} s)"
+                )
+                say(f"{name} ClickHouse native: {rate['native']:,.0f} rows/s ({nat['seconds']:.2f} s)")
+                say(f"{name} ratios: cdc2ch/reference {rate['cdc2ch'] / rate['reference']:.2f}x, "
+                    f"cdc2ch/native {rate['cdc2ch'] / rate['native']:.2f}x")  # fmt: skip
+        w3 = run_steady(spark, str(tmp / "w3"), p["w3_seconds"], f"chdb://{tmp / 'ch-w3'}")
+        results["W3"] = w3
+        say(f"W3 commit-to-visible: p50 {w3['p50']:.2f} s, p95 {w3['p95']:.2f} s over {w3['commits']} commits "
+            f"(poll interval 1 s; target p95 <= 3 s); missing {w3['missing'] or 'none'}; peak RSS "
+            f"{w3['rss'] / 2**20:,.0f} MiB")  # fmt: skip
+    say(f"Spark start-up (this process, for reference): {spark_start:.1f} s")
+    write_results(size, lines, results)
+
+
+def write_results(size: str, lines: list[str], results: dict) -> None:
+    md = [
+        f"# Benchmark results ({size})",
+        "",
+        f"Machine: {os.cpu_count()} cores. Produced by `bench/workloads.py`.",
+        "",
+    ]
+    md += ["| workload | cdc2ch rows/s | reference rows/s | native rows/s | cdc2ch/reference | cdc2ch/native |",
+           "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for w in ("W1", "W2"):
+        r = results[w]
+        md.append(f"| {w} | {r['cdc2ch']:,.0f} | {r['reference']:,.0f} | {r['native']:,.0f} | "
+                  f"{r['cdc2ch'] / r['reference']:.2f}x | {r['cdc2ch'] / r['native']:.2f}x |")  # fmt: skip
+    md += ["", "```", *lines, "```", ""]
+    (HERE / f"results{'' if size == 'full' else '-quick'}.md").write_text("\n".join(md))
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no chart")
+        return
+    fig, ax = plt.subplots(figsize=(7, 4))
+    names = ["cdc2ch", "reference", "native"]
+    for i, w in enumerate(("W1", "W2")):
+        ax.bar([i * 4 + j for j in range(3)], [results[w][n] for n in names], color=["C0", "C1", "C2"])
+    ax.set_xticks([1, 5], ["W1 append-heavy", "W2 MERGE-heavy"])
+    ax.set_ylabel("change rows/s (excl. Spark start-up)")
+    ax.legend([plt.Rectangle((0, 0), 1, 1, color=f"C{i}") for i in range(3)], names)
+    fig.tight_layout()
+    fig.savefig(HERE / f"results{'' if size == 'full' else '-quick'}.png", dpi=100)
+
+
+if __name__ == "__main__":
+    main("quick" if "--quick" in sys.argv[1:] else "full")
