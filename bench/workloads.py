@@ -157,9 +157,11 @@ class PeakRss:
         return self.peak
 
 
-def cdc2ch_process(args: list[str]) -> tuple[subprocess.Popen, PeakRss]:
+def cdc2ch_run(path: str, table: str, dsn: str, *extra: str) -> tuple[subprocess.Popen, PeakRss]:
+    """`cdc2ch run` of `path` into bench.<table> as its own process, its memory sampled."""
+    args = ["run", "--table", path, "--primary-key", "id", "--target", f"bench.{table}", "--clickhouse", dsn]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cdc2ch", *args, "--log-format", "json"],
+        [sys.executable, "-m", "cdc2ch", *args, *extra, "--log-format", "json"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -178,22 +180,7 @@ def _ts(event: dict) -> float:
 # -- contenders -------------------------------------------------------------------------------------
 def run_cdc2ch(path: str, start: int, dsn: str, table: str) -> dict:
     t0 = time.monotonic()
-    proc, rss = cdc2ch_process(
-        [
-            "run",
-            "--table",
-            path,
-            "--primary-key",
-            "id",
-            "--target",
-            f"bench.{table}",
-            "--from-version",
-            str(start),
-            "--once",
-            "--clickhouse",
-            dsn,
-        ]  # fmt: skip
-    )
+    proc, rss = cdc2ch_run(path, table, dsn, "--from-version", str(start), "--once")
     _, err = proc.communicate()
     wall = time.monotonic() - t0
     peak = rss.stop()
@@ -269,21 +256,7 @@ def run_native(sink, path: str, start: int, end: int, table_sql: str) -> dict:
 # -- W3 ---------------------------------------------------------------------------------------------
 def run_steady(spark, path: str, seconds: float, dsn: str) -> dict:
     _create(spark, path)
-    proc, rss = cdc2ch_process(
-        [
-            "run",
-            "--table",
-            path,
-            "--primary-key",
-            "id",
-            "--target",
-            "bench.w3",
-            "--poll-interval",
-            "1",
-            "--clickhouse",
-            dsn,
-        ]  # fmt: skip
-    )
+    proc, rss = cdc2ch_run(path, "w3", dsn, "--poll-interval", "1")
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
     reader.start()

@@ -82,11 +82,15 @@ def check_keys(rows: pa.Table, primary_key: tuple[str, ...], where: str) -> None
             version = (
                 sample.column("_commit_version")[0].as_py() if "_commit_version" in rows.column_names else "?"
             )
-            raise SourceError(
-                f"{nulls} row(s) in {where} have a null in primary-key column {key!r} (first at version "
-                f"{version}). A key must identify a row: choose non-null key columns for --primary-key, or fix "
-                f"the rows in Delta and replicate from after that version."
-            )
+            raise null_key_error(nulls, key, version, where)
+
+
+def null_key_error(nulls: int, key: str, version, where: str) -> SourceError:
+    return SourceError(
+        f"{nulls} row(s) in {where} have a null in primary-key column {key!r} (first at version "
+        f"{version}). A key must identify a row: choose non-null key columns for --primary-key, or fix "
+        f"the rows in Delta and replicate from after that version."
+    )
 
 
 def batch_token(prefix: str, batch: pa.Table) -> str:
@@ -115,23 +119,14 @@ def duplicate_keys(rows: pa.Table, primary_key: tuple[str, ...], limit: int = 10
     if dups.num_rows == 0:
         return []
     out = []
-    for (version,), group in _by_version(dups):
-        example = {k: group.column(k)[0].as_py() for k in primary_key}
+    for version in sorted(pc.unique(dups.column("_commit_version")).to_pylist())[:limit]:
+        group = dups.filter(pc.equal(dups.column("_commit_version"), version))
         out.append(
             {
                 "version": version,
                 "duplicate_keys": group.num_rows,
                 "extra_rows": int(pc.sum(group.column("count_all")).as_py()) - group.num_rows,
-                "example_key": {k: str(v) for k, v in example.items()},
+                "example_key": {k: str(group.column(k)[0].as_py()) for k in primary_key},
             }
         )
-        if len(out) >= limit:
-            break
     return out
-
-
-def _by_version(table: pa.Table):
-    table = table.sort_by("_commit_version")
-    versions = table.column("_commit_version")
-    for v in pc.unique(versions).to_pylist():
-        yield (v,), table.filter(pc.equal(versions, v))

@@ -23,6 +23,7 @@ from datetime import datetime
 import structlog
 
 from cdc2ch import schema
+from cdc2ch.config import TargetName
 from cdc2ch.errors import Cdc2chError, SinkError
 from cdc2ch.sink import Sink
 
@@ -119,12 +120,7 @@ class PipelineLock:
 
     def check(self) -> None:
         """Refuse if another runner holds the pipeline; writes nothing when the pipeline is free."""
-        exists = self.sink.query_rows(
-            "SELECT 1 FROM system.tables WHERE database = {db:String} AND name = {t:String}",
-            {"db": self.database, "t": LOCK_TABLE},
-            what="look for the lock table",
-        )
-        if exists:
+        if self.sink.table_exists(TargetName(self.database, LOCK_TABLE)):
             self._refuse_if_held(self._live())
 
     def acquire(self) -> None:

@@ -335,11 +335,8 @@ class Replicator(TableJob):
             text = str(exc)
             if distributed.NULL_KEY_MARK in text:
                 key, nulls, version = text.split(distributed.NULL_KEY_MARK + ":", 1)[1].split(":")[:3]
-                raise SourceError(
-                    f"{nulls} row(s) in versions {start}..{end} of {self.source.uri} have a null in primary-key "
-                    f"column {key!r} (first at version {version.split()[0]}). A key must identify a row: choose "
-                    f"non-null key columns for --primary-key, or fix the rows in Delta."
-                ) from exc
+                where = f"versions {start}..{end} of {self.source.uri}"
+                raise changes.null_key_error(int(nulls), key, version.split()[0], where) from exc
             if "ClickHouse" in text or "clickhouse_connect" in text:
                 first = next((ln for ln in text.splitlines() if "ClickHouse" in ln), text)[:400]
                 raise SinkError(
@@ -364,6 +361,9 @@ class Replicator(TableJob):
     def resync_table(self) -> TargetName:
         return TargetName(self.cfg.target.database, self.cfg.target.table + RESYNC_SUFFIX)
 
+    def _drop_resync_table(self, what: str) -> None:
+        self.sink.command(f"DROP TABLE IF EXISTS {schema.qualified(self.resync_table())}", what=what)
+
     def resync(self, state: PipelineState, reason: str) -> PipelineState:
         """Rebuild the target from a snapshot at the latest version into a side table, swap it in, and
         continue from there. Crash-safe: each table carries a comment naming the version it was built at."""
@@ -374,9 +374,7 @@ class Replicator(TableJob):
         version = self.source.latest().version
         marker = resync_marker(cfg.pipeline, version)
         if self.sink.table_comment(side) not in (None, marker):
-            self.sink.command(
-                f"DROP TABLE IF EXISTS {schema.qualified(side)}", what="drop a stale side table"
-            )
+            self._drop_resync_table("drop a stale side table")
         self.log.warning("resync_start", reason=reason, version=version, side_table=str(side))
         job = Snapshotter(
             replace(cfg, target=side, pipeline=cfg.pipeline + RESYNC_SUFFIX, snapshot_version=version),
@@ -397,9 +395,7 @@ class Replicator(TableJob):
     def _finish_resync(self, state: PipelineState, version: int, rows: int) -> PipelineState:
         state = state.advanced(version, rows)
         self.store.save(state)
-        self.sink.command(
-            f"DROP TABLE IF EXISTS {schema.qualified(self.resync_table())}", what="drop the replaced table"
-        )
+        self._drop_resync_table("drop the replaced table")
         return state
 
     def recover_resync(self, state: PipelineState) -> PipelineState:
@@ -411,9 +407,7 @@ class Replicator(TableJob):
         side = self.resync_table()
         side_at = parse_resync_marker(self.sink.table_comment(side), self.cfg.pipeline)
         if side_at is not None and side_at <= state.committed_version:
-            self.sink.command(
-                f"DROP TABLE IF EXISTS {schema.qualified(side)}", what="drop the replaced table"
-            )
+            self._drop_resync_table("drop the replaced table")
         return state
 
     def run(self) -> PipelineState:

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 import pyarrow as pa
 
 from cdc2ch import schema
+from cdc2ch.config import TargetName
 from cdc2ch.errors import StateError
 from cdc2ch.sink import Sink
 
@@ -115,13 +116,7 @@ class StateStore:
         self.sink.insert_arrow(self._chunks, row)
 
     def exists(self) -> bool:
-        return bool(
-            self.sink.query_rows(
-                "SELECT 1 FROM system.tables WHERE database = {db:String} AND name = {t:String}",
-                {"db": self.database, "t": STATE_TABLE},
-                what="look for the state table",
-            )
-        )
+        return self.sink.table_exists(TargetName(self.database, STATE_TABLE))
 
     def load_all(self) -> list[PipelineState]:
         if not self.exists():

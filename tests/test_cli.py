@@ -172,21 +172,23 @@ def test_cdf_gap_vacuum_and_expired_log_ask_for_a_snapshot(spark, sink, cli, dat
     stop the pipeline at its committed version, with the resync command in the message."""
     from delta.tables import DeltaTable
 
+    def run_once(path: str, target: str, expect: int = 0) -> str:
+        result = cli(
+            "run", "--table", path, "--primary-key", "id", "--target", target, "--once", expect=expect
+        )
+        return " ".join(result.stderr.split())
+
     # CDF off and on again: versions 2..3 have no change data.
     path = str(tmp_path / "gap")
     create_table(spark, path, COLS)
     spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'a')")
     target = f"{database}.gap"
-    cli("run", "--table", path, "--primary-key", "id", "--target", target, "--once")
+    run_once(path, target)
     spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES (delta.enableChangeDataFeed = false)")
     spark.sql(f"INSERT INTO delta.`{path}` VALUES (2, 'b')")
     spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")
     spark.sql(f"INSERT INTO delta.`{path}` VALUES (3, 'c')")
-    err = " ".join(
-        cli(
-            "run", "--table", path, "--primary-key", "id", "--target", target, "--once", expect=1
-        ).stderr.split()
-    )
+    err = run_once(path, target, expect=1)
     assert "was enabled at version 4" in err and "cannot start at 2" in err and "cdc2ch snapshot" in err
     assert _state(sink, database, target) == (1, 1)
 
@@ -195,7 +197,7 @@ def test_cdf_gap_vacuum_and_expired_log_ask_for_a_snapshot(spark, sink, cli, dat
     create_table(spark, path, COLS)
     spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'a'), (2, 'b')")
     target = f"{database}.vacuumed"
-    cli("run", "--table", path, "--primary-key", "id", "--target", target, "--once")
+    run_once(path, target)
     spark.sql(f"UPDATE delta.`{path}` SET name = 'B' WHERE id = 2")
     spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 1")
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
@@ -203,11 +205,7 @@ def test_cdf_gap_vacuum_and_expired_log_ask_for_a_snapshot(spark, sink, cli, dat
         DeltaTable.forPath(spark, path).vacuum(0)
     finally:
         spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
-    err = " ".join(
-        cli(
-            "run", "--table", path, "--primary-key", "id", "--target", target, "--once", expect=1
-        ).stderr.split()
-    )
+    err = run_once(path, target, expect=1)
     assert "are gone (removed by VACUUM or log retention)" in err and "resync with `cdc2ch snapshot`" in err
     assert _state(sink, database, target)[0] == 1
 
@@ -219,7 +217,7 @@ def test_cdf_gap_vacuum_and_expired_log_ask_for_a_snapshot(spark, sink, cli, dat
     )
     spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'a')")
     target = f"{database}.expired"
-    cli("run", "--table", path, "--primary-key", "id", "--target", target, "--once")
+    run_once(path, target)
     for i in range(2, 6):
         spark.sql(f"INSERT INTO delta.`{path}` VALUES ({i}, 'x')")
     log_dir = Path(path) / "_delta_log"
@@ -227,11 +225,7 @@ def test_cdf_gap_vacuum_and_expired_log_ask_for_a_snapshot(spark, sink, cli, dat
     for v in range(4):
         for f in log_dir.glob(f"{v:020d}.*"):
             f.unlink()
-    err = " ".join(
-        cli(
-            "run", "--table", path, "--primary-key", "id", "--target", target, "--once", expect=1
-        ).stderr.split()
-    )
+    err = run_once(path, target, expect=1)
     assert "Versions 2..3" in err and "no longer in the Delta log" in err and "cdc2ch snapshot" in err
     assert _state(sink, database, target) == (1, 1)
 

@@ -99,38 +99,15 @@ class StandaloneCluster:
         logs = tmp_path / "cluster.log"
         self.log = logs
         out = open(logs, "w")
+
+        def daemon(cls: str, *args: str) -> subprocess.Popen:
+            return subprocess.Popen(
+                [spark_class, cls, *args, "--webui-port", "0"], env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+
         self.procs = [
-            subprocess.Popen(
-                [
-                    spark_class,
-                    "org.apache.spark.deploy.master.Master",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--webui-port",
-                    "0",
-                ],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            ),  # fmt: skip
-            subprocess.Popen(
-                [
-                    spark_class,
-                    "org.apache.spark.deploy.worker.Worker",
-                    self.url,
-                    "--cores",
-                    "2",
-                    "--memory",
-                    "2g",
-                    "--webui-port",
-                    "0",
-                ],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            ),  # fmt: skip
+            daemon("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port)),
+            daemon("org.apache.spark.deploy.worker.Worker", self.url, "--cores", "2", "--memory", "2g"),
         ]
         self._wait_for("Successfully registered with master", 180)
 

@@ -128,6 +128,9 @@ class Sink:
         )
         return dict(rows) if rows else None
 
+    def table_exists(self, target: TargetName) -> bool:
+        return self.table_comment(target) is not None
+
     def table_comment(self, target: TargetName) -> str | None:
         """The table's comment, or None when the table does not exist."""
         rows = self.query_rows(

@@ -24,9 +24,9 @@ def write_partitions(
     """Insert `df` (rows in the target layout) from the executors. Returns (rows, batches)."""
     from pyspark.sql import functions as F
 
-    names = df.columns
-    # mapInArrow resolves columns by name and trips over dots in them: positional names on the way.
-    safe = df.toDF(*[f"_c{i}" for i in range(len(names))])
+    from cdc2ch.source.spark import positional_columns
+
+    safe, names = positional_columns(df)
     keys = [f"_c{names.index(k)}" for k in primary_key]
     version = f"_c{names.index('_version')}"
     safe = safe.repartition(partitions, *[F.col(k) for k in keys]).sortWithinPartitions(version, *keys)

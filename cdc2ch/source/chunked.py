@@ -12,6 +12,8 @@ import hashlib
 
 import pyarrow as pa
 
+from cdc2ch.source.spark import positional_columns
+
 
 class ChunkedFrame:
     def __init__(self, df):
@@ -27,9 +29,7 @@ class ChunkedFrame:
                 )
 
         self._spark = df.sparkSession
-        # mapInArrow resolves columns by name and trips over dots in them: ship positional names.
-        self.names = df.columns
-        safe = df.toDF(*[f"_c{i}" for i in range(len(self.names))])
+        safe, self.names = positional_columns(df)
         self._rdd = safe.mapInArrow(to_ipc, "ipc binary").rdd
         self.partitions = self._rdd.getNumPartitions()
         self.per_chunk = max(1, self._spark.sparkContext.defaultParallelism)

@@ -181,3 +181,10 @@ def session(settings: SparkSettings | None = None):
 if __name__ == "__main__":
     for jar in delta_jars():
         print(jar)
+
+
+def positional_columns(df):
+    """`mapInArrow` resolves columns by name and trips over dots in them: the frame with positional names
+    (_c0, _c1, ...) and the real names, to restore on the Arrow side."""
+    names = df.columns
+    return df.toDF(*[f"_c{i}" for i in range(len(names))]), names
