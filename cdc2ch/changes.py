@@ -110,22 +110,32 @@ def batches(rows: pa.Table, batch_size: int):
 
 def duplicate_keys(rows: pa.Table, primary_key: tuple[str, ...], limit: int = 10) -> list[dict]:
     """Keys written live more than once by one commit: the Delta table holds duplicate keys, and
-    ClickHouse will keep only one of those rows. One summary per version (at most `limit`)."""
-    live = rows.filter(pc.equal(rows.column("_is_deleted"), 0)).select(["_commit_version", *primary_key])
-    if live.num_rows < 2:
+    ClickHouse will keep only one of those rows. One summary per version (at most `limit`).
+
+    `rows` must be in replay order, where such rows sit next to each other: one vectorised comparison of
+    each row with the next finds them, and only the rare tables that have some pay for the summary.
+    """
+    n = rows.num_rows
+    if n < 2:
         return []
-    counts = live.group_by(["_commit_version", *primary_key]).aggregate([([], "count_all")])
-    dups = counts.filter(pc.greater(counts.column("count_all"), 1))
-    if dups.num_rows == 0:
+    head, tail = rows.slice(0, n - 1), rows.slice(1)
+    repeat = pc.and_(
+        pc.equal(head.column("_version"), tail.column("_version")), pc.equal(tail.column("_is_deleted"), 0)
+    )
+    for key in primary_key:
+        repeat = pc.and_(repeat, pc.equal(head.column(key), tail.column(key)))
+    if not pc.any(repeat).as_py():
         return []
+    extra = tail.filter(repeat).select(["_commit_version", *primary_key])  # one row per surplus copy
+    counts = extra.group_by(["_commit_version", *primary_key]).aggregate([([], "count_all")])
     out = []
-    for version in sorted(pc.unique(dups.column("_commit_version")).to_pylist())[:limit]:
-        group = dups.filter(pc.equal(dups.column("_commit_version"), version))
+    for version in sorted(pc.unique(counts.column("_commit_version")).to_pylist())[:limit]:
+        group = counts.filter(pc.equal(counts.column("_commit_version"), version))
         out.append(
             {
                 "version": version,
                 "duplicate_keys": group.num_rows,
-                "extra_rows": int(pc.sum(group.column("count_all")).as_py()) - group.num_rows,
+                "extra_rows": int(pc.sum(group.column("count_all")).as_py()),
                 "example_key": {k: str(group.column(k)[0].as_py()) for k in primary_key},
             }
         )

@@ -216,7 +216,7 @@ class Replicator(TableJob):
         if not commits:
             return state
         self._check_contiguous(start, commits)
-        breaks = self.source.schema_changes([c.version for c in commits])
+        breaks = {c.version for c in commits if c.metadata}  # a CDF read may not span one
         ranges = plan_ranges(commits, self.cfg.max_rows_per_read, breaks=breaks)
         if state.interrupted_range:
             # Replay exactly what the interrupted attempt was writing: same batches, same tokens.
@@ -285,9 +285,9 @@ class Replicator(TableJob):
         read_s = time.monotonic() - t0
         where = f"versions {start}..{end} of {self.source.uri}"
         changes.check_keys(rows, cfg.primary_key, where)
+        rows = changes.in_replay_order(rows, cfg.primary_key)
         for dup in changes.duplicate_keys(rows, cfg.primary_key):
             self.log.warning("duplicate_keys", where=where, **dup)
-        rows = changes.in_replay_order(rows, cfg.primary_key)
         self.log.info("range_read", start=start, end=end, rows=rows.num_rows, seconds=round(read_s, 3))
         written = 0
         pieces = list(changes.batches(rows, cfg.batch_size))
@@ -421,8 +421,7 @@ class Replicator(TableJob):
                 committed=state.committed_version,
             )
             while not self.stop.is_set():
-                latest = self.source.latest().version
-                if state.committed_version < latest:
+                if state.committed_version < self.source.latest_version():
                     state = self.catch_up(state)
                 if self.cfg.once:
                     break

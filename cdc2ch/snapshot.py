@@ -121,9 +121,9 @@ class Snapshotter(TableJob):
             if data is not None:
                 where = f"version {version} of {self.source.uri}"
                 changes.check_keys(data, cfg.primary_key, where)
+                data = changes.in_replay_order(data, cfg.primary_key)
                 for dup in changes.duplicate_keys(data, cfg.primary_key):
                     self.log.warning("duplicate_keys", where=where, chunk=chunk, **dup)
-                data = changes.in_replay_order(data, cfg.primary_key)
                 for i, batch in enumerate(changes.batches(data, cfg.batch_size)):
                     token = changes.batch_token(f"{cfg.pipeline}:snap{version}:{plan}:{chunk}:{i}", batch)
                     n += self.sink.insert_arrow(self.table_sql, batch, token)

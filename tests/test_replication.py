@@ -308,3 +308,52 @@ def test_stop_mid_range_then_resume(resume_batch, raw_rows, spark, sink, cli, da
     assert sink.query_rows(f"SELECT count() FROM {database}.stop")[0][0] == raw_rows
     assert committed_version(sink, database, str(target)) == 1
     assert_replicated(spark, sink, path, target)
+
+
+@pytest.mark.parametrize("deletion_vectors", [False, True], ids=["files", "deletion-vectors"])
+def test_log_reader_agrees_with_delta(deletion_vectors, spark, tmp_path):
+    """Commits read straight from the log match DESCRIBE HISTORY, and each commit's row estimate covers the
+    change rows Delta's own CDF reader yields for it (estimates size the reads, so they must not fall short)."""
+    from delta.tables import DeltaTable
+
+    from cdc2ch.source.delta import DeltaSource
+
+    path = str(tmp_path / "t")
+    scenario_mix(spark, path)
+    if deletion_vectors:
+        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES (delta.enableDeletionVectors = true)")
+        spark.sql(f"DELETE FROM delta.`{path}` WHERE id % 4 = 1")
+        spark.sql(f"UPDATE delta.`{path}` SET name = 'dv' WHERE id % 4 = 2")
+        _append(spark, path, [(900_000 + i, "a", "late", 1.0) for i in range(5)])
+        spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 900000")
+    history = {
+        r["version"]: (r["ms"], r["operation"])
+        for r in DeltaTable.forPath(spark, path)
+        .history()
+        .selectExpr("version", "unix_millis(timestamp) AS ms", "operation")
+        .collect()
+    }
+    source = DeltaSource(spark, path)
+    commits = source.commits(0)
+    assert source.latest().version == source.latest_version() == max(history)
+    assert {c.version: (int(c.timestamp.timestamp() * 1000), c.operation) for c in commits} == history
+    cdf = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 1)
+        .load(path)
+        .groupBy("_commit_version")
+        .count()
+        .collect()
+    )
+    actual = {r["_commit_version"]: r["count"] for r in cdf}
+    short = {
+        c.version: (c.estimated_rows, actual[c.version])
+        for c in commits
+        if c.estimated_rows < actual.get(c.version, 0)
+    }
+    assert not short, f"estimates below the real change rows (estimate, actual) by version: {short}"
+    assert sum(c.estimated_rows for c in commits) <= 3 * sum(actual.values()) + 1000  # and not wildly above
+    assert [c.version for c in commits if c.metadata] == [0] + (
+        [max(history) - 4] if deletion_vectors else []
+    )

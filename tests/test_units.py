@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 
+import pyarrow as pa
 import pytest
 
+from cdc2ch import changes
 from cdc2ch.config import TargetName
 from cdc2ch.errors import ConfigError, SourceError
 from cdc2ch.pipeline import plan_ranges
 from cdc2ch.schema import clickhouse_type, column_types, quote
 from cdc2ch.sink.server import redact
-from cdc2ch.source.delta import Commit, estimate_change_rows
+from cdc2ch.source.log import Commit, estimate_rows, parse_commit
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -27,21 +30,66 @@ def test_plan_ranges_groups_by_estimated_rows_and_never_splits_a_version():
     assert plan_ranges([], max_rows=100) == []
 
 
-def test_estimates_cover_every_changed_row():
-    assert estimate_change_rows("WRITE", {"mode": "Append"}, {"numOutputRows": "100"}) == 100
+def _file(path, rows, size, **extra):
+    return {"path": path, "size": size, "stats": json.dumps({"numRecords": rows}), **extra}
+
+
+def test_estimates_come_from_file_statistics():
+    # Appends: the rows of the added files; an OPTIMIZE-style rewrite (dataChange false) yields nothing.
+    assert estimate_rows([_file("a", 100, 1000), _file("b", 50, 500)], [], []) == 150
     assert (
-        estimate_change_rows("UPDATE", {"predicate": "[]"}, {"numUpdatedRows": "5", "numCopiedRows": "95"})
-        >= 10
+        estimate_rows(
+            [_file("c", 150, 1500, dataChange=False)], [_file("a", 100, 1000, dataChange=False)], []
+        )
+        == 0
     )
-    merge = {
-        "numTargetRowsInserted": "3",
-        "numTargetRowsUpdated": "4",
-        "numTargetRowsDeleted": "2",
-        "numOutputRows": "50",
-    }
-    assert estimate_change_rows("MERGE", {}, merge) >= 3 + 2 * 4 + 2
-    overwrite = {"numOutputRows": "100", "numOutputBytes": "1000", "numRemovedBytes": "3000"}
-    assert estimate_change_rows("WRITE", {"mode": "Overwrite"}, overwrite) == 100 + 300
+    # Removed files without change files: every row of theirs is a delete.
+    assert estimate_rows([_file("n", 70, 700)], [_file("a", 100, 1000)], []) == 170
+    # Change files: their bytes at twice the density of this commit's data files.
+    assert estimate_rows([_file("n", 100, 1000)], [], [{"path": "cdc", "size": 500}]) == 101
+    # A removed file without statistics is sized by the bytes per row of the others.
+    assert estimate_rows([_file("n", 100, 1000)], [{"path": "x", "size": 300}], []) == 100 + 31
+    # A deletion vector on a kept file: only the rows it newly deletes.
+    dv = lambda n: {"deletionVector": {"cardinality": n}}  # noqa: E731
+    assert estimate_rows([_file("a", 100, 1000, **dv(7))], [_file("a", 100, 1000, **dv(3))], []) == 4
+
+
+def test_commit_file_parsing():
+    text = "\n".join(
+        json.dumps(a)
+        for a in (
+            {"commitInfo": {"timestamp": 5, "operation": "WRITE", "operationParameters": {"mode": "Append"}}},
+            {"metaData": {"configuration": {"delta.enableChangeDataFeed": "true"}}},
+            {"add": _file("a", 10, 100)},
+        )
+    )
+    commit = parse_commit(4, text, modified_ms=1_700_000_000_000)
+    assert (commit.version, commit.operation, commit.estimated_rows, commit.metadata) == (
+        4,
+        "WRITE",
+        10,
+        True,
+    )
+    assert commit.properties == {"delta.enableChangeDataFeed": "true"}
+    assert commit.timestamp.timestamp() == 1_700_000_000  # the file's time, as DESCRIBE HISTORY shows
+    ict = text.replace('"timestamp": 5', '"timestamp": 5, "inCommitTimestamp": 1800000000000')
+    assert parse_commit(4, ict, 0).timestamp.timestamp() == 1_800_000_000
+
+
+def test_duplicate_keys_are_found_next_to_each_other_in_replay_order():
+    rows = pa.table(
+        {
+            "id": [1, 1, 1, 2, 2, 3, 3],
+            "_commit_version": [5, 5, 5, 5, 5, 6, 6],
+            "_is_deleted": [0, 0, 0, 1, 0, 0, 0],
+            "_version": [23, 23, 23, 22, 23, 27, 27],
+        }
+    )
+    ordered = changes.in_replay_order(rows.take([6, 3, 0, 4, 1, 5, 2]), ("id",))
+    found = changes.duplicate_keys(ordered, ("id",))
+    assert [(d["version"], d["duplicate_keys"], d["extra_rows"]) for d in found] == [(5, 1, 2), (6, 1, 1)]
+    # A delete and a re-insert of a key in one commit are not duplicates.
+    assert changes.duplicate_keys(changes.in_replay_order(rows.slice(3, 2), ("id",)), ("id",)) == []
 
 
 def test_target_names():

@@ -5,22 +5,15 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
 import pyarrow as pa
 
 from cdc2ch.errors import SourceError
+from cdc2ch.source.log import Commit, DeltaLog
 
-
-@dataclass(frozen=True)
-class Commit:
-    version: int
-    timestamp: datetime
-    operation: str
-    estimated_rows: int
-    parameters: dict = field(default_factory=dict, compare=False)
+__all__ = ["Commit", "DeltaSource", "normalize_uri"]
 
 
 def normalize_uri(table: str) -> str:
@@ -31,28 +24,6 @@ def normalize_uri(table: str) -> str:
             path = path[1:]
         return os.path.abspath(os.path.expanduser(path))
     return table
-
-
-def estimate_change_rows(operation: str, parameters: dict, metrics: dict) -> int:
-    """Upper-bound estimate of CDF rows a commit produces, from the commit's operation metrics.
-
-    Over-estimates are harmless (smaller reads); the estimate only sizes version ranges.
-    """
-    m = {k: int(v) for k, v in (metrics or {}).items() if str(v).isdigit()}
-    rows = m.get("numOutputRows", 0)
-    rows += m.get("numDeletedRows", 0) + 2 * m.get("numUpdatedRows", 0)
-    rows += m.get("numTargetRowsDeleted", 0) + 2 * m.get("numTargetRowsUpdated", 0)
-    rows += m.get("numTargetRowsInserted", 0)
-    overwrite = (parameters or {}).get("mode") == "Overwrite" or "REPLACE" in operation.upper()
-    if overwrite or "predicate" in (parameters or {}):
-        # Rows of rewritten or removed files are emitted as deletes; scale removed bytes by row width.
-        out_rows, out_bytes = m.get("numOutputRows", 0), m.get("numOutputBytes", 0)
-        removed = m.get("numRemovedBytes", 0)
-        if removed and out_rows and out_bytes:
-            rows += removed * out_rows // out_bytes
-        elif removed:
-            rows += removed // 8
-    return rows
 
 
 CDF_SCHEMA_CONF = {
@@ -70,6 +41,7 @@ class DeltaSource:
         self.spark = spark
         self.uri = normalize_uri(table)
         self._checked = False
+        self._log_reader: DeltaLog | None = None
         # CDF reads use the schema of their end version (versionAsOf), for tables with and without
         # column mapping alike; by default Delta reads old versions with the latest schema and refuses
         # any range older than a schema change, even an added column.
@@ -95,67 +67,51 @@ class DeltaSource:
             self._checked = True
         return DeltaTable.forPath(self.spark, self.uri)
 
+    def _log(self) -> DeltaLog:
+        if self._log_reader is None:
+            self._delta_table()
+            self._log_reader = DeltaLog(self.spark, self.uri)
+        return self._log_reader
+
     def commits(self, start: int = 0, end: int | None = None) -> list[Commit]:
-        """Commits in [start, end] (end: latest) that the log still holds, oldest first."""
-        hist = self._delta_table().history().where(f"version >= {int(start)}")
-        if end is not None:
-            hist = hist.where(f"version <= {int(end)}")
-        rows = hist.selectExpr(
-            "version",
-            "unix_millis(timestamp) AS ts_ms",
-            "operation",
-            "operationParameters",
-            "operationMetrics",
-        ).collect()
-        out = [
-            Commit(
-                version=r["version"],
-                timestamp=_from_ms(r["ts_ms"]),
-                operation=r["operation"],
-                estimated_rows=estimate_change_rows(
-                    r["operation"], r["operationParameters"] or {}, r["operationMetrics"] or {}
-                ),
-                parameters=dict(r["operationParameters"] or {}),
-            )
-            for r in rows
-        ]
-        return sorted(out, key=lambda c: c.version)
-
-    def schema_changes(self, versions: list[int]) -> set[int]:
-        """Which of these versions carry a metaData action (a new schema or table properties).
-
-        A batch CDF read must not span such a version (Delta refuses, even for additive changes), so
-        read ranges start anew at each. Reads the commit files themselves, in one Spark job.
-        """
-        if not versions:
-            return set()
-        from pyspark.sql import functions as F
-
-        log_dir = self.uri.rstrip("/") + "/_delta_log/"
-        files = [f"{log_dir}{v:020d}.json" for v in versions]
+        """Commits in [start, end] (end: latest) that the log still holds, oldest first. Reads the commit
+        files themselves, no Spark job: this runs on every poll that finds new versions."""
+        log = self._log()
         try:
-            rows = (
-                self.spark.read.text(files)
-                .where(F.col("value").contains('"metaData"'))
-                .select("value", "_metadata.file_name")
-                .collect()
-            )
+            end = log.latest_version() if end is None else end
+            if start > end:
+                return []
+            first = log.commit(start)
+            if first is None:  # the log starts later (retention): read only what it still has
+                rest = [v for v in log.versions() if start < v <= end]
+            else:
+                rest = range(start + 1, end + 1)
+            found = [first] + [log.commit(v) for v in rest]
         except Exception as exc:
-            raise self.translate(exc, "the Delta log", versions[0], versions[-1]) from exc
-        return {int(r["file_name"].split(".")[0]) for r in rows if "metaData" in json.loads(r["value"])}
+            raise self.translate(exc, "the Delta log", start, end) from exc
+        return [c for c in found if c is not None]
 
     def schema_at(self, version: int) -> dict:
         """The table's schema (Spark JSON form) as of `version`; reads only the log."""
         return self.snapshot(version).schema.jsonValue()
 
+    def latest_version(self) -> int:
+        try:
+            return self._log().latest_version()
+        except Exception as exc:
+            raise self.translate(exc, "the Delta log", None, None) from exc
+
     def latest(self) -> Commit:
-        row = (
-            self._delta_table()
-            .history(1)
-            .selectExpr("version", "unix_millis(timestamp) AS ts_ms", "operation")
-            .collect()[0]
-        )
-        return Commit(row["version"], _from_ms(row["ts_ms"]), row["operation"], 0)
+        """The newest commit: a few existence checks on the log from the last version seen."""
+        log = self._log()
+        for _ in range(3):
+            try:
+                commit = log.commit(log.latest_version())
+            except Exception as exc:
+                raise self.translate(exc, "the Delta log", None, None) from exc
+            if commit is not None:  # else removed between the two calls: look again
+                return commit
+        raise SourceError(f"The Delta log of {self.uri} changed while it was being read; run again.")
 
     def version_at(self, ts: datetime) -> int:
         """The first version committed at or after ts."""
@@ -221,9 +177,12 @@ class DeltaSource:
         except Exception as exc:  # py4j / pyspark errors carry the Java message
             raise self.translate(exc, what, start, end) from exc
 
-    def translate(self, exc: Exception, what: str, start: int, end: int | None) -> Exception:
+    def translate(self, exc: Exception, what: str, start: int | None, end: int | None) -> Exception:
         text = str(exc)
-        span = f"versions {start}..{end}" if end is not None else f"version {start}"
+        if start is None:
+            span = "the latest version"
+        else:
+            span = f"versions {start}..{end}" if end is not None else f"version {start}"
         if "DELTA_MISSING_CHANGE_DATA" in text or _MISSING_CDF.search(text):
             m = _MISSING_CDF.search(text)
             at = f" (not recorded for version {m.group(1)})" if m else ""
