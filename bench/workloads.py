@@ -39,9 +39,24 @@ from cdc2ch.source.spark import session
 
 SIZES = {
     "full": dict(
-        w1_rows=2_000_000, w1_versions=20, w2_rows=1_000_000, w2_versions=20, w3_seconds=60, w1_scale=10
+        w1_rows=2_000_000,
+        w1_versions=20,
+        w2_rows=1_000_000,
+        w2_versions=20,
+        w3_seconds=60,
+        w1_scale=10,
+        w2_push=True,
     ),
-    "quick": dict(w1_rows=200_000, w1_versions=10, w2_rows=100_000, w2_versions=5, w3_seconds=16, w1_scale=0),
+    # under 3 minutes on 2 cores: fewer versions, and the push-down reader on W1 only
+    "quick": dict(
+        w1_rows=200_000,
+        w1_versions=5,
+        w2_rows=100_000,
+        w2_versions=3,
+        w3_seconds=14,
+        w1_scale=0,
+        w2_push=False,
+    ),
 }
 COLUMNS = "id BIGINT, tenant INT, name STRING, amount DOUBLE, at TIMESTAMP"
 BATCH = 80_000
@@ -181,9 +196,9 @@ def _ts(event: dict) -> float:
 
 
 # -- contenders -------------------------------------------------------------------------------------
-def run_cdc2ch(path: str, start: int, dsn: str, table: str) -> dict:
+def run_cdc2ch(path: str, start: int, dsn: str, table: str, *extra: str) -> dict:
     t0 = time.monotonic()
-    proc, rss = cdc2ch_run(path, table, dsn, "--from-version", str(start), "--once")
+    proc, rss = cdc2ch_run(path, table, dsn, "--from-version", str(start), "--once", *extra)
     _, err = proc.communicate()
     wall = time.monotonic() - t0
     peak = rss.stop()
@@ -258,19 +273,21 @@ def run_native(sink, path: str, start: int, end: int, table_sql: str) -> dict:
 
 # -- W3 ---------------------------------------------------------------------------------------------
 def run_steady(spark, path: str, seconds: float, dsn: str) -> dict:
+    # Steady state: a loaded table the running pipeline has caught up with; then small commits.
     _create(spark, path)
+    _rows(spark, 0, 10_000).write.format("delta").mode("append").save(path)
     proc, rss = cdc2ch_run(path, "w3", dsn, "--poll-interval", "1")
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
     reader.start()
-    while not any('"event": "start"' in ln for ln in lines):
+    while not any('"event": "committed"' in ln and '"version": 1,' in ln for ln in lines):
         if proc.poll() is not None:
             raise SystemExit("cdc2ch run exited:\n" + "".join(lines)[-3000:])
         time.sleep(0.5)
     commits = int(seconds / 2)
     for i in range(commits):
         t = time.monotonic()
-        _rows(spark, i * 100, 100, i).write.format("delta").mode("append").save(path)
+        _rows(spark, 10_000 + i * 100, 100, i).write.format("delta").mode("append").save(path)
         time.sleep(max(0.0, 2 - (time.monotonic() - t)))
     time.sleep(6)
     proc.send_signal(signal.SIGTERM)
@@ -291,10 +308,25 @@ def run_steady(spark, path: str, seconds: float, dsn: str) -> dict:
         if e["event"] == "batch":
             for v in range(e["start"], e["end"] + 1):
                 visible[v] = _ts(e)
-    lat = sorted(visible[v] - committed_at[v] for v in committed_at if v in visible and v > 0)
-    missing = [v for v in committed_at if v > 0 and v not in visible]
+    by_version = {
+        v: round(visible[v] - committed_at[v], 2) for v in sorted(committed_at) if v in visible and v > 0
+    }
+    if os.environ.get("CDC2CH_BENCH_DEBUG"):
+        print("W3 latency by version:", by_version)
+        for e in events("".join(lines)):
+            if e["event"] in ("range_read", "batch", "committed", "warmed_up"):
+                print("  ", e["timestamp"], e["event"], e.get("start"), e.get("end"), e.get("seconds"))
+    lat = sorted(t for v, t in by_version.items() if v > 1)  # version 1: the initial load
+    missing = [v for v in committed_at if v > 1 and v not in visible]
     pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else float("nan")  # noqa: E731
-    return {"p50": pick(0.5), "p95": pick(0.95), "commits": len(lat), "missing": missing, "rss": peak}
+    return {
+        "p50": pick(0.5),
+        "p95": pick(0.95),
+        "commits": len(lat),
+        "missing": missing,
+        "rss": peak,
+        "all": lat,
+    }
 
 
 # -- report -----------------------------------------------------------------------------------------
@@ -327,23 +359,28 @@ def main(size: str) -> None:
                 )
                 shape = spark.read.format("delta").load(path).schema
                 cdc = run_cdc2ch(path, start, cdc_dsn, name.lower())
+                push = None
+                if name == "W1" or p["w2_push"]:
+                    push = run_cdc2ch(path, start, cdc_dsn, name.lower() + "_ch", "--reader", "clickhouse")
                 ref = run_reference(sink, path, start, end, _target(sink, f"ref_{name.lower()}", shape))
                 nat = run_native(sink, path, start, end, _target(sink, f"native_{name.lower()}", shape))
-                rate = {
-                    k: n / r["seconds"] for k, r in (("cdc2ch", cdc), ("reference", ref), ("native", nat))
-                }
+                mine = {"cdc2ch": cdc, "cdc2ch --reader clickhouse": push}
+                mine = {k: r for k, r in mine.items() if r is not None}
+                rate = {k: n / r["seconds"] for k, r in {**mine, "reference": ref, "native": nat}.items()}
                 results[name] = rate
-                say(f"{name} cdc2ch: {rate['cdc2ch']:,.0f} rows/s excluding Spark start-up ({cdc['seconds']:.2f} s), "
-                    f"{n / cdc['wall']:,.0f} rows/s including it ({cdc['wall']:.1f} s); peak RSS "
-                    f"{cdc['rss'] / 2**20:,.0f} MiB")  # fmt: skip
-                say(f"{name} cdc2ch time: Spark CDF read {cdc['split']['read']:.2f} s, ClickHouse inserts "
-                    f"{cdc['split']['insert']:.2f} s, log/schema/offsets {cdc['split']['other']:.2f} s")  # fmt: skip
+                for label, r in mine.items():
+                    say(f"{name} {label}: {rate[label]:,.0f} rows/s excluding Spark start-up ({r['seconds']:.2f} s), "
+                        f"{n / r['wall']:,.0f} rows/s including it ({r['wall']:.1f} s); peak RSS "
+                        f"{r['rss'] / 2**20:,.0f} MiB")  # fmt: skip
+                    say(f"{name} {label} time: CDF read {r['split']['read']:.2f} s, ClickHouse inserts "
+                        f"{r['split']['insert']:.2f} s, log/schema/offsets {r['split']['other']:.2f} s")  # fmt: skip
                 say(
                     f"{name} reference loop (delta-rs): {rate['reference']:,.0f} rows/s ({ref['seconds']:.2f} s)"
                 )
                 say(f"{name} ClickHouse native: {rate['native']:,.0f} rows/s ({nat['seconds']:.2f} s)")
-                say(f"{name} ratios: cdc2ch/reference {rate['cdc2ch'] / rate['reference']:.2f}x, "
-                    f"cdc2ch/native {rate['cdc2ch'] / rate['native']:.2f}x")  # fmt: skip
+                for label in mine:
+                    say(f"{name} ratios {label}: /reference {rate[label] / rate['reference']:.2f}x, "
+                        f"/native {rate[label] / rate['native']:.2f}x")  # fmt: skip
         if p["w1_scale"]:
             # Memory at scale: W1 at 10x its size, cdc2ch alone (bounded by --max-rows-per-read, not backlog).
             path = str(tmp / "w1x")
@@ -371,12 +408,20 @@ def write_results(size: str, lines: list[str], results: dict) -> None:
         f"Machine: {os.cpu_count()} cores. Produced by `bench/workloads.py`.",
         "",
     ]
-    md += ["| workload | cdc2ch rows/s | reference rows/s | native rows/s | cdc2ch/reference | cdc2ch/native |",
-           "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    md += ["| workload | cdc2ch (Spark reader) | cdc2ch --reader clickhouse | reference | native | "
+           "Spark reader / reference, / native | ClickHouse reader / reference, / native |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for w in ("W1", "W2"):
         r = results[w]
-        md.append(f"| {w} | {r['cdc2ch']:,.0f} | {r['reference']:,.0f} | {r['native']:,.0f} | "
-                  f"{r['cdc2ch'] / r['reference']:.2f}x | {r['cdc2ch'] / r['native']:.2f}x |")  # fmt: skip
+        sp, ch = r["cdc2ch"], r.get("cdc2ch --reader clickhouse")
+        pushed = (
+            (f"{ch:,.0f} rows/s", f"{ch / r['reference']:.2f}x, {ch / r['native']:.2f}x")
+            if ch
+            else ("-", "-")
+        )
+        md.append(f"| {w} | {sp:,.0f} rows/s | {pushed[0]} | {r['reference']:,.0f} rows/s | "
+                  f"{r['native']:,.0f} rows/s | {sp / r['reference']:.2f}x, {sp / r['native']:.2f}x | "
+                  f"{pushed[1]} |")  # fmt: skip
     w3 = results["W3"]
     md += ["", f"W3 commit-to-visible: p50 {w3['p50']:.2f} s, p95 {w3['p95']:.2f} s (poll interval 1 s; target "
            f"p95 <= 3 s)."]  # fmt: skip
@@ -394,12 +439,16 @@ def write_results(size: str, lines: list[str], results: dict) -> None:
         print("matplotlib not installed: no chart")
         return
     fig, ax = plt.subplots(figsize=(7, 4))
-    names = ["cdc2ch", "reference", "native"]
+    names = ["cdc2ch", "cdc2ch --reader clickhouse", "reference", "native"]
     for i, w in enumerate(("W1", "W2")):
-        ax.bar([i * 4 + j for j in range(3)], [results[w][n] for n in names], color=["C0", "C1", "C2"])
-    ax.set_xticks([1, 5], ["W1 append-heavy", "W2 MERGE-heavy"])
+        ax.bar(
+            [i * 5 + j for j in range(4)],
+            [results[w].get(n, 0) for n in names],
+            color=["C0", "C3", "C1", "C2"],
+        )
+    ax.set_xticks([1.5, 6.5], ["W1 append-heavy", "W2 MERGE-heavy"])
     ax.set_ylabel("change rows/s (excl. Spark start-up)")
-    ax.legend([plt.Rectangle((0, 0), 1, 1, color=f"C{i}") for i in range(3)], names)
+    ax.legend([plt.Rectangle((0, 0), 1, 1, color=c) for c in ("C0", "C3", "C1", "C2")], names)
     fig.tight_layout()
     fig.savefig(HERE / f"results{'' if size == 'full' else '-quick'}.png", dpi=100)
 

@@ -137,6 +137,18 @@ def main():
     """
 
 
+reader_option = click.option(
+    "--reader",
+    type=click.Choice(["spark", "clickhouse"]),
+    default="spark",
+    show_default=True,
+    help="spark: Spark reads the Delta table (run: its change data feed) and cdc2ch inserts Arrow batches. "
+    "clickhouse: ClickHouse reads the Delta files itself in one INSERT ... SELECT FROM deltaLakeLocal/deltaLake "
+    "per range (run: with delta_lake_snapshot_start/end_version), several times faster; needs ClickHouse to "
+    "reach the lake (local paths for the embedded target, S3/HTTP(S) with the server's credentials).",
+)
+
+
 def pipeline_options(fn):
     """Options shared by `run` and `snapshot`: which table goes where, and how to write it."""
     options = [
@@ -256,6 +268,7 @@ def build_config(table, primary_key, target, pipeline, spark_master, spark_conf,
     "partitions straight into a ClickHouse server (task retries are deduplicated). auto: executors on a "
     "cluster with a server target, driver otherwise.",
 )
+@reader_option
 @click.option(
     "--immutable-keys",
     is_flag=True,
@@ -282,15 +295,7 @@ def run(log_format, log_level, **options):
     default=None,
     help="The Delta version to load. Default: the latest. `run` then continues at version + 1.",
 )
-@click.option(
-    "--reader",
-    type=click.Choice(["spark", "clickhouse"]),
-    default="spark",
-    show_default=True,
-    help="spark: Spark reads the table and cdc2ch inserts Arrow batches. clickhouse: ClickHouse reads "
-    "the Delta files itself (INSERT ... SELECT FROM deltaLakeLocal/deltaLake); needs ClickHouse to "
-    "reach the lake.",
-)
+@reader_option
 @click.option(
     "--reset",
     is_flag=True,

@@ -19,6 +19,7 @@ from cdc2ch.config import RunConfig, TargetName
 from cdc2ch.errors import ConfigError, SchemaChangeError, SinkError, SourceError, StateError
 from cdc2ch.lock import PipelineLock
 from cdc2ch.sink import Sink, distributed
+from cdc2ch.source import pushdown
 from cdc2ch.source.delta import Commit, DeltaSource
 from cdc2ch.state import PipelineState, StateStore
 
@@ -103,6 +104,10 @@ class TableJob:
         self.lock = PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl)
         self.writer = "driver"  # `run` chooses once its inputs are checked
 
+    def raw_rows(self) -> int:
+        """Rows stored in the target, tombstones and not yet merged versions included."""
+        return int(self.sink.query_rows(f"SELECT count() FROM {self.table_sql}", what="count rows")[0][0])
+
     def prepare_target(self, types: dict[str, str], comment: str | None = None) -> schema.SchemaDiff:
         """Create the target table, or evolve it to take rows of `types` (add columns, widen types).
 
@@ -181,6 +186,14 @@ class Replicator(TableJob):
         """driver: collect each range and insert from this process. executors: Spark tasks insert their own
         partitions (server targets only). auto: executors on a cluster with a server target."""
         wanted, remote = self.cfg.writer, self.sink.task_client is not None
+        if self.cfg.reader == "clickhouse":
+            if wanted == "executors":
+                raise ConfigError(
+                    "--reader clickhouse has ClickHouse read and insert the changes itself, so Spark tasks have "
+                    "nothing to write: drop --writer executors, or use --reader spark."
+                )
+            pushdown.lake_function(self.source.uri)  # refuses a URI ClickHouse cannot read, before any write
+            return "clickhouse"
         if wanted == "executors" and not remote:
             raise ConfigError(
                 "--writer executors needs a ClickHouse server target: the embedded engine lives inside this "
@@ -278,6 +291,8 @@ class Replicator(TableJob):
     ) -> RangeResult:
         cfg = self.cfg
         t0 = time.monotonic()
+        if self.writer == "clickhouse":
+            return self._replicate_in_clickhouse(cdf, start, end, t0)
         frame = changes.to_table_rows(cdf, cfg.immutable_keys)
         if self.writer == "executors":
             return self._replicate_on_executors(frame, start, end, estimate, t0)
@@ -357,6 +372,65 @@ class Replicator(TableJob):
         )
         return RangeResult(start, end, rows, True)
 
+    def _replicate_in_clickhouse(self, cdf, start: int, end: int, t0: float) -> RangeResult:
+        """Push-down: one INSERT ... SELECT in which ClickHouse reads the range's change data feed itself.
+
+        A replay sends the same statement with the same deduplication token; rows ClickHouse stores again
+        anyway (its blocks need not repeat exactly) carry the same keys and versions, so FINAL is unchanged.
+        """
+        cfg = self.cfg
+        columns = [c for c in cdf.columns if c not in pushdown.CDF_COLUMNS]
+        before = self.raw_rows()
+        try:
+            with self.sink.reads_files():
+                summary = self.sink.command(
+                    pushdown.cdf_insert(self.table_sql, self.source.uri, columns, cfg.immutable_keys),
+                    what=f"read versions {start}..{end} of {self.source.uri} into {self.table_sql}",
+                    settings={
+                        "delta_lake_snapshot_start_version": start,
+                        "delta_lake_snapshot_end_version": end,
+                        "insert_null_as_default": 0,  # a null key fails the insert instead of becoming 0 or ''
+                        "insert_deduplicate": 1,
+                        "insert_deduplication_token": f"{cfg.pipeline}:{start}-{end}:clickhouse",
+                    },
+                )
+        except SinkError as exc:
+            if "NULL" in str(exc) and ("Nullable" in str(exc) or "CANNOT_INSERT_NULL" in str(exc)):
+                found = self._null_keys_in_lake(start, end)
+                if found is not None:
+                    raise found from exc
+            raise
+        # A server reports the rows written; the embedded engine does not, so count (a background merge
+        # at the same moment can make this a little low; it only feeds the rows_written figure).
+        rows = int(getattr(summary, "written_rows", 0) or 0) or max(self.raw_rows() - before, 0)
+        self.log.info(
+            "batch",
+            start=start,
+            end=end,
+            batch=0,
+            rows=rows,
+            reader="clickhouse",
+            seconds=round(time.monotonic() - t0, 3),
+        )
+        return RangeResult(start, end, rows, True)
+
+    def _null_keys_in_lake(self, start: int, end: int) -> SourceError | None:
+        """The insert failed on a null: count the null keys (on this error path only) to say where."""
+        lake = pushdown.lake_function(self.source.uri)
+        settings = {"delta_lake_snapshot_start_version": start, "delta_lake_snapshot_end_version": end}
+        for key in self.cfg.primary_key:
+            with self.sink.reads_files():
+                nulls, version = self.sink.query_rows(
+                    f"SELECT count(), min(_commit_version) FROM {lake} WHERE {schema.quote(key)} IS NULL "
+                    f"SETTINGS " + ", ".join(f"{k} = {v}" for k, v in settings.items()),
+                    what="count null keys",
+                )[0]
+            if nulls:
+                return changes.null_key_error(
+                    nulls, key, version, f"versions {start}..{end} of {self.source.uri}"
+                )
+        return None
+
     # -- resync -----------------------------------------------------------------------------------
     def resync_table(self) -> TargetName:
         return TargetName(self.cfg.target.database, self.cfg.target.table + RESYNC_SUFFIX)
@@ -410,6 +484,21 @@ class Replicator(TableJob):
             self._drop_resync_table("drop the replaced table")
         return state
 
+    def warm_up(self) -> None:
+        """A service's first change should be visible as quickly as the rest: a fresh JVM spends seconds
+        loading and compiling the CDF read path on its first read, so pay that at start-up by reading one
+        row of the newest commit's changes. Best effort: a failure here only means a slower first read."""
+        t0 = time.monotonic()
+        try:
+            latest = self.source.latest_version()
+            changes.to_table_rows(self.source.changes(latest, latest), self.cfg.immutable_keys).limit(
+                1
+            ).toArrow()
+        except Exception as exc:  # e.g. no change data for that version: the real reads will say so
+            self.log.debug("warm_up_skipped", reason=str(exc)[:200])
+            return
+        self.log.info("warmed_up", seconds=round(time.monotonic() - t0, 3))
+
     def run(self) -> PipelineState:
         """Catch up, then (unless --once) poll until asked to stop."""
         try:
@@ -420,12 +509,16 @@ class Replicator(TableJob):
                 target=str(self.cfg.target),
                 committed=state.committed_version,
             )
+            if not self.cfg.once:
+                self.warm_up()
             while not self.stop.is_set():
-                if state.committed_version < self.source.latest_version():
+                before = state.committed_version
+                if before < self.source.latest_version():
                     state = self.catch_up(state)
                 if self.cfg.once:
                     break
-                self.stop.wait(self.cfg.poll_interval)
+                if state.committed_version == before:  # nothing new: wait; else look again at once
+                    self.stop.wait(self.cfg.poll_interval)
         finally:
             self.lock.release()
         self.log.info("stopped", committed=state.committed_version, rows_written=state.rows_written)

@@ -21,23 +21,8 @@ from cdc2ch.pipeline import TableJob
 from cdc2ch.progress import Progress
 from cdc2ch.source.chunked import ChunkedFrame
 from cdc2ch.source.delta import Commit
+from cdc2ch.source.pushdown import lake_function
 from cdc2ch.state import PipelineState
-
-
-def lake_function(uri: str) -> str:
-    """The ClickHouse table function that reads this Delta table itself."""
-    parts = urlsplit(uri)
-    if parts.scheme in ("", "file"):
-        return f"deltaLakeLocal({schema.literal(unquote(parts.path))})"
-    if parts.scheme in ("s3", "s3a"):
-        url = f"https://{parts.netloc}.s3.amazonaws.com{parts.path.rstrip('/')}/"
-        return f"deltaLake({schema.literal(url)})"
-    if parts.scheme in ("http", "https"):
-        return f"deltaLake({schema.literal(uri.rstrip('/') + '/')})"
-    raise SourceError(
-        f"--reader clickhouse cannot read {uri}: ClickHouse reads local paths and S3/HTTP(S) URLs "
-        f"(credentials from the server's own S3 settings). Use the default --reader spark for this table."
-    )
 
 
 def _file_path(spark_file: str) -> str:
@@ -157,7 +142,7 @@ class Snapshotter(TableJob):
             if self.stop.is_set():
                 return None
             paths = ", ".join(schema.literal(p) for p in group)
-            before = self._count()
+            before = self.raw_rows()
             with self.sink.reads_files():
                 self.sink.command(
                     f"INSERT INTO {self.table_sql} ({cols}, _commit_version, _commit_timestamp, _change_type, "
@@ -170,15 +155,12 @@ class Snapshotter(TableJob):
                         "insert_deduplication_token": f"{cfg.pipeline}:snap{version}:{plan}:{chunk}",
                     },
                 )
-            n = max(self._count() - before, 0)
+            n = max(self.raw_rows() - before, 0)
             self.store.chunk_done(cfg.pipeline, version, plan, chunk, n)
             self.log.info("chunk", version=version, chunk=chunk, of=count, rows=n, files=len(group))
             progress.advance(n, 1)
         progress.done()
         return sum(self.store.chunks_done(cfg.pipeline, version, plan).values())
-
-    def _count(self) -> int:
-        return int(self.sink.query_rows(f"SELECT count() FROM {self.table_sql}", what="count rows")[0][0])
 
     # -- finish -----------------------------------------------------------------------------------
     def _sweep(self, version: int, ts_ms: int, columns: list[str]) -> None:

@@ -93,6 +93,20 @@ def test_status_and_query(spark, cli, database, small_table):
             "contains a password",
         ),
         (lambda p, t: ["--table", p, "--primary-key", "id", "--clickhouse", "mysql://x"], 1, "not a DSN"),
+        (
+            lambda p, t: [
+                "--table",
+                p,
+                "--primary-key",
+                "id",
+                "--reader",
+                "clickhouse",
+                "--writer",
+                "executors",
+            ],
+            2,
+            "drop --writer executors, or use --reader spark",
+        ),
     ],
     ids=[
         "missing-path",
@@ -102,6 +116,7 @@ def test_status_and_query(spark, cli, database, small_table):
         "bad-spark-conf",
         "password-in-dsn",
         "bad-dsn",
+        "pushdown-with-executors",
     ],
 )
 def test_bad_input_is_refused_without_writing(
@@ -130,16 +145,29 @@ def test_cdf_not_enabled(spark, cli, database, tmp_path):
     )
 
 
-def test_null_key_is_refused(spark, sink, cli, database, tmp_path):
+@pytest.mark.parametrize("reader", ["spark", "clickhouse"])
+def test_null_key_is_refused(reader, spark, sink, cli, database, tmp_path):
     path = str(tmp_path / "nullkey")
     create_table(spark, path, COLS)
     spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'a'), (NULL, 'b')")
+    target = f"{database}.nullkey_{reader}"
     result = cli(
-        "run", "--table", path, "--primary-key", "id", "--target", f"{database}.nullkey", "--once", expect=1
+        "run",
+        "--table",
+        path,
+        "--primary-key",
+        "id",
+        "--target",
+        target,
+        "--once",
+        "--reader",
+        reader,
+        expect=1,
     )
+    assert "1 row(s) in versions 0..1" in " ".join(result.stderr.split())
     assert "null in primary-key column 'id'" in " ".join(result.stderr.split())
     assert sink.query_rows(
-        f"SELECT committed_version FROM {database}.cdc2ch_state FINAL WHERE pipeline = '{database}.nullkey'"
+        f"SELECT committed_version FROM {database}.cdc2ch_state FINAL WHERE pipeline = '{target}'"
     ) == [(-1,)]
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
+import pytest
+
 from cdc2ch.config import TargetName
 from tests.helpers import assert_replicated, clickhouse_rows, normalize
 
@@ -106,17 +108,18 @@ ROWS = [
 SCALARS = ["k", "b", "i8", "i16", "i32", "i64", "f32", "f64", "d38", "d9", "s", "bin", "dte", "ts", "tsn"]
 
 
-def test_all_types_round_trip(spark, sink, cli, database, tmp_path):
+@pytest.mark.parametrize("reader", ["spark", "clickhouse"])
+def test_all_types_round_trip(reader, spark, sink, cli, database, tmp_path):
     path = str(tmp_path / "types")
     df = spark.createDataFrame(ROWS, SCHEMA)
     df.write.format("delta").option("delta.enableChangeDataFeed", "true").save(path)
     spark.sql(f"UPDATE delta.`{path}` SET s = concat(s, '!') WHERE k = 3")
-    target = TargetName(database, "types")
-    cli.replicate("run", path, target, "--once", key="k")
+    target = TargetName(database, f"types_{reader}")
+    cli.replicate("run", path, target, "--once", "--reader", reader, key="k")
 
     types = dict(
         sink.query_rows(
-            f"SELECT name, type FROM system.columns WHERE database = '{database}' AND table = 'types'"
+            f"SELECT name, type FROM system.columns WHERE database = '{database}' AND table = '{target.table}'"
         )
     )
     assert types["k"] == "Int64"  # key column: never Nullable
@@ -131,6 +134,16 @@ def test_all_types_round_trip(spark, sink, cli, database, tmp_path):
     assert types["arr"] == "Array(Nullable(Int32))" and types["m"] == "Map(String, Nullable(Int32))"
     assert types["st"] == "Tuple(a Nullable(Int32), b Nullable(String), c Array(Nullable(Float64)))"
 
+    if reader == "clickhouse":
+        # ClickHouse's Delta reader takes Spark's default INT96 timestamps through nanoseconds: a TIMESTAMP after
+        # 2262-04-11 wraps around (TIMESTAMP_NTZ is stored as microseconds and is fine). Documented limit of
+        # --reader clickhouse; this fails once ClickHouse reads them right.
+        (wrapped,) = sink.query_rows(f"SELECT ts FROM {target} FINAL WHERE k = 2")[0]
+        assert wrapped.year == 1715
+        sink.command(
+            f"ALTER TABLE {target} UPDATE ts = toDateTime64('2299-12-31 23:59:59.999999', 6, 'UTC') WHERE k = 2",
+            settings={"mutations_sync": 1},
+        )
     # Every value, nested ones included, compares equal (NaN to NaN, bytes to bytes).
     assert_replicated(spark, sink, path, target)
     got = {r[0]: r for r in clickhouse_rows(sink, target, SCALARS)}

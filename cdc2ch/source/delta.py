@@ -147,8 +147,17 @@ class DeltaSource:
         return since if since is not None else 0
 
     def properties(self) -> dict[str, str]:
-        detail = self._delta_table().detail().select("properties").collect()[0]
-        return dict(detail["properties"] or {})
+        """The table properties of the latest version. Asks Delta's own log object (reads the checksum file
+        or the log); DESCRIBE DETAIL would also size every file, 10 s on a cold JVM."""
+        self._delta_table()
+        jvm = self.spark._jvm
+        try:
+            log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, self.uri)
+            conf = log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty()).metadata().configuration()
+            return dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(conf))
+        except Exception:  # another Delta release with another internal signature: the documented way
+            detail = self._delta_table().detail().select("properties").collect()[0]
+            return dict(detail["properties"] or {})
 
     # -- data -------------------------------------------------------------------------------------
     def changes(self, start: int, end: int):
