@@ -27,6 +27,7 @@ log = structlog.get_logger("cdc2ch.pipeline")
 
 MAX_VERSIONS_PER_READ = 1000
 MAX_TASK_PARTITIONS = 256
+PUSHDOWN_RANGE_FACTOR = 10
 RESYNC_SUFFIX = "__cdc2ch_resync"
 _MARKER = "cdc2ch: rebuilt by resync of pipeline {pipeline} at Delta version {version}"
 
@@ -230,13 +231,13 @@ class Replicator(TableJob):
             return state
         self._check_contiguous(start, commits)
         breaks = {c.version for c in commits if c.metadata}  # a CDF read may not span one
-        ranges = plan_ranges(commits, self.cfg.max_rows_per_read, breaks=breaks)
+        ranges = plan_ranges(commits, self.rows_per_range(), breaks=breaks)
         if state.interrupted_range:
             # Replay exactly what the interrupted attempt was writing: same batches, same tokens.
             s0, e0 = state.interrupted_range
             self.log.info("resuming_interrupted_range", start=s0, end=e0)
             ranges = [(s0, e0)] + plan_ranges(
-                [c for c in commits if c.version > e0], self.cfg.max_rows_per_read, breaks=breaks
+                [c for c in commits if c.version > e0], self.rows_per_range(), breaks=breaks
             )
         by_version = {c.version: c for c in commits}
         for s, e in ranges:
@@ -257,6 +258,13 @@ class Replicator(TableJob):
             self.store.save(state)
             self.log.info("committed", version=e, rows=result.rows, total_rows=state.rows_written)
         return state
+
+    def rows_per_range(self) -> int:
+        """A range read by Spark is collected whole, so --max-rows-per-read bounds it. ClickHouse streams its
+        own reads: there the bound only limits what a crash makes it replay, and fewer, larger statements
+        save it re-reading the Delta log for each."""
+        factor = PUSHDOWN_RANGE_FACTOR if self.writer == "clickhouse" else 1
+        return self.cfg.max_rows_per_read * factor
 
     def _check_contiguous(self, start: int, commits: list[Commit]) -> None:
         """Versions missing from the log (expired by log retention) cannot be replayed: never skip them."""

@@ -153,7 +153,11 @@ class DeltaSource:
         jvm = self.spark._jvm
         try:
             log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, self.uri)
-            conf = log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty()).metadata().configuration()
+            conf = (
+                log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+                .metadata()
+                .configuration()
+            )
             return dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(conf))
         except Exception:  # another Delta release with another internal signature: the documented way
             detail = self._delta_table().detail().select("properties").collect()[0]

@@ -30,7 +30,7 @@ LOCAL_CONF = {
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "4",
     "spark.databricks.delta.snapshotPartitions": "2",
-    "spark.driver.memory": "2g",
+    "spark.driver.memory": "1g",  # ranges are bounded (--max-rows-per-read); keeps the process tree under 2 GiB
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
 }
 
