@@ -37,26 +37,11 @@ from cdc2ch.config import SparkSettings, TargetName
 from cdc2ch.sink import connect
 from cdc2ch.source.spark import session
 
+# quick: under 3 minutes on 2 cores (fewer versions, the push-down reader on W1 only)
+_W = ("w1_rows", "w1_versions", "w2_rows", "w2_versions", "w3_seconds", "w1_scale", "w2_push")
 SIZES = {
-    "full": dict(
-        w1_rows=2_000_000,
-        w1_versions=20,
-        w2_rows=1_000_000,
-        w2_versions=20,
-        w3_seconds=60,
-        w1_scale=10,
-        w2_push=True,
-    ),
-    # under 3 minutes on 2 cores: fewer versions, and the push-down reader on W1 only
-    "quick": dict(
-        w1_rows=200_000,
-        w1_versions=5,
-        w2_rows=100_000,
-        w2_versions=3,
-        w3_seconds=14,
-        w1_scale=0,
-        w2_push=False,
-    ),
+    "full": dict(zip(_W, (2_000_000, 20, 1_000_000, 20, 60, 10, True))),
+    "quick": dict(zip(_W, (200_000, 5, 100_000, 3, 14, 0, False))),
 }
 COLUMNS = "id BIGINT, tenant INT, name STRING, amount DOUBLE, at TIMESTAMP"
 BATCH = 80_000

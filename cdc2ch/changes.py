@@ -66,11 +66,12 @@ def snapshot_rows(snapshot, version: int, timestamp_ms: int):
     )
 
 
-def in_replay_order(rows: pa.Table, primary_key: tuple[str, ...]) -> pa.Table:
-    """A deterministic order, so a replayed range produces the same batches (and dedup tokens match)."""
-    if rows.num_rows == 0:
-        return rows
-    return rows.sort_by([("_version", "ascending")] + [(k, "ascending") for k in primary_key])
+def replay_order(rows: pa.Table, primary_key: tuple[str, ...]) -> pa.Array:
+    """Row indices in a deterministic order, so a replayed range produces the same batches (and dedup
+    tokens match). Indices, not a sorted copy: batches are taken from them one at a time."""
+    return pc.sort_indices(
+        rows, sort_keys=[("_version", "ascending")] + [(k, "ascending") for k in primary_key]
+    )
 
 
 def check_keys(rows: pa.Table, primary_key: tuple[str, ...], where: str) -> None:
@@ -102,19 +103,22 @@ def batch_token(prefix: str, batch: pa.Table) -> str:
     return f"{prefix}:{hashlib.sha1(sink.getvalue()).hexdigest()[:20]}"
 
 
-def batches(rows: pa.Table, batch_size: int):
-    """Split into insert batches of at most batch_size rows (zero-copy slices)."""
+def batches(rows: pa.Table, batch_size: int, order: pa.Array | None = None):
+    """Insert batches of at most batch_size rows: zero-copy slices, or taken in `order` one batch at a time."""
     for offset in range(0, rows.num_rows, batch_size):
-        yield rows.slice(offset, batch_size)
+        yield rows.slice(offset, batch_size) if order is None else rows.take(order.slice(offset, batch_size))
 
 
-def duplicate_keys(rows: pa.Table, primary_key: tuple[str, ...], limit: int = 10) -> list[dict]:
+def duplicate_keys(
+    rows: pa.Table, primary_key: tuple[str, ...], order: pa.Array, limit: int = 10
+) -> list[dict]:
     """Keys written live more than once by one commit: the Delta table holds duplicate keys, and
     ClickHouse will keep only one of those rows. One summary per version (at most `limit`).
 
-    `rows` must be in replay order, where such rows sit next to each other: one vectorised comparison of
-    each row with the next finds them, and only the rare tables that have some pay for the summary.
+    In replay `order` such rows sit next to each other: one vectorised comparison of each row with the
+    next finds them, and only the rare tables that have some pay for the summary.
     """
+    rows = rows.select(["_commit_version", "_version", "_is_deleted", *primary_key]).take(order)
     n = rows.num_rows
     if n < 2:
         return []

@@ -11,7 +11,7 @@ from cdc2ch.errors import ConfigError
 
 DEFAULT_DATABASE = "cdc2ch"
 DEFAULT_BATCH_SIZE = 80_000
-DEFAULT_MAX_ROWS_PER_READ = 1_000_000
+DEFAULT_MAX_ROWS_PER_READ = 500_000
 
 
 def default_data_dir() -> Path:

@@ -308,13 +308,12 @@ class Replicator(TableJob):
         read_s = time.monotonic() - t0
         where = f"versions {start}..{end} of {self.source.uri}"
         changes.check_keys(rows, cfg.primary_key, where)
-        rows = changes.in_replay_order(rows, cfg.primary_key)
-        for dup in changes.duplicate_keys(rows, cfg.primary_key):
+        order = changes.replay_order(rows, cfg.primary_key)
+        for dup in changes.duplicate_keys(rows, cfg.primary_key, order):
             self.log.warning("duplicate_keys", where=where, **dup)
         self.log.info("range_read", start=start, end=end, rows=rows.num_rows, seconds=round(read_s, 3))
         written = 0
-        pieces = list(changes.batches(rows, cfg.batch_size))
-        for i, batch in enumerate(pieces):
+        for i, batch in enumerate(changes.batches(rows, cfg.batch_size, order)):
             if self.stop.is_set():
                 self.log.warning(
                     "range_abandoned",

@@ -106,10 +106,10 @@ class Snapshotter(TableJob):
             if data is not None:
                 where = f"version {version} of {self.source.uri}"
                 changes.check_keys(data, cfg.primary_key, where)
-                data = changes.in_replay_order(data, cfg.primary_key)
-                for dup in changes.duplicate_keys(data, cfg.primary_key):
+                order = changes.replay_order(data, cfg.primary_key)
+                for dup in changes.duplicate_keys(data, cfg.primary_key, order):
                     self.log.warning("duplicate_keys", where=where, chunk=chunk, **dup)
-                for i, batch in enumerate(changes.batches(data, cfg.batch_size)):
+                for i, batch in enumerate(changes.batches(data, cfg.batch_size, order)):
                     token = changes.batch_token(f"{cfg.pipeline}:snap{version}:{plan}:{chunk}:{i}", batch)
                     n += self.sink.insert_arrow(self.table_sql, batch, token)
             self.store.chunk_done(cfg.pipeline, version, plan, chunk, n)

@@ -85,11 +85,15 @@ def test_duplicate_keys_are_found_next_to_each_other_in_replay_order():
             "_version": [23, 23, 23, 22, 23, 27, 27],
         }
     )
-    ordered = changes.in_replay_order(rows.take([6, 3, 0, 4, 1, 5, 2]), ("id",))
-    found = changes.duplicate_keys(ordered, ("id",))
+    shuffled = rows.take([6, 3, 0, 4, 1, 5, 2])
+    found = changes.duplicate_keys(shuffled, ("id",), changes.replay_order(shuffled, ("id",)))
     assert [(d["version"], d["duplicate_keys"], d["extra_rows"]) for d in found] == [(5, 1, 2), (6, 1, 1)]
     # A delete and a re-insert of a key in one commit are not duplicates.
-    assert changes.duplicate_keys(changes.in_replay_order(rows.slice(3, 2), ("id",)), ("id",)) == []
+    pair = rows.slice(3, 2)
+    assert changes.duplicate_keys(pair, ("id",), changes.replay_order(pair, ("id",))) == []
+    # Batches come out in replay order, whatever order the rows arrived in.
+    ordered = pa.concat_tables(changes.batches(shuffled, 3, changes.replay_order(shuffled, ("id",))))
+    assert ordered.column("_version").to_pylist() == [22, 23, 23, 23, 23, 27, 27]
 
 
 def test_target_names():
