@@ -151,19 +151,7 @@ def test_null_key_is_refused(reader, spark, sink, cli, database, tmp_path):
     create_table(spark, path, COLS)
     spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'a'), (NULL, 'b')")
     target = f"{database}.nullkey_{reader}"
-    result = cli(
-        "run",
-        "--table",
-        path,
-        "--primary-key",
-        "id",
-        "--target",
-        target,
-        "--once",
-        "--reader",
-        reader,
-        expect=1,
-    )
+    result = cli.replicate("run", path, target, "--once", "--reader", reader, expect=1)
     assert "1 row(s) in versions 0..1" in " ".join(result.stderr.split())
     assert "null in primary-key column 'id'" in " ".join(result.stderr.split())
     assert sink.query_rows(
