@@ -107,3 +107,25 @@ def run_demo(demo_dir: str, echo: Callable[[str], None]) -> bool:
     echo("")
     echo(f'Look inside: cdc2ch query "SELECT * FROM cdc2ch.customers FINAL" --clickhouse {dsn}')
     return match
+
+
+if __name__ == "__main__":
+    # `python -m cdc2ch.demo --write-table PATH`: only the demo's Delta table, for setups that replicate it
+    # themselves (docker-compose.yml). An existing table is left alone, so reruns are harmless.
+    import argparse
+
+    from cdc2ch.config import SparkSettings
+
+    parser = argparse.ArgumentParser(
+        prog="python -m cdc2ch.demo", description="Write the demo Delta table (CDF on) and nothing else."
+    )
+    parser.add_argument("--write-table", required=True, metavar="PATH", help="where to write the Delta table")
+    parser.add_argument("--spark-master", default="local[2]", help="Spark master (default: local[2])")
+    args = parser.parse_args()
+    table = Path(args.write_table).resolve()
+    if (table / "_delta_log").is_dir():
+        print(f"Delta table {table} already exists; left as is.")
+    else:
+        for line in build_table(session(SparkSettings(master=args.spark_master)), str(table)):
+            print(line)
+        print(f"Wrote the demo Delta table at {table} (primary key: id).")
