@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import os
+import re
+import sys
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from cdc2ch.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 DEFAULT_DATABASE = "cdc2ch"
 DEFAULT_BATCH_SIZE = 80_000
@@ -154,3 +161,113 @@ class RunConfig:
             raise ConfigError(f"--lock-ttl must be at least 1 second (got {self.lock_ttl}).")
         if self.poll_interval <= 0:
             raise ConfigError(f"--poll-interval must be positive (got {self.poll_interval}).")
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"(?:\d+[smhdw])+")
+_PART = re.compile(r"(\d+)([smhdw])")
+
+
+def parse_duration(text: str, option: str) -> timedelta:
+    """`30s`, `15m`, `12h`, `7d`, `2w` (or several, as in `1d12h`) or `0`."""
+    value = (text or "").strip().lower().replace(" ", "")
+    if value == "0":
+        return timedelta(0)
+    if _DURATION.fullmatch(value):
+        seconds = sum(int(n) * _UNITS[unit] for n, unit in _PART.findall(value))
+        try:
+            return timedelta(seconds=seconds)
+        except OverflowError:
+            pass
+    raise ConfigError(
+        f"{option} {text!r} is not a duration cdc2ch understands. Give a whole number followed by a unit: "
+        f"s (seconds), m (minutes), h (hours), d (days) or w (weeks), e.g. 7d or 12h, several together as "
+        f"in 1d12h, or 0."
+    )
+
+
+# -- config files -------------------------------------------------------------------------------------
+# Options that concern the whole process; a [[pipelines]] entry may not set them.
+PROCESS_OPTIONS = frozenset(
+    {
+        "clickhouse",
+        "spark-master",
+        "spark-conf",
+        "log-format",
+        "log-level",
+        "metrics-port",
+        "once",
+        "poll-interval",
+    }
+)
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    """A cdc2ch.toml: top-level keys are options for every pipeline, each [[pipelines]] entry names one
+    table and may override per-pipeline options. Keys are option names without dashes (`primary-key`;
+    `primary_key` works too). Without [[pipelines]] the top level is the one pipeline."""
+
+    path: str
+    common: dict
+    pipelines: tuple[dict, ...]
+
+    @classmethod
+    def load(cls, path: str, known: set[str]) -> "ConfigFile":
+        try:
+            with open(path, "rb") as fh:
+                data = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(
+                f"Config file {path} does not exist. Pass the path of a cdc2ch.toml (see deploy/cdc2ch.toml.example)."
+            ) from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(
+                f"Config file {path} is not valid TOML: {exc}. Fix the file and run again."
+            ) from None
+        entries = data.pop("pipelines", None)
+        if entries is None:
+            entries = [{}]
+        if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
+            raise ConfigError(
+                f"Config file {path}: `pipelines` must be a list of tables, written as [[pipelines]] sections, "
+                f"each with at least `table` and `primary-key`."
+            )
+        common = _normalized(data, path, "the top level", known)
+        pipeline_keys = known - PROCESS_OPTIONS
+        pipelines = tuple(
+            _normalized(e, path, f"[[pipelines]] entry {i + 1}", pipeline_keys | {"name"})
+            for i, e in enumerate(entries)
+        )
+        return cls(path, common, pipelines)
+
+    def pipeline_ids(self) -> list[tuple[str, TargetName]]:
+        """(pipeline name, target) of each entry, as `run` would name them."""
+        out = []
+        for i, entry in enumerate(self.pipelines):
+            values = {**self.common, **entry}
+            if not values.get("target") and not values.get("table"):
+                raise ConfigError(f"Config file {self.path}: [[pipelines]] entry {i + 1} has no `table`.")
+            target = (
+                TargetName.parse(values["target"])
+                if values.get("target")
+                else TargetName.for_source(values["table"])
+            )
+            out.append((values.get("name") or values.get("pipeline") or str(target), target))
+        return out
+
+
+def _normalized(section: dict, path: str, where: str, known: set[str]) -> dict:
+    out = {}
+    for key, value in section.items():
+        name = key.replace("_", "-")
+        if name not in known:
+            hint = (
+                " (it concerns the whole process: set it at the top level)" if name in PROCESS_OPTIONS else ""
+            )
+            raise ConfigError(
+                f"Config file {path}: unknown key {key!r} in {where}{hint}. Keys are `cdc2ch run` option names "
+                f"without the leading dashes; valid here: {', '.join(sorted(known))}."
+            )
+        out[name] = value
+    return out

@@ -18,6 +18,8 @@ from cdc2ch import changes, schema
 from cdc2ch.config import RunConfig, TargetName
 from cdc2ch.errors import ConfigError, SchemaChangeError, SinkError, SourceError, StateError
 from cdc2ch.lock import PipelineLock
+from cdc2ch.metrics import Metrics, PipelineMetrics
+from cdc2ch.progress import Progress
 from cdc2ch.sink import Sink, distributed
 from cdc2ch.source import pushdown
 from cdc2ch.source.delta import Commit, DeltaSource
@@ -94,8 +96,16 @@ class RangeResult:
 class TableJob:
     """One Delta table into one ClickHouse table, with its offsets; `stop` asks it to end early."""
 
-    def __init__(self, cfg: RunConfig, source: DeltaSource, sink: Sink, stop: threading.Event | None = None):
+    def __init__(
+        self,
+        cfg: RunConfig,
+        source: DeltaSource,
+        sink: Sink,
+        stop: threading.Event | None = None,
+        metrics: PipelineMetrics | None = None,
+    ):
         self.cfg = cfg
+        self.metrics = metrics or Metrics().pipeline(cfg.pipeline)
         self.source = source
         self.sink = sink
         self.store = StateStore(sink, cfg.target.database)
@@ -127,11 +137,9 @@ class TableJob:
 
 class Replicator(TableJob):
     # -- start-up ---------------------------------------------------------------------------------
-    def initial_state(self) -> PipelineState:
-        """Where to start: the stored offset, or --from-version/--from-timestamp for a new pipeline.
-
-        Everything is checked before anything is written.
-        """
+    def check_inputs(self) -> tuple[int, PipelineState | None]:
+        """Check table, keys, change data feed, offsets and options, writing nothing (what `validate` runs).
+        Returns the first version to replicate and the stored state."""
         cfg = self.cfg
         uri = self.source.uri
         latest = self.source.latest().version
@@ -162,8 +170,17 @@ class Replicator(TableJob):
                 f"--version {since}` (or a later version); `cdc2ch run` then continues after the snapshot."
             )
         schema.column_types(self.source.snapshot(latest).schema.jsonValue(), cfg.primary_key)
-
         self.writer = self.choose_writer()
+        return start, stored
+
+    def initial_state(self) -> PipelineState:
+        """Where to start: the stored offset, or --from-version/--from-timestamp for a new pipeline.
+
+        Everything is checked before anything is written.
+        """
+        cfg = self.cfg
+        uri = self.source.uri
+        start, _ = self.check_inputs()
         self.lock.acquire()  # inputs are fine: from here on this process writes
         stored = self.store.load(cfg.pipeline)  # again, now that nobody else can move it
         self.store.ensure()
@@ -223,10 +240,10 @@ class Replicator(TableJob):
             )
 
     # -- work -------------------------------------------------------------------------------------
-    def catch_up(self, state: PipelineState) -> PipelineState:
-        """Replicate everything after state.committed_version up to the latest version."""
+    def catch_up(self, state: PipelineState, latest: int | None = None) -> PipelineState:
+        """Replicate everything after state.committed_version up to `latest` (default: the latest version)."""
         start = state.committed_version + 1
-        commits = self.source.commits(start)
+        commits = self.source.commits(start, latest)
         if not commits:
             return state
         self._check_contiguous(start, commits)
@@ -240,6 +257,11 @@ class Replicator(TableJob):
                 [c for c in commits if c.version > e0], self.rows_per_range(), breaks=breaks
             )
         by_version = {c.version: c for c in commits}
+        newest = commits[-1]
+        progress = None
+        if len(ranges) > 1:  # a long catch-up: show how it goes
+            total = sum(c.estimated_rows for c in commits)
+            progress = Progress(f"catch-up {self.cfg.pipeline}", total, len(ranges), unit="range")
         for s, e in ranges:
             if self.stop.is_set():
                 break
@@ -257,6 +279,11 @@ class Replicator(TableJob):
             state = state.advanced(e, result.rows)
             self.store.save(state)
             self.log.info("committed", version=e, rows=result.rows, total_rows=state.rows_written)
+            self.metrics.lag(e, newest.version, (newest.timestamp - by_version[e].timestamp).total_seconds())
+            if progress is not None:
+                progress.advance(result.rows, 1)
+        if progress is not None:
+            progress.done()
         return state
 
     def rows_per_range(self) -> int:
@@ -326,14 +353,12 @@ class Replicator(TableJob):
                 return RangeResult(start, end, written, False)
             t1 = time.monotonic()
             token = changes.batch_token(f"{cfg.pipeline}:{start}-{end}:{i}", batch)
-            written += self.sink.insert_arrow(self.table_sql, batch, token)
+            n = self.sink.insert_arrow(self.table_sql, batch, token)
+            written += n
+            seconds = time.monotonic() - t1
+            self.metrics.batch(n, batch.nbytes, seconds)
             self.log.info(
-                "batch",
-                start=start,
-                end=end,
-                batch=i,
-                rows=batch.num_rows,
-                seconds=round(time.monotonic() - t1, 3),
+                "batch", start=start, end=end, batch=i, rows=batch.num_rows, seconds=round(seconds, 3)
             )
         return RangeResult(start, end, written, True)
 
@@ -367,6 +392,8 @@ class Replicator(TableJob):
                     f"run again once ClickHouse is healthy."
                 ) from exc
             raise self.source.translate(exc, "the change data feed", start, end) from exc
+        # Tasks insert on the executors: their bytes are not seen here, and one observation covers the range.
+        self.metrics.batch(rows, 0, time.monotonic() - t0, batches)
         self.log.info(
             "range_written",
             start=start,
@@ -394,8 +421,7 @@ class Replicator(TableJob):
                     pushdown.cdf_insert(self.table_sql, self.source.uri, columns, cfg.immutable_keys),
                     what=f"read versions {start}..{end} of {self.source.uri} into {self.table_sql}",
                     settings={
-                        "delta_lake_snapshot_start_version": start,
-                        "delta_lake_snapshot_end_version": end,
+                        **pushdown.cdf_settings(start, end),
                         "insert_null_as_default": 0,  # a null key fails the insert instead of becoming 0 or ''
                         "insert_deduplicate": 1,
                         "insert_deduplication_token": f"{cfg.pipeline}:{start}-{end}:clickhouse",
@@ -410,27 +436,23 @@ class Replicator(TableJob):
         # A server reports the rows written; the embedded engine does not, so count (a background merge
         # at the same moment can make this a little low; it only feeds the rows_written figure).
         rows = int(getattr(summary, "written_rows", 0) or 0) or max(self.raw_rows() - before, 0)
+        seconds = time.monotonic() - t0
+        nbytes = summary.written_bytes() if hasattr(summary, "written_bytes") else 0
+        self.metrics.batch(rows, int(nbytes or 0), seconds)
         self.log.info(
-            "batch",
-            start=start,
-            end=end,
-            batch=0,
-            rows=rows,
-            reader="clickhouse",
-            seconds=round(time.monotonic() - t0, 3),
+            "batch", start=start, end=end, batch=0, rows=rows, reader="clickhouse", seconds=round(seconds, 3)
         )
         return RangeResult(start, end, rows, True)
 
     def _null_keys_in_lake(self, start: int, end: int) -> SourceError | None:
         """The insert failed on a null: count the null keys (on this error path only) to say where."""
         lake = pushdown.lake_function(self.source.uri)
-        settings = {"delta_lake_snapshot_start_version": start, "delta_lake_snapshot_end_version": end}
         for key in self.cfg.primary_key:
             with self.sink.reads_files():
                 nulls, version = self.sink.query_rows(
-                    f"SELECT count(), min(_commit_version) FROM {lake} WHERE {schema.quote(key)} IS NULL "
-                    f"SETTINGS " + ", ".join(f"{k} = {v}" for k, v in settings.items()),
+                    f"SELECT count(), min(_commit_version) FROM {lake} WHERE {schema.quote(key)} IS NULL",
                     what="count null keys",
+                    settings=pushdown.cdf_settings(start, end),
                 )[0]
             if nulls:
                 return changes.null_key_error(
@@ -506,27 +528,45 @@ class Replicator(TableJob):
             return
         self.log.info("warmed_up", seconds=round(time.monotonic() - t0, 3))
 
+    # -- life cycle (the runner drives these; run() is the single-pipeline loop) ---------------------
+    def start(self) -> PipelineState:
+        """Check the inputs, claim the pipeline, and finish any interrupted resync."""
+        self.state = self.recover_resync(self.initial_state())
+        self.log.info(
+            "start",
+            source=self.source.uri,
+            target=str(self.cfg.target),
+            committed=self.state.committed_version,
+        )
+        return self.state
+
+    def step(self) -> bool:
+        """One poll: replicate whatever is new. True when versions were committed."""
+        before = self.state.committed_version
+        latest = self.source.latest()
+        self.metrics.lag(before, latest.version, self.source.lag(before, latest)[1] or 0.0)
+        if before < latest.version:
+            self.state = self.catch_up(self.state, latest.version)
+        return self.state.committed_version != before
+
+    def close(self) -> None:
+        self.lock.release()
+        state = getattr(self, "state", None)
+        if state is not None:
+            self.log.info("stopped", committed=state.committed_version, rows_written=state.rows_written)
+
     def run(self) -> PipelineState:
         """Catch up, then (unless --once) poll until asked to stop."""
         try:
-            state = self.recover_resync(self.initial_state())
-            self.log.info(
-                "start",
-                source=self.source.uri,
-                target=str(self.cfg.target),
-                committed=state.committed_version,
-            )
+            self.start()
             if not self.cfg.once:
                 self.warm_up()
             while not self.stop.is_set():
-                before = state.committed_version
-                if before < self.source.latest_version():
-                    state = self.catch_up(state)
+                progressed = self.step()
                 if self.cfg.once:
                     break
-                if state.committed_version == before:  # nothing new: wait; else look again at once
+                if not progressed:  # nothing new: wait; else look again at once
                     self.stop.wait(self.cfg.poll_interval)
         finally:
-            self.lock.release()
-        self.log.info("stopped", committed=state.committed_version, rows_written=state.rows_written)
-        return state
+            self.close()
+        return self.state

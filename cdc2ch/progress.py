@@ -16,11 +16,13 @@ class Progress:
         what: str,
         total_rows: int | None,
         total_chunks: int,
-        files: int,
+        files: int | None = None,
         interval: float = 10.0,
         stream=None,
+        unit: str = "chunk",
     ):
         self.what = what
+        self.unit = unit
         self.total_rows = total_rows
         self.total_chunks = total_chunks
         self.files = files
@@ -52,9 +54,9 @@ class Progress:
         return {
             "rows": self.rows,
             "total_rows": self.total_rows,
-            "chunks": self.chunks,
-            "total_chunks": self.total_chunks,
-            "files": self.files,
+            f"{self.unit}s": self.chunks,
+            f"total_{self.unit}s": self.total_chunks,
+            **({"files": self.files} if self.files is not None else {}),
             "rows_per_s": round(rate),
             "eta_s": eta,
         }
@@ -66,9 +68,10 @@ class Progress:
         bar = "#" * int(frac * 30)
         eta = f"ETA {f['eta_s']:.0f}s" if f["eta_s"] is not None else "ETA ?"
         total = f"/{self.total_rows:,}" if self.total_rows else ""
+        files = f" ({self.files} files)" if self.files is not None else ""
         return (
-            f"{self.what} [{bar:<30}] {frac:6.1%} {self.rows:,}{total} rows, chunk {self.chunks}/"
-            f"{self.total_chunks} ({self.files} files), {f['rows_per_s']:,} rows/s, {eta}"
+            f"{self.what} [{bar:<30}] {frac:6.1%} {self.rows:,}{total} rows, {self.unit} {self.chunks}/"
+            f"{self.total_chunks}{files}, {f['rows_per_s']:,} rows/s, {eta}"
         )
 
     def done(self) -> None:

@@ -18,6 +18,7 @@ from cdc2ch.sink import Sink
 
 STATE_TABLE = "cdc2ch_state"
 CHUNKS_TABLE = "cdc2ch_snapshot_chunks"
+HEALTH_TABLE = "cdc2ch_health"
 
 
 @dataclass(frozen=True)
@@ -165,9 +166,89 @@ def _state(row: tuple) -> PipelineState:
 
 
 def databases_with_state(sink: Sink) -> list[str]:
+    """Databases holding offsets or health records of some pipeline."""
     rows = sink.query_rows(
-        "SELECT database FROM system.tables WHERE name = {t:String} ORDER BY database",
-        {"t": STATE_TABLE},
+        "SELECT DISTINCT database FROM system.tables WHERE name IN ({s:String}, {h:String}) ORDER BY database",
+        {"s": STATE_TABLE, "h": HEALTH_TABLE},
         what="find replication state tables",
     )
     return [r[0] for r in rows]
+
+
+@dataclass(frozen=True)
+class Health:
+    """How a pipeline fares: its last good poll and its last error (kept after a recovery, with its time)."""
+
+    pipeline: str
+    source: str
+    target: str
+    last_success_at: datetime | None = None
+    last_error: str = ""
+    last_error_kind: str = ""
+    last_error_at: datetime | None = None
+    failures: int = 0  # consecutive failed attempts; 0 once an attempt succeeds
+
+    def succeeded(self, at: datetime) -> "Health":
+        return replace(self, last_success_at=at, failures=0)
+
+    def failed(self, at: datetime, error: str, kind: str) -> "Health":
+        return replace(
+            self, last_error=error, last_error_kind=kind, last_error_at=at, failures=self.failures + 1
+        )
+
+
+_HEALTH_FIELDS = [
+    ("pipeline", pa.string()),
+    ("source", pa.string()),
+    ("target", pa.string()),
+    ("last_success_at", pa.timestamp("ms", tz="UTC")),
+    ("last_error", pa.string()),
+    ("last_error_kind", pa.string()),
+    ("last_error_at", pa.timestamp("ms", tz="UTC")),
+    ("failures", pa.uint32()),
+]
+
+
+class HealthStore:
+    def __init__(self, sink: Sink, database: str):
+        self.sink = sink
+        self.database = database
+        self._table = f"{schema.quote(database)}.{schema.quote(HEALTH_TABLE)}"
+
+    def ensure(self) -> None:
+        self.sink.ensure_database(self.database)
+        self.sink.command(
+            schema.state_table_ddl(self.database, HEALTH_TABLE, "create_health_table.sql"),
+            what="create the health table",
+        )
+
+    def load_all(self) -> dict[str, Health]:
+        if not self.sink.table_exists(TargetName(self.database, HEALTH_TABLE)):
+            return {}
+        names = [n for n, _ in _HEALTH_FIELDS]
+        rows = self.sink.query_rows(
+            f"SELECT {', '.join(names)} FROM {self._table} FINAL ORDER BY pipeline",
+            what="read pipeline health",
+        )
+        out = {}
+        for row in rows:
+            values = dict(zip(names, row))
+            for k in ("last_success_at", "last_error_at"):
+                if values[k] is not None and values[k].tzinfo is None:
+                    values[k] = values[k].replace(tzinfo=timezone.utc)
+            values["failures"] = int(values["failures"])
+            out[values["pipeline"]] = Health(**values)
+        return out
+
+    def save(self, health: Health) -> None:
+        row = {n: [getattr(health, n)] for n, _ in _HEALTH_FIELDS}
+        # Strictly increasing, so two saves in one millisecond still have a winner.
+        self._last = max(
+            datetime.now(timezone.utc),
+            getattr(self, "_last", PipelineState.epoch()) + timedelta(milliseconds=1),
+        )
+        row["updated_at"] = [self._last]
+        self.sink.insert_arrow(
+            self._table,
+            pa.table(row, schema=pa.schema([*_HEALTH_FIELDS, ("updated_at", pa.timestamp("ms", tz="UTC"))])),
+        )

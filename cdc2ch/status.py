@@ -1,54 +1,120 @@
-"""Per-pipeline replication status: stored offsets next to the Delta tables' latest versions."""
+"""Per-pipeline replication status: stored offsets and health next to the Delta tables' latest versions."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 
-from cdc2ch.config import TargetName
-from cdc2ch.errors import Cdc2chError
+from cdc2ch.config import TargetName, parse_duration
+from cdc2ch.errors import Cdc2chError, ConfigError
 from cdc2ch.sink import Sink
 from cdc2ch.source.delta import DeltaSource
-from cdc2ch.state import StateStore, databases_with_state
+from cdc2ch.state import Health, HealthStore, PipelineState, StateStore, databases_with_state
 
-COLUMNS = (
-    "pipeline",
-    "target",
-    "committed_version",
-    "latest_version",
-    "versions_behind",
-    "rows_written",
-    "last_sync",
-    "source",
-    "error",
+# Terminal columns: (heading, row key).
+TABLE_COLUMNS = (
+    ("pipeline", "pipeline"),
+    ("target", "target"),
+    ("committed", "committed_version"),
+    ("latest", "latest_version"),
+    ("behind", "versions_behind"),
+    ("behind_s", "seconds_behind"),
+    ("rows_written", "rows_written"),
+    ("last_success", "last_success"),
+    ("error", "error"),
 )
+ERROR_CHARS_IN_TABLE = 160
 
 
-def collect(sink: Sink, spark_factory: Callable[[], object], target: TargetName | None = None) -> list[dict]:
-    databases = [target.database] if target else databases_with_state(sink)
-    states = [s for db in databases for s in StateStore(sink, db).load_all()]
-    if target:
-        states = [s for s in states if s.target == str(target)]
-    out = []
-    for st in states:
-        row = {
-            "pipeline": st.pipeline,
-            "target": st.target,
-            "committed_version": st.committed_version,
-            "latest_version": None,
-            "versions_behind": None,
-            "rows_written": st.rows_written,
-            "last_sync": st.updated_at.isoformat(timespec="milliseconds"),
-            "source": st.source,
-            "error": None,
-        }
-        try:
-            latest = DeltaSource(spark_factory(), st.source).latest().version
-            row["latest_version"] = latest
-            row["versions_behind"] = max(0, latest - st.committed_version)
-        except Cdc2chError as exc:
-            row["error"] = str(exc)
-        out.append(row)
-    return out
+def _iso(ts: datetime | None) -> str | None:
+    return ts.isoformat(timespec="seconds") if ts is not None else None
+
+
+def collect(
+    sink: Sink,
+    spark_factory: Callable[[], object],
+    target: TargetName | None = None,
+    pipelines: list[tuple[str, TargetName]] | None = None,
+) -> list[dict]:
+    """One dict per pipeline: every pipeline with a record in ClickHouse, or just `pipelines` (from a config
+    file: those that never ran are listed too) or those writing `target`."""
+    if pipelines is not None:
+        databases = sorted({t.database for _, t in pipelines})
+    else:
+        databases = [target.database] if target else databases_with_state(sink)
+    records: dict[tuple[str, str], list] = {}
+    for db in databases:
+        for st in StateStore(sink, db).load_all():
+            records.setdefault((db, st.pipeline), [None, None])[0] = st
+        for name, health in HealthStore(sink, db).load_all().items():
+            records.setdefault((db, name), [None, None])[1] = health
+    if pipelines is not None:
+        wanted = [(t.database, name) for name, t in pipelines]
+        for key, (_, t) in zip(wanted, pipelines):
+            records.setdefault(key, [None, Health(key[1], "", str(t))])
+        keys = wanted
+    else:
+        keys = sorted(records)
+        if target:
+            keys = [k for k in keys if (records[k][0] or records[k][1]).target == str(target)]
+    return [_row(records[k][0], records[k][1], spark_factory) for k in keys]
+
+
+def _row(state: PipelineState | None, health: Health | None, spark_factory) -> dict:
+    first = state or health
+    failing = health is not None and health.failures > 0
+    row = {
+        "pipeline": first.pipeline,
+        "target": first.target,
+        "source": first.source or None,
+        "committed_version": state.committed_version if state and state.committed_version >= 0 else None,
+        "latest_version": None,
+        "versions_behind": None,
+        "seconds_behind": None,
+        "rows_written": state.rows_written if state else 0,
+        "last_success": _iso(health.last_success_at) if health else None,
+        "last_commit": _iso(state.updated_at) if state else None,
+        "failing": failing,
+        "last_error": (health.last_error or None) if health else None,
+        "last_error_kind": (health.last_error_kind or None) if health else None,
+        "last_error_at": _iso(health.last_error_at) if health else None,
+        "error": health.last_error if failing else None,
+    }
+    if not first.source:
+        row["error"] = row["error"] or "has not run yet"
+        return row
+    try:
+        source = DeltaSource(spark_factory(), first.source)
+        latest = source.latest()
+        versions, seconds = source.lag(state.committed_version if state else -1, latest)
+        row.update(latest_version=latest.version, versions_behind=versions, seconds_behind=seconds)
+    except Cdc2chError as exc:
+        row["error"] = row["error"] or str(exc)
+    return row
+
+
+def parse_max_lag(text: str) -> tuple[int | None, float | None]:
+    """`--max-lag 10`: more than 10 versions behind; `--max-lag 15m` (s, m, h, d, w): more than 15 minutes
+    between the latest Delta commit and the last replicated one."""
+    if text.strip().isdigit():
+        return int(text), None
+    try:
+        return None, parse_duration(text, "--max-lag").total_seconds()
+    except ConfigError:
+        raise ConfigError(
+            f"--max-lag {text!r} is neither a number of versions (e.g. 10) nor a time such as 90s, 15m, 2h or 1d."
+        ) from None
+
+
+def over_limit(row: dict, max_versions: int | None, max_seconds: float | None) -> bool:
+    """Behind by more than the limit, or lag unknown (the table cannot be read)."""
+    if row["versions_behind"] is None:
+        return True
+    if max_versions is not None:
+        return row["versions_behind"] > max_versions
+    return row["versions_behind"] > 0 and (
+        row["seconds_behind"] is None or row["seconds_behind"] > max_seconds
+    )
 
 
 def aligned(header: list[str], rows: list[list], empty: str = "-") -> list[str]:
@@ -58,8 +124,17 @@ def aligned(header: list[str], rows: list[list], empty: str = "-") -> list[str]:
     return ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in [header, *cells]]
 
 
+def _cell(key: str, value):
+    if key == "seconds_behind" and value is not None:
+        return f"{value:.0f}"
+    if key == "error" and value:
+        first = value.splitlines()[0]
+        return first if len(first) <= ERROR_CHARS_IN_TABLE else first[: ERROR_CHARS_IN_TABLE - 3] + "..."
+    return value
+
+
 def render_table(rows: list[dict]) -> str:
     if not rows:
         return "No pipelines found."
-    cols = [c for c in COLUMNS if c != "error" or any(r["error"] for r in rows)]
-    return "\n".join(aligned(cols, [[r[c] for c in cols] for r in rows]))
+    cols = [(h, k) for h, k in TABLE_COLUMNS if k != "error" or any(r["error"] for r in rows)]
+    return "\n".join(aligned([h for h, _ in cols], [[_cell(k, r[k]) for _, k in cols] for r in rows]))

@@ -50,9 +50,12 @@ class Cli:
 
     def __call__(self, *args: str, expect: int = 0):
         argv = list(args)
-        if argv[0] in ("run", "snapshot", "status", "query") and "--clickhouse" not in argv:
+        if (
+            argv[0] in ("run", "snapshot", "status", "query", "validate", "compact")
+            and "--clickhouse" not in argv
+        ):
             argv += ["--clickhouse", self.dsn]
-        if argv[0] in ("run", "snapshot", "status") and "--log-format" not in argv:
+        if argv[0] in ("run", "snapshot", "status", "validate") and "--log-format" not in argv:
             argv += ["--log-format", "json"]
         result = CliRunner().invoke(main, argv, catch_exceptions=False)
         assert result.exit_code == expect, (

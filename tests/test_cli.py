@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
+from delta.tables import DeltaTable
 
 from cdc2ch.cli import main
 from cdc2ch.config import TargetName
@@ -59,13 +60,43 @@ def test_status_and_query(spark, cli, database, small_table):
     report = json.loads(cli("status", "--target", str(target), "--json").stdout)
     assert len(report) == 1
     row = report[0]
+    # Left two versions behind: the lag is what the Delta log says, commit time of 4 minus that of 2.
+    history = {
+        r["version"]: r["ts"]
+        for r in DeltaTable.forPath(spark, small_table)
+        .history()
+        .selectExpr("version", "unix_millis(timestamp) AS ts")
+        .collect()
+    }
     assert (row["committed_version"], row["latest_version"], row["versions_behind"]) == (2, 4, 2)
-    assert row["pipeline"] == str(target) and row["error"] is None and row["last_sync"]
+    assert row["seconds_behind"] == pytest.approx((history[4] - history[2]) / 1000, abs=0.002)
+    assert row["seconds_behind"] > 0
+    assert row["rows_written"] == 4  # version 1: two inserts; version 2: an update's pre- and post-image
+    assert (
+        row["pipeline"] == str(target) and row["error"] is None and row["last_success"] and row["last_commit"]
+    )
     text = cli("status", "--target", str(target)).stdout
-    assert "versions_behind" in text and str(target) in text
+    assert text.splitlines()[0].split()[:7] == [
+        "pipeline",
+        "target",
+        "committed",
+        "latest",
+        "behind",
+        "behind_s",
+        "rows_written",
+    ]
+    assert str(target) in text
+
+    # Monitoring checks: exit 2 past the limit, in versions or in time.
+    cli("status", "--target", str(target), "--max-lag", "2")
+    cli("status", "--target", str(target), "--max-lag", "1", expect=2)
+    cli("status", "--target", str(target), "--max-lag", "1h")
+    cli("status", "--target", str(target), "--max-lag", "0s", expect=2)
+    cli("run", "--table", small_table, "--primary-key", "id", "--target", str(target), "--once")
+    cli("status", "--target", str(target), "--max-lag", "0")
 
     out = cli("query", f"SELECT id, name FROM {database}.small FINAL ORDER BY id", "--format", "TSV").stdout
-    assert out.splitlines() == ["1\ta", "2\tB"]
+    assert out.splitlines() == ["1\ta", "2\tB", "3\tc", "4\td"]
 
 
 @pytest.mark.parametrize(
@@ -173,7 +204,7 @@ def test_demo_command(tmp_path):
     out = proc.stdout
     assert "Tables match." in out
     assert "Soft-deleted keys kept as tombstones: 3, 4" in out
-    assert "cdc2ch.customers" in out and "versions_behind" in out
+    assert "cdc2ch.customers" in out and "behind_s" in out
 
 
 def _state(sink, database: str, pipeline: str) -> tuple[int, int]:

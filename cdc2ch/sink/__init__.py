@@ -96,8 +96,16 @@ class Sink:
     def command(self, sql: str, what: str = "run a statement", settings: dict | None = None) -> Any:
         return self._call(what, lambda: self.client.command(sql, settings=settings))
 
-    def query_rows(self, sql: str, parameters: dict | None = None, what: str = "run a query") -> list[tuple]:
-        return self._call(what, lambda: self.client.query(sql, parameters=parameters).result_rows)
+    def query_rows(
+        self,
+        sql: str,
+        parameters: dict | None = None,
+        what: str = "run a query",
+        settings: dict | None = None,
+    ) -> list[tuple]:
+        return self._call(
+            what, lambda: self.client.query(sql, parameters=parameters, settings=settings).result_rows
+        )
 
     def query_arrow(self, sql: str, what: str = "run a query", settings: dict | None = None) -> pa.Table:
         return self._call(what, lambda: self.client.query_arrow(sql, settings=settings))

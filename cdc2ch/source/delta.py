@@ -113,6 +113,22 @@ class DeltaSource:
                 return commit
         raise SourceError(f"The Delta log of {self.uri} changed while it was being read; run again.")
 
+    def commit(self, version: int) -> Commit | None:
+        """One commit, or None when the log does not hold it (not yet, or removed by log retention)."""
+        try:
+            return self._log().commit(version)
+        except Exception as exc:
+            raise self.translate(exc, "the Delta log", version, version) from exc
+
+    def lag(self, committed: int, latest: Commit) -> tuple[int, float | None]:
+        """(versions, seconds) from `committed` to `latest`: seconds between their commit timestamps. With
+        nothing committed yet, from version 0; None when the log no longer holds that commit."""
+        if committed >= latest.version:
+            return 0, 0.0
+        base = self.commit(max(committed, 0))
+        seconds = (latest.timestamp - base.timestamp).total_seconds() if base is not None else None
+        return latest.version - committed, seconds
+
     def version_at(self, ts: datetime) -> int:
         """The first version committed at or after ts."""
         hist = (

@@ -47,3 +47,8 @@ def cdf_insert(table_sql: str, uri: str, columns: list[str], immutable_keys: boo
         f"_change_type, toUInt8(_change_type IN ({deleted})), toUInt64(_commit_version) * 4 + multiIf({rank}, "
         f"{changes.RANK['insert']}) FROM {lake_function(uri)}{where}"
     )
+
+
+def cdf_settings(start: int, end: int) -> dict[str, int]:
+    """Settings that make the lake function read the change data feed of versions start..end."""
+    return {"delta_lake_snapshot_start_version": start, "delta_lake_snapshot_end_version": end}

@@ -1,0 +1,177 @@
+"""Pipelines in one process: one Spark session and one ClickHouse connection shared, each pipeline with its
+own offset, claim and health record. Pipelines take turns on one thread (the session and the embedded
+engine are shared); a failing one is reported and retried with growing pauses while the others go on.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import structlog
+
+from cdc2ch.config import RunConfig
+from cdc2ch.errors import Cdc2chError, SinkError
+from cdc2ch.metrics import Metrics, PipelineMetrics, error_kind
+from cdc2ch.pipeline import Replicator
+from cdc2ch.sink import Sink
+from cdc2ch.source.delta import DeltaSource
+from cdc2ch.state import Health, HealthStore
+
+log = structlog.get_logger("cdc2ch.runner")
+
+MAX_BACKOFF = 300.0
+HEALTH_EVERY = 60.0  # seconds between health writes while all is well (each write is an insert)
+MAX_ERROR_CHARS = 4000
+
+
+@dataclass
+class Slot:
+    cfg: RunConfig
+    metrics: PipelineMetrics
+    health: Health
+    job: Replicator | None = None
+    retry_at: float = 0.0
+    saved_at: float = float("-inf")
+    error: BaseException | None = None  # the last attempt's failure, None after a success
+
+
+def backoff(poll_interval: float, failures: int) -> float:
+    """Pause before the next attempt after `failures` failures in a row: the poll interval, doubling."""
+    return min(poll_interval * 2 ** max(failures - 1, 0), max(MAX_BACKOFF, poll_interval))
+
+
+class Runner:
+    """Drives pipelines until stopped (or once each with --once). With `isolate`, a failure is recorded
+    and retried; without it (a single pipeline from flags) it is recorded and raised."""
+
+    def __init__(
+        self,
+        configs: list[RunConfig],
+        spark,
+        sink: Sink,
+        stop: threading.Event,
+        metrics: Metrics,
+        isolate: bool,
+    ):
+        self.configs = configs
+        self.spark = spark
+        self.sink = sink
+        self.stop = stop
+        self.isolate = isolate
+        self.once = configs[0].once
+        self.poll_interval = configs[0].poll_interval
+        self._stores: dict[str, HealthStore] = {}
+        self._warmed = self.once  # a --once run has no first change to speed up
+        known: dict[str, Health] = {}
+        for db in sorted({c.target.database for c in configs}):
+            known.update(self._health_store(db, create=False).load_all())
+        self.slots = [
+            Slot(
+                c,
+                metrics.pipeline(c.pipeline),
+                known.get(c.pipeline) or Health(c.pipeline, c.table, str(c.target)),
+            )
+            for c in configs
+        ]
+
+    def run(self) -> list[Slot]:
+        """Returns the pipelines whose last attempt failed."""
+        try:
+            while not self.stop.is_set():
+                progressed = False
+                for slot in self.slots:
+                    if self.stop.is_set():
+                        break
+                    if slot.retry_at <= time.monotonic():
+                        progressed |= self._attempt(slot)
+                if self.once:
+                    break
+                if not progressed:  # nothing new anywhere: wait; else look again at once
+                    self.stop.wait(self._pause())
+        finally:
+            for slot in self.slots:
+                if slot.job is not None:
+                    slot.job.close()
+        return [s for s in self.slots if s.error is not None]
+
+    def _pause(self) -> float:
+        waits = [self.poll_interval] + [s.retry_at - time.monotonic() for s in self.slots if s.error]
+        return max(min(waits), 0.05)
+
+    def _attempt(self, slot: Slot) -> bool:
+        job = slot.job
+        try:
+            if job is None:
+                job = Replicator(
+                    slot.cfg, DeltaSource(self.spark, slot.cfg.table), self.sink, self.stop, slot.metrics
+                )
+                job.start()
+                slot.job = job
+                if not self._warmed:
+                    job.warm_up()  # the JVM's first read is slow; pay it before the first change arrives
+                    self._warmed = True
+            progressed = job.step()
+        except Exception as exc:
+            started = slot.job is not None
+            if job is not None:
+                job.close()
+            slot.job = None
+            # A single pipeline refused at start-up (bad input) says so on stderr and writes nothing; a
+            # pipeline of a config, or one that failed while running, leaves its error for `cdc2ch status`.
+            self._failed(slot, exc, record=self.isolate or started)
+            if not self.isolate:
+                raise
+            return False
+        self._succeeded(slot)
+        return progressed
+
+    def _failed(self, slot: Slot, exc: BaseException, record: bool) -> None:
+        kind = error_kind(exc)
+        text = str(exc) if isinstance(exc, Cdc2chError) else f"{type(exc).__name__}: {exc}"
+        slot.error = exc
+        slot.health = slot.health.failed(_now(), text[:MAX_ERROR_CHARS], kind)
+        slot.metrics.error(exc)
+        pause = backoff(self.poll_interval, slot.health.failures)
+        slot.retry_at = time.monotonic() + pause
+        fields = {"pipeline": slot.cfg.pipeline, "kind": kind, "error": text[:MAX_ERROR_CHARS]}
+        if self.isolate and not self.once:
+            fields["retry_in_s"] = round(pause, 1)
+        if isinstance(exc, Cdc2chError):
+            log.error("pipeline_failed", **fields)
+        else:
+            log.exception("pipeline_failed", **fields)
+        if record:
+            self._save(slot)
+
+    def _succeeded(self, slot: Slot) -> None:
+        recovered = slot.error is not None or slot.health.failures > 0
+        slot.error = None
+        slot.health = slot.health.succeeded(_now())
+        slot.metrics.success()
+        if recovered or self.once or time.monotonic() - slot.saved_at >= HEALTH_EVERY:
+            self._save(slot)
+
+    def _health_store(self, database: str, create: bool = True) -> HealthStore:
+        store = self._stores.get(database)
+        if store is None:
+            store = HealthStore(self.sink, database)
+            if not create:
+                return store
+            store.ensure()
+            self._stores[database] = store
+        return store
+
+    def _save(self, slot: Slot) -> None:
+        """Best effort: when ClickHouse itself is what fails, the log line is the report."""
+        try:
+            self._health_store(slot.cfg.target.database).save(slot.health)
+            slot.saved_at = time.monotonic()
+        except SinkError as exc:
+            log.warning("health_not_saved", pipeline=slot.cfg.pipeline, error=str(exc)[:300])
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)

@@ -1,0 +1,62 @@
+"""`cdc2ch validate`: every check `run` makes before writing, for each pipeline, and nothing written."""
+
+from __future__ import annotations
+
+import tempfile
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+from cdc2ch.config import RunConfig
+from cdc2ch.errors import Cdc2chError
+from cdc2ch.sink import connect, embedded
+from cdc2ch.source.delta import DeltaSource
+
+
+@dataclass(frozen=True)
+class Finding:
+    subject: str  # "ClickHouse" or a pipeline name
+    ok: bool
+    detail: str
+
+
+def check(configs: list[RunConfig], spark_factory) -> list[Finding]:
+    """ClickHouse reachable, then each pipeline's table, keys, change data feed, offset and options."""
+    from cdc2ch.pipeline import Replicator
+
+    dsn = configs[0].clickhouse_dsn
+    findings: list[Finding] = []
+    with ExitStack() as stack:
+        target = dsn
+        if dsn.startswith("chdb:") and not embedded.data_path(dsn).exists():
+            # Opening an embedded database creates it; an empty one in a scratch directory answers the same.
+            target = f"chdb://{stack.enter_context(tempfile.TemporaryDirectory(prefix='cdc2ch-validate-'))}"
+            note = f"embedded database {embedded.data_path(dsn)} does not exist yet; `run` creates it"
+        try:
+            sink = stack.enter_context(connect(target, retries=1))
+            version = sink.query_rows("SELECT version()", what="ask ClickHouse its version")[0][0]
+            if target == dsn:
+                note = f"reachable, ClickHouse {version}"
+            findings.append(Finding("ClickHouse", True, note))
+        except Cdc2chError as exc:
+            return [Finding("ClickHouse", False, str(exc))]
+        spark = spark_factory()
+        for cfg in configs:
+            job = Replicator(cfg, DeltaSource(spark, cfg.table), sink)
+            try:
+                start, stored = job.check_inputs()
+            except Cdc2chError as exc:
+                findings.append(Finding(cfg.pipeline, False, f"{cfg.table} -> {cfg.target}: {exc}"))
+                continue
+            latest = job.source.latest().version
+            where = (
+                f"resumes at version {start}" if stored and not cfg.reset else f"starts at version {start}"
+            )
+            findings.append(
+                Finding(
+                    cfg.pipeline,
+                    True,
+                    f"{cfg.table} -> {cfg.target}: latest version {latest}, {where}, key "
+                    f"{','.join(cfg.primary_key)}, writer {job.writer}",
+                )
+            )
+    return findings
