@@ -464,7 +464,7 @@ def _run_pipelines(configs: list[RunConfig], metrics_port: int | None, isolate: 
             failed = Runner(configs, session(first.spark), sink, stop, metrics, isolate).run()
         finally:
             metrics.close()
-    if failed:
+    if failed and first.once:  # a service reports failures through status and metrics, and keeps going
         summary = "; ".join(
             f"{s.cfg.pipeline} ({s.health.last_error_kind}): {s.health.last_error[:300]}" for s in failed
         )

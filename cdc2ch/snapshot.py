@@ -21,7 +21,7 @@ from cdc2ch.pipeline import TableJob
 from cdc2ch.progress import Progress
 from cdc2ch.source.chunked import ChunkedFrame
 from cdc2ch.source.delta import Commit
-from cdc2ch.source.pushdown import lake_function
+from cdc2ch.source.pushdown import insert_from_lake
 from cdc2ch.state import PipelineState
 
 
@@ -129,13 +129,13 @@ class Snapshotter(TableJob):
         done = self.store.chunks_done(cfg.pipeline, version, plan)
         progress = Progress(f"snapshot v{version}", total, count, len(files))
         progress.advance(sum(done.values()), len(done))
-        source = lake_function(self.source.uri)
-        cols = ", ".join(schema.quote(c) for c in columns)
-        meta = (
-            f"toUInt64({version}) AS _commit_version, fromUnixTimestamp64Milli(toInt64({ts_ms}), 'UTC') AS "
-            f"_commit_timestamp, 'snapshot' AS _change_type, toUInt8(0) AS _is_deleted, "
-            f"toUInt64({version * 4 + changes.RANK['snapshot']}) AS _version"
-        )
+        meta = [
+            f"toUInt64({version})",
+            f"fromUnixTimestamp64Milli(toInt64({ts_ms}), 'UTC')",
+            "'snapshot'",
+            "toUInt8(0)",
+            f"toUInt64({version * 4 + changes.RANK['snapshot']})",
+        ]
         for chunk, group in enumerate(groups):
             if chunk in done or not group:
                 continue
@@ -145,8 +145,9 @@ class Snapshotter(TableJob):
             before = self.raw_rows()
             with self.sink.reads_files():
                 self.sink.command(
-                    f"INSERT INTO {self.table_sql} ({cols}, _commit_version, _commit_timestamp, _change_type, "
-                    f"_is_deleted, _version) SELECT {cols}, {meta} FROM {source} WHERE _path IN ({paths})",
+                    insert_from_lake(
+                        self.table_sql, self.source.uri, columns, meta, f" WHERE _path IN ({paths})"
+                    ),
                     what=f"load snapshot chunk {chunk}",
                     settings={
                         "delta_lake_snapshot_version": version,

@@ -90,11 +90,12 @@ def committed_version(sink, database: str, pipeline: str) -> int:
 
 
 class SinkTap:
-    """A real sink with a hook after each insert (to stop a job at a chosen point)."""
+    """A real sink with hooks after each insert and each statement (to act at a chosen point of a job)."""
 
-    def __init__(self, inner, after_insert):
+    def __init__(self, inner, after_insert=None, after_command=None):
         self.inner = inner
-        self.after_insert = after_insert
+        self.after_insert = after_insert or (lambda table_sql: None)
+        self.after_command = after_command or (lambda what: None)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -103,6 +104,11 @@ class SinkTap:
         n = self.inner.insert_arrow(table_sql, data, token)
         self.after_insert(table_sql)
         return n
+
+    def command(self, sql, what="run a statement", settings=None):
+        out = self.inner.command(sql, what=what, settings=settings)
+        self.after_command(what)
+        return out
 
 
 class Proc:

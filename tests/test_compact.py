@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -10,7 +11,7 @@ from cdc2ch import schema
 from cdc2ch.compact import SIDE_SUFFIX, VIEW_SUFFIX, compact
 from cdc2ch.config import TargetName, parse_duration
 from cdc2ch.errors import ConfigError
-from tests.helpers import assert_replicated, create_table
+from tests.helpers import SinkTap, assert_replicated, create_table
 
 COLS = "id BIGINT, name STRING"
 
@@ -171,20 +172,26 @@ def history(sink, target: TargetName) -> datetime:
     return now
 
 
-def test_compact_hand_made_tombstones(sink, database):
+def test_compact_hand_made_tombstones(sink, cli, database):
+    """Through the command users run: `cdc2ch compact --target ... --older-than 7d`."""
     target = hand_table(sink, database)
     history(sink, target)
     before = final_rows(sink, target, "tenant, id")
 
-    result = compact(sink, target, parse_duration("7d", "--older-than"))
+    result = json.loads(cli("compact", "--target", str(target), "--older-than", "7d", "--json").stdout)
 
-    assert (result.tombstones_before, result.dropped, result.kept) == (3, 2, 1)
+    assert (result["tombstones_before"], result["dropped"], result["kept"]) == (3, 2, 1)
     assert final_rows(sink, target, "tenant, id") == before
     assert sink.query_rows(f"SELECT tenant, id FROM {target} WHERE _is_deleted = 1") == [("b", 1)]
     assert count(sink, target, "tenant = 'a' AND id IN (1, 2)") == 0
-    assert result.rows_after == count(sink, target) == len(before) + 1
+    assert result["rows_after"] == count(sink, target) == len(before) + 1
     assert cleanup_enabled(sink, target) and leftovers(sink, target) == []
-    assert "dropped 2 of 3 tombstones" in result.summary()
+    text = cli("compact", "--target", str(target), "--older-than", "7d").stdout
+    assert "dropped 0 of 1 tombstones" in text
+    assert (
+        "is not a duration" in cli("compact", "--target", str(target), "--older-than", "7x", expect=2).stderr
+    )
+    assert "does not exist" in cli("compact", "--target", f"{database}.nope", expect=2).stderr
 
 
 def test_young_tombstone_written_during_compaction_is_kept(sink, database):
@@ -200,7 +207,7 @@ def test_young_tombstone_written_during_compaction_is_kept(sink, database):
             written.append(1)
 
     before = final_rows(sink, target, "tenant, id")
-    result = compact(Hooked(sink, replicator), target, timedelta(days=7))
+    result = compact(SinkTap(sink, after_command=replicator), target, timedelta(days=7))
     assert written and result.dropped == 2
     assert sink.query_rows(f"SELECT tenant, id FROM {target} WHERE _is_deleted = 1 ORDER BY tenant, id") == [
         ("a", 5),
@@ -220,7 +227,7 @@ def test_interrupted_after_cleanup_is_finished_by_next_run(sink, database):
             raise RuntimeError("killed")
 
     with pytest.raises(RuntimeError):
-        compact(Hooked(sink, crash), target, timedelta(days=7))
+        compact(SinkTap(sink, after_command=crash), target, timedelta(days=7))
     # The young tombstone is only in the side table now; FINAL shows the same either way.
     assert tombstone_ids(sink, target) == []
     assert final_rows(sink, target, "tenant, id") == before
@@ -302,19 +309,3 @@ def test_parse_duration(text, expected):
 def test_parse_duration_rejects(text):
     with pytest.raises(ConfigError, match=r"--older-than .* is not a duration.*e\.g\. 7d"):
         parse_duration(text, "--older-than")
-
-
-class Hooked:
-    """The real sink, calling `hook(what)` after each statement it runs (to act at a chosen step)."""
-
-    def __init__(self, inner, hook):
-        self.inner = inner
-        self.hook = hook
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def command(self, sql, what="run a statement", settings=None):
-        out = self.inner.command(sql, what=what, settings=settings)
-        self.hook(what)
-        return out

@@ -326,23 +326,14 @@ def _compose_cli() -> list[str] | None:
 
 @pytest.mark.skipif(_compose_cli() is None, reason="neither the docker compose plugin nor docker-compose v2")
 def test_docker_compose_config():
-    env = {**os.environ, "CDC2CH_CLICKHOUSE_PASSWORD": "test"}
-    proc = subprocess.run(
-        [*_compose_cli(), "-f", str(COMPOSE), "config", "--quiet"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    def config(env):
+        cmd = [*_compose_cli(), "-f", str(COMPOSE), "config", "--quiet"]
+        return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+
+    env = {k: v for k, v in os.environ.items() if k != "CDC2CH_CLICKHOUSE_PASSWORD"}
+    proc = config({**env, "CDC2CH_CLICKHOUSE_PASSWORD": "test"})
     assert proc.returncode == 0, proc.stderr
-    env.pop("CDC2CH_CLICKHOUSE_PASSWORD")
-    proc = subprocess.run(
-        [*_compose_cli(), "-f", str(COMPOSE), "config", "--quiet"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    proc = config(env)
     assert proc.returncode != 0 and "CDC2CH_CLICKHOUSE_PASSWORD" in proc.stderr
 
 

@@ -63,10 +63,14 @@ target = "{database}.missing"
 """,
     )
     result = cli("run", "--config", config, "--once", expect=1)
-    assert "1 of 3 pipelines failed" in result.stderr and "missing (source)" in result.stderr, result.stderr[-1500:]
+    assert "1 of 3 pipelines failed" in result.stderr and "missing (source)" in result.stderr, result.stderr[
+        -1500:
+    ]
     assert_replicated(spark, sink, a, TargetName(database, "a"))
     assert_replicated(spark, sink, b, TargetName(database, "b"))
-    assert len(cli.events(result, "batch")) == 3 + 1  # a: 3 change rows one by one; b: one push-down statement
+    assert (
+        len(cli.events(result, "batch")) == 3 + 1
+    )  # a: 3 change rows one by one; b: one push-down statement
     failed = cli.events(result, "pipeline_failed")
     assert [(e["pipeline"], e["kind"]) for e in failed] == [("missing", "source")]
 
@@ -245,7 +249,8 @@ def test_service_metrics_and_a_failing_pipeline_retried_without_stopping_the_oth
     spark, http_sink, clickhouse_http, database, tmp_path
 ):
     """A continuous run over HTTP: the good pipeline replicates and its counters match the rows written;
-    the other fails (no table yet), is retried with its errors counted, and catches up once the table exists."""
+    another fails (no table yet), is retried with its errors counted, and catches up once the table exists;
+    a third keeps failing (not a Delta table) without holding the others up."""
     good = _table(spark, str(tmp_path / "good"), "INSERT INTO {t} VALUES (1,'a'),(2,'b'),(3,'c')")
     late = str(tmp_path / "late")
     config = _write_config(
@@ -266,6 +271,12 @@ name = "late"
 table = "{late}"
 primary-key = "id"
 target = "{database}.late"
+
+[[pipelines]]
+name = "never"
+table = "{tmp_path}"
+primary-key = "id"
+target = "{database}.never"
 """,
     )
     port = _free_port()
@@ -307,7 +318,8 @@ target = "{database}.late"
     finally:
         proc.signal(signal.SIGTERM)
         code = proc.wait()
-    assert code == 0, proc.stderr[-3000:]
+    assert code == 0, proc.stderr[-3000:]  # a service exits 0 on SIGTERM, even with a pipeline failing
+    assert m[("cdc2ch_errors_total", ("kind=source", "pipeline=never"))] >= 2
     for name, path in (("good", good), ("late", late)):
         target = TargetName(database, name)
         assert_replicated(spark, http_sink, path, target)
@@ -326,3 +338,34 @@ def _scrape_or_none(port: int):
         return _scrape(port)
     except OSError:
         return None
+
+
+def test_long_catch_up_reports_progress(spark, cli, database, tmp_path):
+    path = _table(
+        spark, str(tmp_path / "long"), *[f"INSERT INTO {{t}} VALUES ({i}, 'r{i}')" for i in range(4)]
+    )
+    result = cli.replicate(
+        "run", path, TargetName(database, "long"), "--once", "--batch-size", "1", "--max-rows-per-read", "1"
+    )
+    done = cli.events(result, "progress_done")
+    assert len(done) == 1, done
+    assert done[0]["what"] == f"catch-up {database}.long"
+    assert done[0]["ranges"] == done[0]["total_ranges"] >= 3 and done[0]["rows"] == 4
+    assert done[0]["rows_per_s"] > 0 and done[0]["eta_s"] == 0
+
+
+def test_progress_bar_on_a_terminal():
+    import io
+
+    from cdc2ch.progress import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    out = Terminal()
+    bar = Progress("catch-up p", 1000, 4, unit="range", stream=out)
+    bar.advance(250, 1)
+    line = out.getvalue().split("\r")[-1]
+    assert "catch-up p [" in line and "25.0% 250/1,000 rows, range 1/4" in line
+    assert "rows/s" in line and "ETA" in line and "ETA ?" not in line

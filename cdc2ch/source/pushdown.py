@@ -32,21 +32,32 @@ def lake_function(uri: str) -> str:
     )
 
 
+def insert_from_lake(table_sql: str, uri: str, columns: list[str], meta: list[str], where: str = "") -> str:
+    """INSERT ... SELECT of the user columns read from the lake, followed by the five expressions of `meta`
+    for _commit_version, _commit_timestamp, _change_type, _is_deleted and _version."""
+    cols = ", ".join(schema.quote(c) for c in columns)
+    return (
+        f"INSERT INTO {table_sql} ({cols}, _commit_version, _commit_timestamp, _change_type, _is_deleted, "
+        f"_version) SELECT {cols}, {', '.join(meta)} FROM {lake_function(uri)}{where}"
+    )
+
+
 def cdf_insert(table_sql: str, uri: str, columns: list[str], immutable_keys: bool) -> str:
     """INSERT ... SELECT of a CDF range (set by the delta_lake_snapshot_*_version settings) in target layout.
 
     Same rules as changes.to_table_rows: tombstones for deletes and pre-images, _version = version * 4 + rank.
     """
-    cols = ", ".join(schema.quote(c) for c in columns)
     rank = ", ".join(f"_change_type = {schema.literal(t)}, {r}" for t, r in changes.RANK.items() if r < 3)
     deleted = ", ".join(schema.literal(t) for t in changes.DELETED)
+    meta = [
+        "toUInt64(_commit_version)",
+        "toDateTime64(_commit_timestamp, 3, 'UTC')",
+        "_change_type",
+        f"toUInt8(_change_type IN ({deleted}))",
+        f"toUInt64(_commit_version) * 4 + multiIf({rank}, {changes.RANK['insert']})",
+    ]
     where = " WHERE _change_type != 'update_preimage'" if immutable_keys else ""
-    return (
-        f"INSERT INTO {table_sql} ({cols}, _commit_version, _commit_timestamp, _change_type, _is_deleted, "
-        f"_version) SELECT {cols}, toUInt64(_commit_version), toDateTime64(_commit_timestamp, 3, 'UTC'), "
-        f"_change_type, toUInt8(_change_type IN ({deleted})), toUInt64(_commit_version) * 4 + multiIf({rank}, "
-        f"{changes.RANK['insert']}) FROM {lake_function(uri)}{where}"
-    )
+    return insert_from_lake(table_sql, uri, columns, meta, where)
 
 
 def cdf_settings(start: int, end: int) -> dict[str, int]:
