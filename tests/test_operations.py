@@ -24,6 +24,13 @@ def _table(spark, path: str, *statements: str) -> str:
     return path
 
 
+def _pipeline(database: str, name: str, table: str, **extra) -> str:
+    """A [[pipelines]] entry named `name` writing `database.name`, keyed by id; extra keys verbatim."""
+    lines = [f'name = "{name}"', f'table = "{table}"', 'primary-key = "id"', f'target = "{database}.{name}"']
+    lines += [f"{k.replace('_', '-')} = {v}" for k, v in extra.items()]
+    return "\n[[pipelines]]\n" + "\n".join(lines) + "\n"
+
+
 def _write_config(tmp_path, text: str) -> str:
     path = tmp_path / "cdc2ch.toml"
     path.write_text(text)
@@ -38,29 +45,10 @@ def test_config_replicates_the_good_pipelines_and_reports_the_bad_one(spark, cli
     missing = str(tmp_path / "nowhere")
     config = _write_config(
         tmp_path,
-        f"""
-batch-size = 1          # every row its own insert, for all pipelines...
-
-[[pipelines]]
-name = "a"
-table = "{a}"
-primary-key = "id"
-target = "{database}.a"
-
-[[pipelines]]
-name = "b"
-table = "{b}"
-primary-key = ["id"]
-target = "{database}.b"
-reader = "clickhouse"
-batch-size = 1000       # ...but this one
-
-[[pipelines]]
-name = "missing"
-table = "{missing}"
-primary-key = "id"
-target = "{database}.missing"
-""",
+        "batch-size = 1  # every row its own insert, for all pipelines but b\n"
+        + _pipeline(database, "a", a)
+        + _pipeline(database, "b", b, reader='"clickhouse"', batch_size=1000)
+        + _pipeline(database, "missing", missing),
     )
     result = cli("run", "--config", config, "--once", expect=1)
     assert "1 of 3 pipelines failed" in result.stderr and "missing (source)" in result.stderr, result.stderr[
@@ -255,29 +243,10 @@ def test_service_metrics_and_a_failing_pipeline_retried_without_stopping_the_oth
     late = str(tmp_path / "late")
     config = _write_config(
         tmp_path,
-        f"""
-clickhouse = "{clickhouse_http.dsn}"
-poll-interval = 0.5
-batch-size = 2
-
-[[pipelines]]
-name = "good"
-table = "{good}"
-primary-key = "id"
-target = "{database}.good"
-
-[[pipelines]]
-name = "late"
-table = "{late}"
-primary-key = "id"
-target = "{database}.late"
-
-[[pipelines]]
-name = "never"
-table = "{tmp_path}"
-primary-key = "id"
-target = "{database}.never"
-""",
+        f'clickhouse = "{clickhouse_http.dsn}"\npoll-interval = 0.5\nbatch-size = 2\n'
+        + _pipeline(database, "good", good)
+        + _pipeline(database, "late", late)
+        + _pipeline(database, "never", str(tmp_path)),
     )
     port = _free_port()
     proc = Proc(
