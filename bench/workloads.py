@@ -5,6 +5,8 @@ Workloads (built with Spark in a temporary directory):
   W1  append-heavy backlog: rows appended over many versions
   W2  update/delete-heavy backlog: a loaded table, then MERGE versions touching ~6% of it each
   W3  steady state: a small commit every 2 s while `cdc2ch run` polls every second
+  W4  many tables: W3 spread over N tables in one `cdc2ch run --config` process (one commit every 2 s,
+      round-robin), to show what each extra pipeline costs in latency and memory
 
 Contenders, each into its own ReplacingMergeTree table of the same layout on the embedded ClickHouse:
   cdc2ch     `cdc2ch run --once` as its own process (Spark start-up reported separately)
@@ -38,10 +40,10 @@ from cdc2ch.sink import connect
 from cdc2ch.source.spark import session
 
 # quick: under 3 minutes on 2 cores (fewer versions, the push-down reader on W1 only)
-_W = ("w1_rows", "w1_versions", "w2_rows", "w2_versions", "w3_seconds", "w1_scale", "w2_push")
+_W = ("w1_rows", "w1_versions", "w2_rows", "w2_versions", "w3_seconds", "w1_scale", "w2_push", "w4_tables")
 SIZES = {
-    "full": dict(zip(_W, (2_000_000, 20, 1_000_000, 20, 60, 10, True))),
-    "quick": dict(zip(_W, (200_000, 5, 100_000, 3, 14, 0, False))),
+    "full": dict(zip(_W, (2_000_000, 20, 1_000_000, 20, 60, 10, True, 20))),
+    "quick": dict(zip(_W, (200_000, 5, 100_000, 3, 14, 0, False, 5))),
 }
 COLUMNS = "id BIGINT, tenant INT, name STRING, amount DOUBLE, at TIMESTAMP"
 BATCH = 80_000
@@ -256,62 +258,107 @@ def run_native(sink, path: str, start: int, end: int, table_sql: str) -> dict:
     return {"seconds": time.monotonic() - t0, "rows": rows}
 
 
-# -- W3 ---------------------------------------------------------------------------------------------
-def run_steady(spark, path: str, seconds: float, dsn: str) -> dict:
-    # Steady state: a loaded table the running pipeline has caught up with; then small commits.
-    _create(spark, path)
-    _rows(spark, 0, 10_000).write.format("delta").mode("append").save(path)
-    proc, rss = cdc2ch_run(path, "w3", dsn, "--poll-interval", "1")
+# -- W3, W4 ------------------------------------------------------------------------------------------
+def _service(args: list[str]) -> tuple[subprocess.Popen, PeakRss, list[str]]:
+    """A continuous `cdc2ch run` with its stderr lines collected as they come."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cdc2ch", "run", *args, "--poll-interval", "1", "--log-format", "json"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
-    reader.start()
-    while not any('"event": "committed"' in ln and '"version": 1,' in ln for ln in lines):
+    threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
+    return proc, PeakRss(proc.pid), lines
+
+
+def _wait_committed(proc, lines: list[str], pipelines: int) -> None:
+    """Until every pipeline has committed its initial load (version 1)."""
+    while sum('"event": "committed"' in ln and '"version": 1,' in ln for ln in list(lines)) < pipelines:
         if proc.poll() is not None:
             raise SystemExit("cdc2ch run exited:\n" + "".join(lines)[-3000:])
         time.sleep(0.5)
-    commits = int(seconds / 2)
-    for i in range(commits):
+
+
+def _small_commits(spark, paths: list[str], seconds: float) -> None:
+    """One 100-row commit every 2 s, to the tables in turn."""
+    for i in range(int(seconds / 2)):
         t = time.monotonic()
-        _rows(spark, 10_000 + i * 100, 100, i).write.format("delta").mode("append").save(path)
+        _rows(spark, 10_000 + i * 100, 100, i).write.format("delta").mode("append").save(
+            paths[i % len(paths)]
+        )
         time.sleep(max(0.0, 2 - (time.monotonic() - t)))
     time.sleep(6)
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(120)
-    reader.join(10)
-    peak = rss.stop()
+
+
+def _latencies(spark, lines: list[str], paths: dict[str, str]) -> dict:
+    """Commit-to-visible seconds of every version after the initial load, from Delta's history (commit
+    time) and the batch log lines (insert done), per pipeline name -> table path."""
     from delta.tables import DeltaTable
 
-    committed_at = {
-        r["version"]: r["ms"] / 1000
-        for r in DeltaTable.forPath(spark, path)
-        .history()
-        .selectExpr("version", "unix_millis(timestamp) AS ms")
-        .collect()
-    }
-    visible: dict[int, float] = {}
+    visible: dict[tuple[str, int], float] = {}
     for e in events("".join(lines)):
         if e["event"] == "batch":
             for v in range(e["start"], e["end"] + 1):
-                visible[v] = _ts(e)
-    by_version = {
-        v: round(visible[v] - committed_at[v], 2) for v in sorted(committed_at) if v in visible and v > 0
-    }
-    if os.environ.get("CDC2CH_BENCH_DEBUG"):
-        print("W3 latency by version:", by_version)
-        for e in events("".join(lines)):
-            if e["event"] in ("range_read", "batch", "committed", "warmed_up"):
-                print("  ", e["timestamp"], e["event"], e.get("start"), e.get("end"), e.get("seconds"))
-    lat = sorted(t for v, t in by_version.items() if v > 1)  # version 1: the initial load
-    missing = [v for v in committed_at if v > 1 and v not in visible]
+                visible[(e["pipeline"], v)] = _ts(e)
+    lat, missing = [], []
+    for name, path in paths.items():
+        history = (
+            DeltaTable.forPath(spark, path).history().selectExpr("version", "unix_millis(timestamp) AS ms")
+        )
+        for r in history.collect():
+            if r["version"] <= 1:  # create, initial load
+                continue
+            if (name, r["version"]) in visible:
+                lat.append(round(visible[(name, r["version"])] - r["ms"] / 1000, 2))
+            else:
+                missing.append(f"{name}@{r['version']}")
+    lat.sort()
     pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else float("nan")  # noqa: E731
-    return {
-        "p50": pick(0.5),
-        "p95": pick(0.95),
-        "commits": len(lat),
-        "missing": missing,
-        "rss": peak,
-        "all": lat,
-    }
+    return {"p50": pick(0.5), "p95": pick(0.95), "commits": len(lat), "missing": missing, "all": lat}
+
+
+def _loaded(spark, path: str) -> str:
+    _create(spark, path)
+    _rows(spark, 0, 10_000).write.format("delta").mode("append").save(path)
+    return path
+
+
+def run_steady(spark, path: str, seconds: float, dsn: str) -> dict:
+    # Steady state: a loaded table the running pipeline has caught up with; then small commits.
+    _loaded(spark, path)
+    proc, rss, lines = _service(
+        ["--table", path, "--primary-key", "id", "--target", "bench.w3", "--clickhouse", dsn]
+    )
+    _wait_committed(proc, lines, 1)
+    _small_commits(spark, [path], seconds)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(120)
+    result = _latencies(spark, lines, {"bench.w3": path})
+    if os.environ.get("CDC2CH_BENCH_DEBUG"):
+        print("W3 latencies:", result["all"])
+    return {**result, "rss": rss.stop()}
+
+
+def run_many(spark, tmp: Path, tables: int, seconds: float, dsn: str) -> dict:
+    # W3 over many tables: one process, one Spark session, pipelines polled in turn.
+    paths = {f"t{i}": _loaded(spark, str(tmp / f"w4_{i}")) for i in range(tables)}
+    config = tmp / "w4.toml"
+    config.write_text(
+        f'clickhouse = "{dsn}"\n'
+        + "".join(
+            f'[[pipelines]]\nname = "{n}"\ntable = "{p}"\nprimary-key = "id"\ntarget = "bench.w4_{n}"\n'
+            for n, p in paths.items()
+        )
+    )
+    t0 = time.monotonic()
+    proc, rss, lines = _service(["--config", str(config)])
+    _wait_committed(proc, lines, tables)
+    startup = time.monotonic() - t0
+    _small_commits(spark, list(paths.values()), seconds)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(120)
+    return {**_latencies(spark, lines, paths), "rss": rss.stop(), "startup": startup, "tables": tables}
 
 
 # -- report -----------------------------------------------------------------------------------------
@@ -382,6 +429,12 @@ def main(size: str) -> None:
         say(f"W3 commit-to-visible: p50 {w3['p50']:.2f} s, p95 {w3['p95']:.2f} s over {w3['commits']} commits "
             f"(poll interval 1 s; target p95 <= 3 s); missing {w3['missing'] or 'none'}; peak RSS "
             f"{w3['rss'] / 2**20:,.0f} MiB")  # fmt: skip
+        w4 = run_many(spark, tmp, p["w4_tables"], p["w3_seconds"], f"chdb://{tmp / 'ch-w4'}")
+        results["W4"] = w4
+        say(f"W4 {w4['tables']} tables in one process: commit-to-visible p50 {w4['p50']:.2f} s, p95 "
+            f"{w4['p95']:.2f} s over {w4['commits']} commits (poll interval 1 s); missing "
+            f"{w4['missing'] or 'none'}; all initial loads done {w4['startup']:.1f} s after start; "
+            f"peak RSS {w4['rss'] / 2**20:,.0f} MiB")  # fmt: skip
     say(f"Spark start-up (this process, for reference): {spark_start:.1f} s")
     write_results(size, lines, results)
 
@@ -410,6 +463,11 @@ def write_results(size: str, lines: list[str], results: dict) -> None:
     w3 = results["W3"]
     md += ["", f"W3 commit-to-visible: p50 {w3['p50']:.2f} s, p95 {w3['p95']:.2f} s (poll interval 1 s; target "
            f"p95 <= 3 s)."]  # fmt: skip
+    if "W4" in results:
+        w4 = results["W4"]
+        md.append(f"W4 ({w4['tables']} tables in one process) commit-to-visible: p50 {w4['p50']:.2f} s, "
+                  f"p95 {w4['p95']:.2f} s; peak RSS "
+                  f"{w4['rss'] / 2**20:,.0f} MiB.")  # fmt: skip
     if "W1x" in results:
         md.append(f"Peak RSS of the cdc2ch process tree on W1 at 10x: {results['W1x']['rss'] / 2**20:,.0f} MiB "
                   f"(target <= 2048 MiB).")  # fmt: skip

@@ -466,7 +466,8 @@ def _run_pipelines(configs: list[RunConfig], metrics_port: int | None, isolate: 
             metrics.close()
     if failed and first.once:  # a service reports failures through status and metrics, and keeps going
         summary = "; ".join(
-            f"{s.cfg.pipeline} ({s.health.last_error_kind}): {s.health.last_error[:300]}" for s in failed
+            f"{s.cfg.pipeline} ({s.health.last_error_kind}): {s.health.last_error[:300].rstrip('.')}"
+            for s in failed
         )
         raise Cdc2chError(
             f"{len(failed)} of {len(configs)} pipelines failed, the others replicated: {summary}. "
