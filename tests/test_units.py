@@ -135,3 +135,23 @@ def test_quoting_and_redaction():
     assert quote("select") == "`select`"
     assert quote("a`b c.d") == "`a\\`b c.d`"
     assert redact("http://u:secret@h:8123/db") == "http://u:***@h:8123/db"
+
+
+def test_unreachable_server_is_not_taken_for_bad_credentials():
+    """Authentication failures are told by their error code (516), not by those digits anywhere in the
+    text: the port here contains them, as query ids sometimes do."""
+    import socket
+
+    from cdc2ch.errors import SinkError
+    from cdc2ch.sink import connect
+
+    for port in (5160, 15160, 25160, 35160, 45160, 51600, 51601, 51602):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        break
+    with pytest.raises(SinkError) as err:
+        connect(f"http://default@127.0.0.1:{port}/", retries=1)
+    assert "Cannot connect to ClickHouse" in str(err.value), str(err.value)

@@ -63,7 +63,7 @@ def _timeouts(query: str, display: str) -> dict[str, float]:
 
 
 def connect(dsn: str, retries: int) -> "Sink":  # noqa: F821
-    from cdc2ch.sink import Sink
+    from cdc2ch.sink import Sink, error_code
 
     parts = urlsplit(dsn)
     if parts.password is not None:
@@ -109,7 +109,8 @@ def connect(dsn: str, retries: int) -> "Sink":  # noqa: F821
         client = retrying(open_client)
     except ClickHouseError as exc:
         text = " ".join(str(exc).split())
-        if "516" in text or "Authentication failed" in text or "AUTHENTICATION_FAILED" in text:
+        # By the error code, not any "516" in the text: query ids and ports contain those digits too.
+        if error_code(exc) == 516 or "Authentication failed" in text or "AUTHENTICATION_FAILED" in text:
             raise SinkError(
                 f"ClickHouse at {display} rejected the credentials for user {parts.username or 'default'!r}. "
                 f"Check the user in the DSN and the password in {PASSWORD_ENV} (or {PASSWORD_FILE_ENV})."
