@@ -11,14 +11,13 @@ import time
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from cdc2ch.errors import Cdc2chError, ConfigError, SchemaChangeError, SinkError, SourceError, StateError
+from cdc2ch.lock import LockedError
 
 BATCH_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
 def error_kind(exc: BaseException) -> str:
     """A small fixed set of labels, so a dashboard can tell a lake problem from a ClickHouse one."""
-    from cdc2ch.lock import LockedError
-
     for cls, kind in (
         (LockedError, "locked"),
         (ConfigError, "config"),

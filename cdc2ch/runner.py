@@ -67,7 +67,7 @@ class Runner:
         self._warmed = self.once  # a --once run has no first change to speed up
         known: dict[str, Health] = {}
         for db in sorted({c.target.database for c in configs}):
-            known.update(self._health_store(db, create=False).load_all())
+            known.update(HealthStore(self.sink, db).load_all())
         self.slots = [
             Slot(
                 c,
@@ -154,15 +154,13 @@ class Runner:
         if recovered or self.once or time.monotonic() - slot.saved_at >= HEALTH_EVERY:
             self._save(slot)
 
-    def _health_store(self, database: str, create: bool = True) -> HealthStore:
-        store = self._stores.get(database)
-        if store is None:
+    def _health_store(self, database: str) -> HealthStore:
+        """The database's health store, its table created on first use."""
+        if database not in self._stores:
             store = HealthStore(self.sink, database)
-            if not create:
-                return store
             store.ensure()
             self._stores[database] = store
-        return store
+        return self._stores[database]
 
     def _save(self, slot: Slot) -> None:
         """Best effort: when ClickHouse itself is what fails, the log line is the report."""

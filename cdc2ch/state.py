@@ -21,6 +21,17 @@ CHUNKS_TABLE = "cdc2ch_snapshot_chunks"
 HEALTH_TABLE = "cdc2ch_health"
 
 
+def stamp_after(previous: datetime) -> datetime:
+    """Now, or 1 ms after `previous` if the clock has not moved past it: the rows these tables keep per
+    pipeline are ReplacingMergeTree(updated_at), so the newest write must always have the greatest stamp."""
+    return max(datetime.now(timezone.utc), previous + timedelta(milliseconds=1))
+
+
+def _utc(ts: datetime | None) -> datetime | None:
+    """A DateTime64(3, 'UTC') value as the driver returns it (sometimes naive) -> an aware datetime."""
+    return ts.replace(tzinfo=timezone.utc) if ts is not None and ts.tzinfo is None else ts
+
+
 @dataclass(frozen=True)
 class PipelineState:
     pipeline: str
@@ -43,9 +54,7 @@ class PipelineState:
         return datetime(1970, 1, 1, tzinfo=timezone.utc)
 
     def _touched(self, **changes) -> "PipelineState":
-        # Keep updated_at strictly increasing so the newest row always wins the merge.
-        at = max(datetime.now(timezone.utc), self.updated_at + timedelta(milliseconds=1))
-        return replace(self, updated_at=at, **changes)
+        return replace(self, updated_at=stamp_after(self.updated_at), **changes)
 
     def advanced(self, version: int, rows: int) -> "PipelineState":
         """Versions up to `version` have landed."""
@@ -160,9 +169,7 @@ class StateStore:
 
 def _state(row: tuple) -> PipelineState:
     pipeline, source, target, version, pending, rows, updated = row
-    if updated.tzinfo is None:
-        updated = updated.replace(tzinfo=timezone.utc)
-    return PipelineState(pipeline, source, target, int(version), int(pending), int(rows), updated)
+    return PipelineState(pipeline, source, target, int(version), int(pending), int(rows), _utc(updated))
 
 
 def databases_with_state(sink: Sink) -> list[str]:
@@ -214,6 +221,7 @@ class HealthStore:
         self.sink = sink
         self.database = database
         self._table = f"{schema.quote(database)}.{schema.quote(HEALTH_TABLE)}"
+        self._last = PipelineState.epoch()  # updated_at of this store's last save
 
     def ensure(self) -> None:
         self.sink.ensure_database(self.database)
@@ -234,19 +242,14 @@ class HealthStore:
         for row in rows:
             values = dict(zip(names, row))
             for k in ("last_success_at", "last_error_at"):
-                if values[k] is not None and values[k].tzinfo is None:
-                    values[k] = values[k].replace(tzinfo=timezone.utc)
+                values[k] = _utc(values[k])
             values["failures"] = int(values["failures"])
             out[values["pipeline"]] = Health(**values)
         return out
 
     def save(self, health: Health) -> None:
         row = {n: [getattr(health, n)] for n, _ in _HEALTH_FIELDS}
-        # Strictly increasing, so two saves in one millisecond still have a winner.
-        self._last = max(
-            datetime.now(timezone.utc),
-            getattr(self, "_last", PipelineState.epoch()) + timedelta(milliseconds=1),
-        )
+        self._last = stamp_after(self._last)
         row["updated_at"] = [self._last]
         self.sink.insert_arrow(
             self._table,
