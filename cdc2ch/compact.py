@@ -104,8 +104,8 @@ def compact(
     cutoff = now - older_than if older_than else None
     if cutoff is not None:
         cutoff = cutoff.replace(microsecond=cutoff.microsecond // 1000 * 1000)  # _commit_timestamp: ms
-    keys = _check_target(sink, target)
-    job = _Compaction(sink, target, keys, cutoff)
+    keys, cleanup_on = _check_target(sink, target)
+    job = _Compaction(sink, target, keys, cutoff, cleanup_on)
     lock = PipelineLock(sink, target.database, f"compact:{target}")
     try:
         lock.acquire()
@@ -118,7 +118,9 @@ def compact(
 
 
 class _Compaction:
-    def __init__(self, sink: Sink, target: TargetName, keys: list[str], cutoff: datetime | None):
+    def __init__(
+        self, sink: Sink, target: TargetName, keys: list[str], cutoff: datetime | None, cleanup_on: bool
+    ):
         self.sink = sink
         self.target = target
         self.table = schema.qualified(target)
@@ -127,6 +129,7 @@ class _Compaction:
         self.key_names = keys
         self.keys = ", ".join(schema.quote(k) for k in keys)
         self.cutoff = cutoff
+        self.cleanup_on = cleanup_on  # the table setting CLEANUP needs is already set
         self.log = log.bind(target=str(target))
 
     def young(self) -> str:
@@ -135,9 +138,6 @@ class _Compaction:
             return "`_is_deleted` = 1"
         stamp = self.cutoff.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
         return f"`_is_deleted` = 1 AND `_commit_timestamp` >= toDateTime64({schema.literal(stamp)}, 3, 'UTC')"
-
-    def rows(self) -> int:
-        return int(self.sink.query_rows(f"SELECT count() FROM {self.table}", what="count rows")[0][0])
 
     def run(self, t0: float) -> CompactResult:
         self.log.info(
@@ -157,7 +157,7 @@ class _Compaction:
 
     def _run(self, t0: float) -> CompactResult:
         recovered = self.recover()
-        rows_before = self.rows()
+        rows_before = self.sink.row_count(self.table)
         deleted, young = self.count_tombstones()
         dropped = deleted - (young if self.cutoff is not None else 0)
         optimized = dropped > 0
@@ -177,7 +177,7 @@ class _Compaction:
             dropped=dropped,
             kept=deleted - dropped,
             rows_before=rows_before,
-            rows_after=self.rows(),
+            rows_after=self.sink.row_count(self.table),
             recovered=recovered,
             optimized=optimized,
             seconds=round(time.monotonic() - t0, 3),
@@ -205,12 +205,7 @@ class _Compaction:
         )
 
     def enable_cleanup(self) -> None:
-        rows = self.sink.query_rows(
-            "SELECT create_table_query FROM system.tables WHERE database = {db:String} AND name = {t:String}",
-            {"db": self.target.database, "t": self.target.table},
-            what="read the table definition",
-        )
-        if rows and _SETTING_ON.search(rows[0][0]):
+        if self.cleanup_on:
             return
         self.sink.command(
             f"ALTER TABLE {self.table} MODIFY SETTING {CLEANUP_SETTING} = 1",
@@ -298,8 +293,9 @@ class _Compaction:
         return restored
 
 
-def _check_target(sink: Sink, target: TargetName) -> list[str]:
-    """The table's key columns, after checking it is a cdc2ch target table."""
+def _check_target(sink: Sink, target: TargetName) -> tuple[list[str], bool]:
+    """The table's key columns and whether CLEANUP merges are already allowed on it (engine_full lists the
+    table's settings), after checking it is a cdc2ch target table."""
     rows = sink.query_rows(
         "SELECT engine, engine_full FROM system.tables WHERE database = {db:String} AND name = {t:String}",
         {"db": target.database, "t": target.table},
@@ -333,4 +329,4 @@ def _check_target(sink: Sink, target: TargetName) -> list[str]:
             f"compact` only removes the tombstones cdc2ch writes to its target tables; `cdc2ch status` lists "
             f"the pipelines and their targets."
         )
-    return keys
+    return keys, bool(_SETTING_ON.search(engine_full))

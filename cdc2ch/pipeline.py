@@ -115,10 +115,6 @@ class TableJob:
         self.lock = PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl)
         self.writer = "driver"  # `run` chooses once its inputs are checked
 
-    def raw_rows(self) -> int:
-        """Rows stored in the target, tombstones and not yet merged versions included."""
-        return int(self.sink.query_rows(f"SELECT count() FROM {self.table_sql}", what="count rows")[0][0])
-
     def prepare_target(self, types: dict[str, str], comment: str | None = None) -> schema.SchemaDiff:
         """Create the target table, or evolve it to take rows of `types` (add columns, widen types).
 
@@ -414,7 +410,7 @@ class Replicator(TableJob):
         """
         cfg = self.cfg
         columns = [c for c in cdf.columns if c not in pushdown.CDF_COLUMNS]
-        before = self.raw_rows()
+        before = self.sink.row_count(self.table_sql)
         try:
             with self.sink.reads_files():
                 summary = self.sink.command(
@@ -435,7 +431,9 @@ class Replicator(TableJob):
             raise
         # A server reports the rows written; the embedded engine does not, so count (a background merge
         # at the same moment can make this a little low; it only feeds the rows_written figure).
-        rows = int(getattr(summary, "written_rows", 0) or 0) or max(self.raw_rows() - before, 0)
+        rows = int(getattr(summary, "written_rows", 0) or 0) or max(
+            self.sink.row_count(self.table_sql) - before, 0
+        )
         seconds = time.monotonic() - t0
         nbytes = summary.written_bytes() if hasattr(summary, "written_bytes") else 0
         self.metrics.batch(rows, int(nbytes or 0), seconds)

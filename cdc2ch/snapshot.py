@@ -142,7 +142,7 @@ class Snapshotter(TableJob):
             if self.stop.is_set():
                 return None
             paths = ", ".join(schema.literal(p) for p in group)
-            before = self.raw_rows()
+            before = self.sink.row_count(self.table_sql)
             with self.sink.reads_files():
                 self.sink.command(
                     insert_from_lake(
@@ -156,7 +156,7 @@ class Snapshotter(TableJob):
                         "insert_deduplication_token": f"{cfg.pipeline}:snap{version}:{plan}:{chunk}",
                     },
                 )
-            n = max(self.raw_rows() - before, 0)
+            n = max(self.sink.row_count(self.table_sql) - before, 0)
             self.store.chunk_done(cfg.pipeline, version, plan, chunk, n)
             self.log.info("chunk", version=version, chunk=chunk, of=count, rows=n, files=len(group))
             progress.advance(n, 1)

@@ -107,6 +107,12 @@ class Sink:
             what, lambda: self.client.query(sql, parameters=parameters, settings=settings).result_rows
         )
 
+    def row_count(self, table_sql: str) -> int:
+        """Rows stored in a table, as written: no FINAL, so tombstones and not yet merged versions count."""
+        return int(
+            self.query_rows(f"SELECT count() FROM {table_sql}", what=f"count the rows of {table_sql}")[0][0]
+        )
+
     def query_arrow(self, sql: str, what: str = "run a query", settings: dict | None = None) -> pa.Table:
         return self._call(what, lambda: self.client.query_arrow(sql, settings=settings))
 
