@@ -433,6 +433,8 @@ def snapshot(**options):
     finished. Keys alive in ClickHouse but absent from the snapshot are soft-deleted.
     """
     from cdc2ch.snapshot import Snapshotter
+    from cdc2ch.source.delta import DeltaSource
+    from cdc2ch.source.spark import session
 
     configs, process = resolve_configs(click.get_current_context(), dict(options, once=True))
     if len(configs) > 1:
@@ -441,23 +443,36 @@ def snapshot(**options):
             f"with --pipeline NAME ({', '.join(c.pipeline for c in configs)})."
         )
     logsetup.configure(process["log_format"], process["log_level"])
-    _with_source(configs[0], Snapshotter)
+    cfg = configs[0]
+    with _target(cfg, cfg.retries, check_lock=True) as (sink, stop):
+        Snapshotter(cfg, DeltaSource(session(cfg.spark), cfg.table), sink, stop).run()
+
+
+@contextmanager
+def _target(cfg: RunConfig, retries: int, check_lock: bool):
+    """ClickHouse opened and signals handled: yields (sink, stop event). With `check_lock`, refuses early,
+    before Spark starts, if another runner has the pipeline; the job claims it itself once its inputs are
+    checked, so bad input writes nothing."""
+    from cdc2ch.lock import PipelineLock
+    from cdc2ch.sink import connect
+
+    stop = threading.Event()
+    with stop_on_signals(stop), connect(cfg.clickhouse_dsn, retries) as sink:
+        if check_lock:
+            PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl).check()
+        yield sink, stop
 
 
 def _run_pipelines(configs: list[RunConfig], metrics_port: int | None, isolate: bool) -> None:
     """One ClickHouse connection and one Spark session for all pipelines; see runner.Runner."""
-    from cdc2ch.lock import PipelineLock
     from cdc2ch.metrics import Metrics
     from cdc2ch.runner import Runner
-    from cdc2ch.sink import connect
     from cdc2ch.source.spark import session
 
     first = configs[0]
-    stop = threading.Event()
     metrics = Metrics()
-    with stop_on_signals(stop), connect(first.clickhouse_dsn, max(c.retries for c in configs)) as sink:
-        if not isolate:  # one pipeline from flags: refuse before Spark starts if another runner has it
-            PipelineLock(sink, first.target.database, first.pipeline, first.lock_ttl).check()
+    # A pipeline of a config that another runner holds is one failing pipeline, not a refusal of all.
+    with _target(first, max(c.retries for c in configs), check_lock=not isolate) as (sink, stop):
         if metrics_port is not None:
             metrics.serve(metrics_port)
         try:
@@ -475,22 +490,6 @@ def _run_pipelines(configs: list[RunConfig], metrics_port: int | None, isolate: 
         )
 
 
-def _with_source(cfg: RunConfig, worker) -> None:
-    """Open ClickHouse and Spark, then run `worker(cfg, source, sink, stop)` with signal handling."""
-    from cdc2ch.lock import PipelineLock
-    from cdc2ch.sink import connect
-    from cdc2ch.source.delta import DeltaSource
-    from cdc2ch.source.spark import session
-
-    stop = threading.Event()
-    with stop_on_signals(stop), connect(cfg.clickhouse_dsn, cfg.retries) as sink:
-        # Refuse early, before Spark starts, if another runner has the pipeline; the job claims it
-        # itself once its inputs are checked, so bad input writes nothing.
-        PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl).check()
-        spark = session(cfg.spark)
-        worker(cfg, DeltaSource(spark, cfg.table), sink, stop).run()
-
-
 @main.command()
 @run_options
 @handle_errors
@@ -501,13 +500,12 @@ def validate(**options):
     Exits 0 when everything is ready, 2 otherwise.
     """
     from cdc2ch.source.spark import session
+    from cdc2ch.status import aligned
     from cdc2ch.validate import check
 
     configs, process = resolve_configs(click.get_current_context(), options)
     logsetup.configure(process["log_format"], process["log_level"])
     findings = check(configs, lambda: session(configs[0].spark))
-    from cdc2ch.status import aligned
-
     click.echo(
         "\n".join(
             aligned(["", "", ""], [["ok" if f.ok else "FAIL", f.subject, f.detail] for f in findings])[1:]
