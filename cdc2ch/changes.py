@@ -1,69 +1,10 @@
-"""Change Data Feed rows -> ClickHouse rows (design.md section 3).
-
-Each CDF row becomes one target row versioned `_commit_version * 4 + rank`:
-
-    insert, update_postimage, snapshot row  -> live row   (_is_deleted = 0), rank 3
-    delete                                  -> tombstone  (_is_deleted = 1), rank 2
-    update_preimage                         -> tombstone  (_is_deleted = 1), rank 1
-
-ReplacingMergeTree(_version, _is_deleted) then keeps, per key, the state after the last commit that
-touched it: a key deleted and re-inserted in one commit is alive, the old key of a key-changing UPDATE
-is gone, an ordinary UPDATE's pre-image is outranked by its post-image. No per-key work in Spark.
-"""
+"""Rows in the target layout (contract.py), as Arrow, on their way into insert batches: a deterministic
+replay order, batches cut from it, and the keys one commit wrote twice."""
 
 from __future__ import annotations
 
-import hashlib
-
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from cdc2ch.errors import SourceError
-
-RANK = {"insert": 3, "update_postimage": 3, "snapshot": 3, "delete": 2, "update_preimage": 1}
-DELETED = ("delete", "update_preimage")
-
-
-def spark_col(name: str):
-    """A top-level column by its exact name, even with dots or backticks in it."""
-    from pyspark.sql import functions as F
-
-    return F.col("`" + name.replace("`", "``") + "`")
-
-
-def to_table_rows(cdf, immutable_keys: bool = False):
-    """Spark DataFrame of CDF rows -> DataFrame in the target table's layout (user columns + metadata)."""
-    from pyspark.sql import functions as F
-
-    change = F.col("_change_type")
-    if immutable_keys:  # the caller promises updates never change key columns: pre-images are redundant
-        cdf = cdf.where(change != F.lit("update_preimage"))
-    rank = F.when(change == "update_preimage", 1).when(change == "delete", 2).otherwise(3)
-    user = [
-        spark_col(c) for c in cdf.columns if c not in ("_change_type", "_commit_version", "_commit_timestamp")
-    ]
-    return cdf.select(
-        *user,
-        F.col("_commit_version").cast("long").alias("_commit_version"),
-        F.col("_commit_timestamp"),
-        change.alias("_change_type"),
-        change.isin(*DELETED).cast("byte").alias("_is_deleted"),
-        (F.col("_commit_version").cast("long") * 4 + rank).alias("_version"),
-    )
-
-
-def snapshot_rows(snapshot, version: int, timestamp_ms: int):
-    """Spark DataFrame of a table at `version` -> target layout: live rows at that version."""
-    from pyspark.sql import functions as F
-
-    return snapshot.select(
-        *[spark_col(c) for c in snapshot.columns],
-        F.lit(int(version)).cast("long").alias("_commit_version"),
-        F.timestamp_millis(F.lit(int(timestamp_ms))).alias("_commit_timestamp"),
-        F.lit("snapshot").alias("_change_type"),
-        F.lit(0).cast("byte").alias("_is_deleted"),
-        F.lit(int(version) * 4 + RANK["snapshot"]).cast("long").alias("_version"),
-    )
 
 
 def replay_order(rows: pa.Table, primary_key: tuple[str, ...]) -> pa.Array:
@@ -72,35 +13,6 @@ def replay_order(rows: pa.Table, primary_key: tuple[str, ...]) -> pa.Array:
     return pc.sort_indices(
         rows, sort_keys=[("_version", "ascending")] + [(k, "ascending") for k in primary_key]
     )
-
-
-def check_keys(rows: pa.Table, primary_key: tuple[str, ...], where: str) -> None:
-    """ClickHouse would silently turn a null key into 0 or '' and merge unrelated rows: refuse instead."""
-    for key in primary_key:
-        nulls = rows.column(key).null_count
-        if nulls:
-            sample = rows.filter(pc.is_null(rows.column(key))).slice(0, 1)
-            version = (
-                sample.column("_commit_version")[0].as_py() if "_commit_version" in rows.column_names else "?"
-            )
-            raise null_key_error(nulls, key, version, where)
-
-
-def null_key_error(nulls: int, key: str, version, where: str) -> SourceError:
-    return SourceError(
-        f"{nulls} row(s) in {where} have a null in primary-key column {key!r} (first at version "
-        f"{version}). A key must identify a row: choose non-null key columns for --primary-key, or fix "
-        f"the rows in Delta and replicate from after that version."
-    )
-
-
-def batch_token(prefix: str, batch: pa.Table) -> str:
-    """Insert deduplication token: the batch's place plus a digest of its content, so a replay of the
-    same rows is dropped while different rows (another --batch-size, --immutable-keys) never are."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_table(batch)
-    return f"{prefix}:{hashlib.sha1(sink.getvalue()).hexdigest()[:20]}"
 
 
 def batches(rows: pa.Table, batch_size: int, order: pa.Array | None = None):

@@ -12,12 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from cdc2ch.config import TargetName
+from cdc2ch.contract import CDF_COLUMNS, META_COLUMNS
+from cdc2ch.contract import sql_literal as literal
 from cdc2ch.errors import SourceError
-
-# Columns the Change Data Feed adds to every row.
-CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
-# Columns cdc2ch adds to the target table (besides CDF_COLUMNS).
-META_COLUMNS = ("_is_deleted", "_version", "_synced_at")
 
 _PRIMITIVE = {
     "boolean": "Bool",
@@ -44,11 +41,6 @@ def quote(name: str) -> str:
 
 def qualified(target: TargetName) -> str:
     return f"{quote(target.database)}.{quote(target.table)}"
-
-
-def literal(value: str) -> str:
-    """A ClickHouse string literal."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def clickhouse_type(spark_type: Any, nullable: bool, column: str = "?") -> str:

@@ -10,19 +10,30 @@ moves to N unless the pipeline is already past it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
+import threading
 import time
 from urllib.parse import unquote, urlsplit
 
-from cdc2ch import changes, schema
+import structlog
+
+from cdc2ch import contract, schema
+from cdc2ch.config import RunConfig
 from cdc2ch.errors import SchemaChangeError, SourceError, StateError
-from cdc2ch.pipeline import TableJob
+from cdc2ch.lock import PipelineLock
+from cdc2ch.plan import repointed
 from cdc2ch.progress import Progress
+from cdc2ch.sink import Sink
 from cdc2ch.source.chunked import ChunkedFrame
-from cdc2ch.source.delta import Commit
-from cdc2ch.source.pushdown import insert_from_lake
-from cdc2ch.state import PipelineState
+from cdc2ch.source.log import Commit
+from cdc2ch.state import PipelineState, StateStore
+from cdc2ch.target import ClickHouseTables
+from cdc2ch.writers.driver import insert_rows
+from cdc2ch.writers.pushdown import insert_from_lake, insert_settings
+
+log = structlog.get_logger("cdc2ch.snapshot")
 
 
 def _file_path(spark_file: str) -> str:
@@ -31,7 +42,18 @@ def _file_path(spark_file: str) -> str:
     return unquote(parts.path) if parts.scheme in ("", "file") else f"{parts.netloc}{unquote(parts.path)}"
 
 
-class Snapshotter(TableJob):
+class Snapshotter:
+    """One table at one version into the target; `stop` asks it to end after the current chunk."""
+
+    def __init__(self, cfg: RunConfig, source, sink: Sink, stop: threading.Event | None = None):
+        self.cfg, self.source, self.sink = cfg, source, sink
+        self.stop = stop or threading.Event()
+        self.tables = ClickHouseTables(sink, cfg.target, cfg.primary_key)
+        self.table_sql = self.tables.table_sql
+        self.store = StateStore(sink, cfg.target.database)
+        self.lock = PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl)
+        self.log = log.bind(pipeline=cfg.pipeline)
+
     def run(self) -> PipelineState | None:
         cfg = self.cfg
         latest = self.source.latest().version
@@ -73,7 +95,7 @@ class Snapshotter(TableJob):
         ts_ms = int(commit.timestamp.timestamp() * 1000)
         table = self.source.snapshot(version)
         types = schema.column_types(table.schema.jsonValue(), cfg.primary_key)
-        change = self.prepare_target(types, comment)
+        change = self.tables.prepare(types, comment)
         if change.breaking:
             raise SchemaChangeError(
                 f"The existing ClickHouse table {cfg.target} does not fit version {version} of "
@@ -91,7 +113,7 @@ class Snapshotter(TableJob):
     # -- readers ----------------------------------------------------------------------------------
     def _spark_chunks(self, table, version: int, ts_ms: int, columns: list[str]) -> int | None:
         cfg = self.cfg
-        frame = ChunkedFrame(changes.snapshot_rows(table, version, ts_ms))
+        frame = ChunkedFrame(contract.spark_snapshot_rows(table, version, ts_ms))
         plan = "spark:" + frame.fingerprint()
         done = self.store.chunks_done(cfg.pipeline, version, plan)
         progress = Progress(f"snapshot v{version}", table.count(), frame.count, len(frame.files))
@@ -104,14 +126,16 @@ class Snapshotter(TableJob):
             data = frame.read(chunk)
             n = 0
             if data is not None:
-                where = f"version {version} of {self.source.uri}"
-                changes.check_keys(data, cfg.primary_key, where)
-                order = changes.replay_order(data, cfg.primary_key)
-                for dup in changes.duplicate_keys(data, cfg.primary_key, order):
-                    self.log.warning("duplicate_keys", where=where, chunk=chunk, **dup)
-                for i, batch in enumerate(changes.batches(data, cfg.batch_size, order)):
-                    token = changes.batch_token(f"{cfg.pipeline}:snap{version}:{plan}:{chunk}:{i}", batch)
-                    n += self.sink.insert_arrow(self.table_sql, batch, token)
+                n, _, _ = insert_rows(
+                    self.sink,
+                    self.table_sql,
+                    data,
+                    cfg,
+                    f"version {version} of {self.source.uri}",
+                    functools.partial(contract.snapshot_batch_token, cfg.pipeline, version, plan, chunk),
+                    self.log,
+                    chunk=chunk,
+                )
             self.store.chunk_done(cfg.pipeline, version, plan, chunk, n)
             self.log.info("chunk", version=version, chunk=chunk, of=frame.count, rows=n)
             progress.advance(n, 1)
@@ -129,13 +153,7 @@ class Snapshotter(TableJob):
         done = self.store.chunks_done(cfg.pipeline, version, plan)
         progress = Progress(f"snapshot v{version}", total, count, len(files))
         progress.advance(sum(done.values()), len(done))
-        meta = [
-            f"toUInt64({version})",
-            f"fromUnixTimestamp64Milli(toInt64({ts_ms}), 'UTC')",
-            "'snapshot'",
-            "toUInt8(0)",
-            f"toUInt64({version * 4 + changes.RANK['snapshot']})",
-        ]
+        meta = contract.sql_fixed_meta(version, ts_ms, contract.SNAPSHOT)
         for chunk, group in enumerate(groups):
             if chunk in done or not group:
                 continue
@@ -151,9 +169,7 @@ class Snapshotter(TableJob):
                     what=f"load snapshot chunk {chunk}",
                     settings={
                         "delta_lake_snapshot_version": version,
-                        "insert_null_as_default": 0,
-                        "insert_deduplicate": 1,
-                        "insert_deduplication_token": f"{cfg.pipeline}:snap{version}:{plan}:{chunk}",
+                        **insert_settings(contract.snapshot_chunk_token(cfg.pipeline, version, plan, chunk)),
                     },
                 )
             n = max(self.sink.row_count(self.table_sql) - before, 0)
@@ -167,15 +183,14 @@ class Snapshotter(TableJob):
     def _sweep(self, version: int, ts_ms: int, columns: list[str]) -> None:
         """Tombstone keys alive from before `version` that the snapshot did not write (gone by then)."""
         cols = ", ".join(schema.quote(c) for c in columns)
+        meta = contract.sql_fixed_meta(version, ts_ms, "delete")
         self.sink.command(
-            f"INSERT INTO {self.table_sql} ({cols}, _commit_version, _commit_timestamp, _change_type, _is_deleted, "
-            f"_version) SELECT {cols}, toUInt64({version}), fromUnixTimestamp64Milli(toInt64({ts_ms}), 'UTC'), "
-            f"'delete', toUInt8(1), toUInt64({version * 4 + changes.RANK['delete']}) "
-            f"FROM {self.table_sql} FINAL WHERE _version < {version * 4}",
+            f"INSERT INTO {self.table_sql} ({cols}, {', '.join(contract.WRITTEN_META)}) SELECT {cols}, "
+            f"{', '.join(meta)} FROM {self.table_sql} FINAL WHERE _version < {contract.first_version(version)}",
             what="tombstone keys missing from the snapshot",
             settings={
                 "insert_deduplicate": 1,
-                "insert_deduplication_token": f"{self.cfg.pipeline}:sweep{version}",
+                "insert_deduplication_token": contract.sweep_token(self.cfg.pipeline, version),
             },
         )
 
@@ -185,15 +200,8 @@ class Snapshotter(TableJob):
         if current is not None and current.committed_version >= version and not self.cfg.reset:
             self.log.info("offset_kept", committed=current.committed_version, snapshot=version)
             return current
-        base = current or stored
-        state = PipelineState(
-            self.cfg.pipeline,
-            self.source.uri,
-            str(self.cfg.target),
-            version,
-            version,
-            (base.rows_written if base else 0) + rows,
-            base.updated_at if base else PipelineState.epoch(),
-        ).advanced(version, 0)
+        state = repointed(
+            current or stored, self.cfg.pipeline, self.source.uri, str(self.cfg.target), version, rows
+        )
         self.store.save(state)
         return state

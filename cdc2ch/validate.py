@@ -41,22 +41,23 @@ def check(configs: list[RunConfig], spark_factory) -> list[Finding]:
             return [Finding("ClickHouse", False, str(exc))]
         spark = spark_factory()
         for cfg in configs:
-            job = Replicator(cfg, DeltaSource(spark, cfg.table), sink)
             try:
-                start, stored = job.check_inputs()
+                inputs = Replicator(cfg, DeltaSource(spark, cfg.table), sink).check_inputs()
             except Cdc2chError as exc:
                 findings.append(Finding(cfg.pipeline, False, f"{cfg.table} -> {cfg.target}: {exc}"))
                 continue
-            latest = job.source.latest().version
+            start, latest = inputs.start, inputs.latest
             where = (
-                f"resumes at version {start}" if stored and not cfg.reset else f"starts at version {start}"
+                f"resumes at version {start}"
+                if inputs.stored and not cfg.reset
+                else f"starts at version {start}"
             )
             findings.append(
                 Finding(
                     cfg.pipeline,
                     True,
                     f"{cfg.table} -> {cfg.target}: latest version {latest}, {where}, key "
-                    f"{','.join(cfg.primary_key)}, writer {job.writer}",
+                    f"{','.join(cfg.primary_key)}, writer {inputs.writer}",
                 )
             )
     return findings

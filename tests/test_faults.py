@@ -14,7 +14,7 @@ import threading
 
 import pytest
 
-from cdc2ch import schema
+from cdc2ch import contract, schema
 from cdc2ch.config import TargetName
 from tests.helpers import Proc, assert_replicated, committed_version, create_table, latest_version
 
@@ -64,13 +64,11 @@ def _is_data_insert(target: TargetName):
 
 
 def _batch(target: TargetName, index: int):
-    """Data inserts of batch `index` of a range (tokens end in `:<range>:<batch>:<digest>`)."""
+    """Data inserts of batch `index` of a range (by the batch number in their deduplication token)."""
 
     def match(req) -> bool:
         token = req.params.get("insert_deduplication_token", "")
-        return (
-            _is_data_insert(target)(req) and token.count(":") >= 3 and token.rsplit(":", 2)[1] == str(index)
-        )
+        return _is_data_insert(target)(req) and contract.batch_index(token) == index
 
     return match
 

@@ -11,7 +11,7 @@ import pytest
 from cdc2ch import changes
 from cdc2ch.config import TargetName
 from cdc2ch.errors import ConfigError, SourceError
-from cdc2ch.pipeline import plan_ranges
+from cdc2ch.plan import plan_ranges
 from cdc2ch.schema import clickhouse_type, column_types, quote
 from cdc2ch.sink.server import redact
 from cdc2ch.source.log import Commit, estimate_rows, parse_commit

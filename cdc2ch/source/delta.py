@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
 import pyarrow as pa
 
+from cdc2ch import contract
 from cdc2ch.errors import SourceError
 from cdc2ch.source.log import Commit, DeltaLog
 
@@ -162,6 +164,9 @@ class DeltaSource:
                 since = None
         return since if since is not None else 0
 
+    def cdf_enabled(self) -> bool:
+        return self.properties().get("delta.enableChangeDataFeed", "false").lower() == "true"
+
     def properties(self) -> dict[str, str]:
         """The table properties of the latest version. Asks Delta's own log object (reads the checksum file
         or the log); DESCRIBE DETAIL would also size every file, 10 s on a cold JVM."""
@@ -180,11 +185,11 @@ class DeltaSource:
             return dict(detail["properties"] or {})
 
     # -- data -------------------------------------------------------------------------------------
-    def changes(self, start: int, end: int):
-        """The Change Data Feed for versions [start, end] as a Spark DataFrame (lazy)."""
+    def changes(self, start: int, end: int) -> "SparkChanges":
+        """The Change Data Feed for versions [start, end] (lazy; the schema is that of version `end`)."""
         self._delta_table()
         try:
-            return (
+            frame = (
                 self.spark.read.format("delta")
                 .option("readChangeFeed", "true")
                 .option("startingVersion", int(start))
@@ -194,6 +199,19 @@ class DeltaSource:
             )
         except Exception as exc:  # Delta checks the range when the read is planned
             raise self.translate(exc, "the change data feed", start, end) from exc
+        return SparkChanges(self, frame, start, end)
+
+    def warm_up(self, immutable_keys: bool) -> float | None:
+        """A fresh JVM spends seconds loading and compiling the CDF read path on its first read: pay that
+        now by reading one row of the newest commit's changes. Returns the seconds spent, or None when the
+        read failed (it only means a slower first read; the real reads will say what is wrong)."""
+        t0 = time.monotonic()
+        try:
+            latest = self.latest_version()
+            self.changes(latest, latest).spark_rows(immutable_keys).limit(1).toArrow()
+        except Exception:
+            return None
+        return time.monotonic() - t0
 
     def snapshot(self, version: int):
         self._delta_table()
@@ -233,6 +251,26 @@ class DeltaSource:
             )
         first = next((ln for ln in text.splitlines() if ln.strip()), text)
         return SourceError(f"Reading {what} for {span} of {self.uri} failed: {first[:500]}")
+
+
+class SparkChanges:
+    """A version range of the Change Data Feed, read through Spark (the Changes port)."""
+
+    def __init__(self, source: DeltaSource, frame, start: int, end: int):
+        self.source, self.frame, self.start, self.end = source, frame, start, end
+        self.uri = source.uri
+        self.schema = frame.schema.jsonValue()
+
+    def spark_rows(self, immutable_keys: bool):
+        return contract.spark_rows(self.frame, immutable_keys)
+
+    def arrow_rows(self, immutable_keys: bool) -> pa.Table:
+        return self.source.collect(
+            self.spark_rows(immutable_keys), "the change data feed", self.start, self.end
+        )
+
+    def read_error(self, exc: Exception) -> Exception:
+        return self.source.translate(exc, "the change data feed", self.start, self.end)
 
 
 def _from_ms(ms: int) -> datetime:

@@ -190,3 +190,12 @@ def positional_columns(df):
     (_c0, _c1, ...) and the real names, to restore on the Arrow side."""
     names = df.columns
     return df.toDF(*[f"_c{i}" for i in range(len(names))]), names
+
+
+def ship_by_value(*modules) -> None:
+    """Let Spark tasks call functions of these (self-contained) modules on executors where cdc2ch is not
+    installed: cloudpickle sends their code instead of a reference to import."""
+    from pyspark import cloudpickle
+
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)

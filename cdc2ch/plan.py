@@ -1,0 +1,178 @@
+"""The replication loop's decisions, as pure functions: where to start, which writer, how to cut ranges.
+
+Nothing here reads or writes anything; the loop (pipeline.py) gathers the facts and acts on the answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from cdc2ch.errors import ConfigError, SourceError, StateError
+from cdc2ch.source.log import Commit
+from cdc2ch.state import PipelineState
+
+MAX_VERSIONS_PER_READ = 1000
+
+
+def plan_ranges(
+    commits: list[Commit],
+    max_rows: int,
+    max_versions: int = MAX_VERSIONS_PER_READ,
+    breaks: Collection[int] = (),
+) -> list[tuple[int, int]]:
+    """Group consecutive versions into read ranges of at most ~max_rows estimated change rows.
+
+    A version is never split; one larger than max_rows gets a range of its own. A version in `breaks`
+    (a schema or metadata change) always starts a range: a CDF read may not span one.
+    """
+    ranges: list[tuple[int, int]] = []
+    start = prev = None
+    rows = 0
+    for c in commits:
+        if start is not None and (
+            rows + c.estimated_rows > max_rows or c.version - start >= max_versions or c.version in breaks
+        ):
+            ranges.append((start, prev))
+            start, rows = None, 0
+        if start is None:
+            start = c.version
+        rows += c.estimated_rows
+        prev = c.version
+    if start is not None:
+        ranges.append((start, prev))
+    return ranges
+
+
+def schema_breaks(commits: list[Commit]) -> set[int]:
+    """Versions that change the schema or table properties: a CDF read may not span one."""
+    return {c.version for c in commits if c.metadata}
+
+
+def catch_up_ranges(
+    commits: list[Commit], max_rows: int, interrupted: tuple[int, int] | None
+) -> list[tuple[int, int]]:
+    """The ranges of a catch-up. An interrupted range is replayed first exactly as it was (same batches,
+    same tokens); the rest is planned after it."""
+    breaks = schema_breaks(commits)
+    if interrupted is None:
+        return plan_ranges(commits, max_rows, breaks=breaks)
+    s0, e0 = interrupted
+    return [(s0, e0)] + plan_ranges([c for c in commits if c.version > e0], max_rows, breaks=breaks)
+
+
+def missing_versions(start: int, commits: list[Commit]) -> list[int]:
+    """Versions from `start` to the last commit that the log no longer holds (removed by log retention)."""
+    if not commits:
+        return []
+    have = {c.version for c in commits}
+    return [v for v in range(start, commits[-1].version + 1) if v not in have]
+
+
+def start_version(
+    pipeline: str,
+    uri: str,
+    target: str,
+    stored: PipelineState | None,
+    requested: int | None,
+    latest: int,
+    reset: bool,
+) -> int:
+    """The first version to replicate: after the stored offset, else --from-version (default 0). Refuses a
+    request beyond the latest version, a stored offset of another table or target, a request that
+    disagrees with the stored offset (unless --reset), and an offset past the latest version."""
+    if requested is not None and requested > latest:
+        raise StateError(
+            f"--from-version {requested} is beyond the latest version of {uri}, which is "
+            f"{latest}. Pass a version between 0 and {latest}."
+        )
+    if stored is None or reset:
+        return requested or 0
+    stored.check_matches(uri, target)
+    if requested is not None and requested != stored.committed_version + 1:
+        raise StateError(
+            f"Pipeline {pipeline!r} has already replicated up to version {stored.committed_version} "
+            f"and would continue at {stored.committed_version + 1}, but {requested} was asked for. Drop "
+            f"--from-version/--from-timestamp to resume, or add --reset to start over at {requested}."
+        )
+    if stored.committed_version > latest:
+        raise StateError(
+            f"Pipeline {pipeline!r} has replicated up to version {stored.committed_version}, but the "
+            f"latest version of {uri} is {latest}: the table was recreated. Resync with "
+            f"`cdc2ch snapshot --reset` or start over with --reset --from-version 0."
+        )
+    return stored.committed_version + 1
+
+
+def choose_writer(reader: str, wanted: str, remote_target: bool, local_master: bool) -> str:
+    """driver: collect each range and insert from this process. executors: Spark tasks insert their own
+    partitions (server targets only). clickhouse: ClickHouse reads the range itself (--reader clickhouse).
+    auto: executors on a cluster with a server target, driver otherwise."""
+    if reader == "clickhouse":
+        if wanted == "executors":
+            raise ConfigError(
+                "--reader clickhouse has ClickHouse read and insert the changes itself, so Spark tasks have "
+                "nothing to write: drop --writer executors, or use --reader spark."
+            )
+        return "clickhouse"
+    if wanted == "executors" and not remote_target:
+        raise ConfigError(
+            "--writer executors needs a ClickHouse server target: the embedded engine lives inside this "
+            "process, out of the Spark tasks' reach. Use --writer driver (the default for embedded) or an "
+            "http(s):// --clickhouse."
+        )
+    if wanted == "auto":
+        return "executors" if remote_target and not local_master else "driver"
+    return wanted
+
+
+def describe(commit: Commit) -> str:
+    """A commit as a user would name it: the operation and, for schema changes, its columns."""
+    p = commit.parameters
+    if commit.operation == "RENAME COLUMN":
+        return f"RENAME COLUMN {p.get('oldColumnPath')} TO {p.get('newColumnPath')}"
+    for key in ("columns", "column"):
+        if p.get(key):
+            return f"{commit.operation} {p[key][:200]}"
+    return commit.operation
+
+
+def log_gap_error(missing: list[int], uri: str, primary_key: tuple[str, ...], target: str) -> SourceError:
+    return SourceError(
+        f"Versions {missing[0]}..{missing[-1]} of {uri} are no longer in the Delta log "
+        f"(log retention removed them), so their changes cannot be replayed. Resync with `cdc2ch snapshot "
+        f"--table {uri} --primary-key {','.join(primary_key)} --target "
+        f"{target} --reset`, then `cdc2ch run` continues after the snapshot."
+    )
+
+
+def cdf_gap_error(since: int, start: int, uri: str, primary_key: tuple[str, ...], target: str) -> SourceError:
+    return SourceError(
+        f"The Change Data Feed of {uri} was enabled at version {since}; versions before it have no "
+        f"change data, so replication cannot start at {start}. Load the table first with "
+        f"`cdc2ch snapshot --table {uri} --primary-key {','.join(primary_key)} --target {target} "
+        f"--version {since}` (or a later version); `cdc2ch run` then continues after the snapshot."
+    )
+
+
+def cdf_disabled_error(uri: str) -> SourceError:
+    return SourceError(
+        f"The Change Data Feed is not enabled on {uri}. Enable it with ALTER TABLE delta.`{uri}` "
+        f"SET TBLPROPERTIES (delta.enableChangeDataFeed = true); changes are recorded from the next "
+        f"version on, so load the table first with `cdc2ch snapshot` and let `cdc2ch run` continue."
+    )
+
+
+def repointed(
+    base: PipelineState | None, pipeline: str, uri: str, target: str, version: int, rows: int = 0
+) -> PipelineState:
+    """The state of a pipeline (re)pointed at `version`: a new pipeline, a --reset, or a snapshot handing
+    over. Keeps the rows written so far and a stamp newer than the last saved one."""
+    return PipelineState(
+        pipeline,
+        uri,
+        target,
+        version,
+        version,
+        (base.rows_written if base else 0) + rows,
+        base.updated_at if base else PipelineState.epoch(),
+    ).advanced(version, 0)

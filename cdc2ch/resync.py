@@ -1,0 +1,83 @@
+"""`--on-schema-change resync`: rebuild the target from a snapshot into a side table, swap it in, go on.
+
+Crash-safe: the side table carries a comment naming the pipeline and the version it was built at, so a
+restart can tell a finished swap (the target carries a marker newer than the offset: move the offset) from
+a stale side table (drop it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from cdc2ch.ports import ChangeSource, OffsetStore, TargetTables
+from cdc2ch.state import PipelineState
+
+SUFFIX = "__cdc2ch_resync"
+_MARKER = "cdc2ch: rebuilt by resync of pipeline {pipeline} at Delta version {version}"
+
+
+def marker(pipeline: str, version: int) -> str:
+    return _MARKER.format(pipeline=pipeline, version=version)
+
+
+def parse_marker(comment: str | None, pipeline: str) -> int | None:
+    """The version a table was rebuilt at by this pipeline's resync, or None."""
+    prefix = _MARKER.split("{version}")[0].format(pipeline=pipeline)
+    if comment and comment.startswith(prefix) and comment[len(prefix) :].isdigit():
+        return int(comment[len(prefix) :])
+    return None
+
+
+class Resync:
+    def __init__(
+        self,
+        pipeline: str,
+        target: str,
+        source: ChangeSource,
+        tables: TargetTables,
+        store: OffsetStore,
+        load_snapshot: Callable[[int, str], int | None],
+        log,
+    ):
+        """`load_snapshot(version, comment)` writes the table at `version` into the side table (created with
+        `comment`) and returns its rows, or None when stopped midway."""
+        self.pipeline, self.target, self.source, self.tables, self.store = (
+            pipeline,
+            target,
+            source,
+            tables,
+            store,
+        )
+        self.load_snapshot, self.log = load_snapshot, log
+
+    def run(self, state: PipelineState, reason: str) -> PipelineState:
+        """Rebuild at the latest version; returns the state after the swap (unchanged when stopped)."""
+        version = self.source.latest().version
+        mark = marker(self.pipeline, version)
+        if self.tables.comment(SUFFIX) not in (None, mark):
+            self.tables.drop(SUFFIX)  # left by a resync at another version
+        self.log.warning("resync_start", reason=reason, version=version, side_table=self.target + SUFFIX)
+        rows = self.load_snapshot(version, mark)
+        if rows is None:
+            return state
+        self.tables.exchange(SUFFIX)
+        state = self._finish(state, version, rows)
+        self.log.warning("resync_done", version=version, rows=rows)
+        return state
+
+    def recover(self, state: PipelineState) -> PipelineState:
+        """After a crash in the middle of a resync: finish the hand-over if the swap had happened."""
+        built_at = parse_marker(self.tables.comment(), self.pipeline)
+        if built_at is not None and built_at > state.committed_version:
+            self.log.warning("resync_recovered", version=built_at)
+            return self._finish(state, built_at, 0)
+        side_at = parse_marker(self.tables.comment(SUFFIX), self.pipeline)
+        if side_at is not None and side_at <= state.committed_version:
+            self.tables.drop(SUFFIX)  # the replaced table, left by a crash after the offset moved
+        return state
+
+    def _finish(self, state: PipelineState, version: int, rows: int) -> PipelineState:
+        state = state.advanced(version, rows)
+        self.store.save(state)
+        self.tables.drop(SUFFIX)
+        return state

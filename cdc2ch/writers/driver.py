@@ -1,0 +1,105 @@
+"""Driver writes: rows collected to this process as Arrow and inserted in batches (`run` and `snapshot`).
+
+One insert loop for both: refuse null keys, put the rows in replay order (so a replay cuts the same
+batches), warn about keys a commit wrote twice, then insert batch by batch, each with its deduplication
+token.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pyarrow as pa
+import structlog
+
+from cdc2ch import changes, contract
+from cdc2ch.config import RunConfig
+from cdc2ch.metrics import PipelineMetrics
+from cdc2ch.ports import Changes, RangeResult
+from cdc2ch.sink import Sink
+from cdc2ch.state import PipelineState
+
+
+def insert_rows(
+    sink: Sink,
+    table_sql: str,
+    rows: pa.Table,
+    cfg: RunConfig,
+    where: str,
+    token: Callable[[int, pa.Table], str],
+    log,
+    stop: threading.Event | None = None,
+    on_batch: Callable[[int, pa.Table, float], None] = lambda i, batch, seconds: None,
+    **context,
+) -> tuple[int, int, bool]:
+    """Insert `rows` (target layout) in batches of cfg.batch_size. Returns (rows written, batches written,
+    complete): complete is False when `stop` was set before the last batch."""
+    contract.check_keys(rows, cfg.primary_key, where)
+    order = changes.replay_order(rows, cfg.primary_key)
+    for dup in changes.duplicate_keys(rows, cfg.primary_key, order):
+        log.warning("duplicate_keys", where=where, **context, **dup)
+    written = batches = 0
+    for i, batch in enumerate(changes.batches(rows, cfg.batch_size, order)):
+        if stop is not None and stop.is_set():
+            return written, batches, False
+        t0 = time.monotonic()
+        written += sink.insert_arrow(table_sql, batch, token(i, batch))
+        batches += 1
+        on_batch(i, batch, time.monotonic() - t0)
+    return written, batches, True
+
+
+class DriverWriter:
+    kind = "driver"
+    range_factor = 1  # a range is collected whole: --max-rows-per-read bounds memory
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        sink: Sink,
+        table_sql: str,
+        stop: threading.Event,
+        metrics: PipelineMetrics,
+        log=None,
+    ):
+        self.cfg, self.sink, self.table_sql, self.stop, self.metrics = cfg, sink, table_sql, stop, metrics
+        self.log = log or structlog.get_logger("cdc2ch.writers").bind(pipeline=cfg.pipeline)
+
+    def write(self, rng: Changes, state: PipelineState, estimate: int) -> RangeResult:
+        cfg, start, end = self.cfg, rng.start, rng.end
+        t0 = time.monotonic()
+        rows = rng.arrow_rows(cfg.immutable_keys)
+        self.log.info(
+            "range_read", start=start, end=end, rows=rows.num_rows, seconds=round(time.monotonic() - t0, 3)
+        )
+
+        def batch_done(i: int, batch: pa.Table, seconds: float) -> None:
+            self.metrics.batch(batch.num_rows, batch.nbytes, seconds)
+            self.log.info(
+                "batch", start=start, end=end, batch=i, rows=batch.num_rows, seconds=round(seconds, 3)
+            )
+
+        written, batches, complete = insert_rows(
+            self.sink,
+            self.table_sql,
+            rows,
+            cfg,
+            f"versions {start}..{end} of {rng.uri}",
+            lambda i, batch: contract.driver_batch_token(cfg.pipeline, start, end, i, batch),
+            self.log,
+            self.stop,
+            batch_done,
+        )
+        if not complete:
+            self.log.warning(
+                "range_abandoned",
+                start=start,
+                end=end,
+                reason="stop requested",
+                batches_written=batches,
+                committed=state.committed_version,
+            )
+            return RangeResult(start, end, written, False)
+        return RangeResult(start, end, written, True)

@@ -1,0 +1,348 @@
+"""In-memory implementations of cdc2ch's ports (cdc2ch/ports.py), for tests of the loop's decisions without a
+JVM or a ClickHouse engine.
+
+`FakeTable` plays a Delta table with a change data feed; `MemoryTarget` plays the target database: tables
+of rows with ReplacingMergeTree's FINAL (per key the row of the greatest `_version`, the later insert on a
+tie, tombstones hidden); `MemoryWriter` inserts a range's Arrow rows in batches and can be told to stop or
+crash after some of them. Rows go through the real row contract (`contract.arrow_rows`).
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone
+
+import pyarrow as pa
+
+from cdc2ch import contract, schema
+from cdc2ch.config import RunConfig, TargetName
+from cdc2ch.errors import SourceError
+from cdc2ch.pipeline import Ports
+from cdc2ch.ports import RangeResult
+from cdc2ch.source.log import Commit
+from cdc2ch.state import PipelineState
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+SPARK_TYPES = {"long": pa.int64(), "string": pa.string(), "integer": pa.int32(), "double": pa.float64()}
+
+
+def spark_schema(columns: dict[str, str]) -> dict:
+    return {
+        "type": "struct",
+        "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in columns.items()],
+    }
+
+
+class FakeTable:
+    """A Delta table in memory: commits of inserts, updates (key changes included) and deletes, each with
+    the change rows Delta's CDF would give, and the table's rows after each version."""
+
+    def __init__(self, columns: dict[str, str] | None = None, key: str = "id", cdf: bool = True):
+        self.key = key
+        self.columns = dict(columns or {"id": "long", "name": "string"})
+        self.cdf = cdf
+        self.versions: list[dict] = []  # {"commit", "changes", "schema", "rows"}
+        self.rows: dict = {}
+        self.first_retained = 0  # versions before it were removed from the log
+        self.commit(operation="CREATE TABLE", metadata=True)
+
+    @property
+    def latest(self) -> int:
+        return len(self.versions) - 1
+
+    def commit(self, *ops, operation: str = "WRITE", metadata: bool = False, drop: str | None = None) -> int:
+        """ops: ("insert", row), ("update", key, {col: value}), ("delete", key). `drop` drops a column."""
+        changes = []
+        if drop:
+            self.columns.pop(drop)
+            self.rows = {k: {c: v for c, v in r.items() if c != drop} for k, r in self.rows.items()}
+            metadata = True
+        for op in ops:
+            if op[0] == "insert":
+                row = {c: op[1].get(c) for c in self.columns}
+                self.rows[row[self.key]] = row
+                changes.append({**row, "_change_type": "insert"})
+            elif op[0] == "update":
+                old = self.rows.pop(op[1])
+                new = {**old, **op[2]}
+                self.rows[new[self.key]] = new
+                changes += [
+                    {**old, "_change_type": "update_preimage"},
+                    {**new, "_change_type": "update_postimage"},
+                ]
+            elif op[0] == "delete":
+                changes.append({**self.rows.pop(op[1]), "_change_type": "delete"})
+        version = len(self.versions)
+        ts = T0 + timedelta(seconds=version)
+        for c in changes:
+            c.update(_commit_version=version, _commit_timestamp=ts)
+        commit = Commit(version, ts, operation, len(changes), {}, metadata, None)
+        self.versions.append(
+            {"commit": commit, "changes": changes, "schema": dict(self.columns), "rows": dict(self.rows)}
+        )
+        return version
+
+    def rows_at(self, version: int) -> list[dict]:
+        return sorted(self.versions[version]["rows"].values(), key=lambda r: r[self.key])
+
+
+class FakeSource:
+    """The ChangeSource port over a FakeTable."""
+
+    def __init__(self, table: FakeTable, uri: str = "/lake/t"):
+        self.table, self.uri = table, uri
+        self.reads: list[tuple[int, int]] = []
+
+    def latest(self) -> Commit:
+        return self.table.versions[-1]["commit"]
+
+    def commit(self, version: int) -> Commit | None:
+        if self.table.first_retained <= version <= self.table.latest:
+            return self.table.versions[version]["commit"]
+        return None
+
+    def commits(self, start: int, end: int | None = None) -> list[Commit]:
+        end = self.table.latest if end is None else end
+        return [c for v in range(start, end + 1) if (c := self.commit(v)) is not None]
+
+    def lag(self, committed: int, latest: Commit) -> tuple[int, float | None]:
+        return max(latest.version - committed, 0), 0.0
+
+    def version_at(self, ts: datetime) -> int:
+        return next(v["commit"].version for v in self.table.versions if v["commit"].timestamp >= ts)
+
+    def cdf_enabled(self) -> bool:
+        return self.table.cdf
+
+    def cdf_enabled_since(self) -> int:
+        return 0
+
+    def schema_at(self, version: int) -> dict:
+        return spark_schema(self.table.versions[version]["schema"])
+
+    def changes(self, start: int, end: int) -> FakeChanges:
+        self.reads.append((start, end))
+        rows = [r for v in range(start, end + 1) for r in self.table.versions[v]["changes"]]
+        return FakeChanges(start, end, self.uri, self.table.versions[end]["schema"], rows)
+
+    def warm_up(self, immutable_keys: bool) -> float | None:
+        return 0.0
+
+    def snapshot(self, version: int) -> list[dict]:
+        return self.table.rows_at(version)
+
+
+class FakeChanges:
+    def __init__(self, start: int, end: int, uri: str, columns: dict[str, str], rows: list[dict]):
+        self.start, self.end, self.uri, self.columns, self.rows = start, end, uri, columns, rows
+        self.schema = spark_schema(columns)
+
+    def arrow_rows(self, immutable_keys: bool) -> pa.Table:
+        fields = [(c, SPARK_TYPES[t]) for c, t in self.columns.items()]
+        fields += [("_change_type", pa.string()), ("_commit_version", pa.int64()),
+                   ("_commit_timestamp", pa.timestamp("us", tz="UTC"))]  # fmt: skip
+        cdf = pa.Table.from_pylist([{n: r.get(n) for n, _ in fields} for r in self.rows], pa.schema(fields))
+        return contract.arrow_rows(cdf, immutable_keys)
+
+    def spark_rows(self, immutable_keys: bool):
+        raise NotImplementedError("no Spark in the unit layer")
+
+    def read_error(self, exc: Exception) -> Exception:
+        return SourceError(str(exc))
+
+
+class MemoryTarget:
+    """The target database: tables (name -> columns, comment, rows) with FINAL as ReplacingMergeTree."""
+
+    def __init__(self):
+        self.tables: dict[str, dict] = {}
+        self.statements: list[str] = []
+
+    def final(self, name: str, key: str = "id") -> list[dict]:
+        best: dict = {}
+        for row in self.tables[name]["rows"]:
+            k = row[key]
+            if k not in best or row["_version"] >= best[k]["_version"]:
+                best[k] = row
+        live = [r for r in best.values() if not r["_is_deleted"]]
+        return sorted(live, key=lambda r: r[key])
+
+    def user_rows(self, name: str, columns, key: str = "id") -> list[dict]:
+        return [{c: r.get(c) for c in columns} for r in self.final(name, key)]
+
+
+class MemoryTables:
+    """The TargetTables port of one target on a MemoryTarget."""
+
+    def __init__(self, db: MemoryTarget, target: TargetName, primary_key: tuple[str, ...]):
+        self.db, self.name, self.primary_key = db, str(target), primary_key
+        self.table_sql = self.name
+
+    def prepare(self, types: dict[str, str], comment: str | None = None) -> schema.SchemaDiff:
+        existing = self.db.tables.get(self.name)
+        if existing is None:
+            self.db.tables[self.name] = {"columns": dict(types), "comment": comment or "", "rows": []}
+            return schema.diff(types, types, self.primary_key)
+        change = schema.diff(existing["columns"], types, self.primary_key)
+        if not change.breaking:
+            existing["columns"].update(change.added)
+        return change
+
+    def comment(self, suffix: str = "") -> str | None:
+        table = self.db.tables.get(self.name + suffix)
+        return None if table is None else table["comment"]
+
+    def drop(self, suffix: str) -> None:
+        self.db.statements.append(f"DROP {self.name + suffix}")
+        self.db.tables.pop(self.name + suffix, None)
+
+    def exchange(self, suffix: str) -> None:
+        self.db.statements.append(f"EXCHANGE {self.name + suffix}")
+        t = self.db.tables
+        t[self.name], t[self.name + suffix] = t[self.name + suffix], t[self.name]
+
+
+class Crash(Exception):
+    """A process dying at a chosen point."""
+
+
+class MemoryWriter:
+    """The RangeWriter port: inserts a range's rows in batches of `batch_size`, each remembered with its
+    token; a replayed token is dropped, as ClickHouse's insert deduplication does. `stop_after` sets the
+    stop event after that many batches; `crash_after` raises Crash after that many."""
+
+    kind = "driver"
+    range_factor = 1
+
+    def __init__(self, db: MemoryTarget, table: str, cfg: RunConfig, stop: threading.Event):
+        self.db, self.table, self.cfg, self.stop = db, table, cfg, stop
+        self.tokens: set[str] = set()
+        self.batches = 0
+        self.stop_after: int | None = None
+        self.crash_after: int | None = None
+
+    def write(self, rng, state: PipelineState, estimate: int) -> RangeResult:
+        from cdc2ch import changes
+
+        rows = rng.arrow_rows(self.cfg.immutable_keys)
+        contract.check_keys(rows, self.cfg.primary_key, f"versions {rng.start}..{rng.end}")
+        order = changes.replay_order(rows, self.cfg.primary_key)
+        written = 0
+        for i, batch in enumerate(changes.batches(rows, self.cfg.batch_size, order)):
+            if self.stop.is_set():
+                return RangeResult(rng.start, rng.end, written, False)
+            if self.crash_after is not None and self.batches >= self.crash_after:
+                raise Crash(f"crashed before batch {i} of {rng.start}..{rng.end}")
+            token = contract.driver_batch_token(self.cfg.pipeline, rng.start, rng.end, i, batch)
+            if token not in self.tokens:
+                self.tokens.add(token)
+                self.db.tables[self.table]["rows"].extend(batch.to_pylist())
+            written += batch.num_rows
+            self.batches += 1
+            if self.stop_after is not None and self.batches >= self.stop_after:
+                self.stop.set()
+        return RangeResult(rng.start, rng.end, written, True)
+
+
+class MemoryStore:
+    """The OffsetStore port."""
+
+    def __init__(self):
+        self.states: dict[str, PipelineState] = {}
+        self.saves = 0
+        self.ensured = False
+
+    def ensure(self) -> None:
+        self.ensured = True
+
+    def load(self, pipeline: str) -> PipelineState | None:
+        return self.states.get(pipeline)
+
+    def save(self, state: PipelineState) -> None:
+        self.states[state.pipeline] = state
+        self.saves += 1
+
+
+class MemoryLock:
+    """The Lock port: records what was asked."""
+
+    def __init__(self):
+        self.held = False
+        self.acquired = 0
+
+    def check(self) -> None:
+        pass
+
+    def acquire(self) -> None:
+        self.held, self.acquired = True, self.acquired + 1
+
+    def release(self) -> None:
+        self.held = False
+
+
+class Harness:
+    """A pipeline's ports on one MemoryTarget, and a Replicator over them."""
+
+    def __init__(self, table: FakeTable, **options):
+        self.table, self.source, self.db = table, FakeSource(table), MemoryTarget()
+        self.store, self.lock = MemoryStore(), MemoryLock()
+        self.options = options
+        self.snapshots: list[int] = []
+        self.stop = threading.Event()
+        self.cfg = self.config()
+        self.writer = MemoryWriter(self.db, str(self.cfg.target), self.cfg, self.stop)
+
+    def config(self, **more) -> RunConfig:
+        values = {
+            "table": self.source.uri,
+            "primary_key": ("id",),
+            "target": TargetName("db", "t"),
+            "clickhouse_dsn": "chdb:///mem",
+            "pipeline": "p",
+            "batch_size": 2,
+            "max_rows_per_read": 2,
+            "once": True,
+            **self.options,
+            **more,
+        }
+        return RunConfig(**values)
+
+    def _load_snapshot(self, side: RunConfig, version: int, comment: str) -> int | None:
+        """A snapshot into the side table, the way Snapshotter writes one (live rows at `version`)."""
+        self.snapshots.append(version)
+        tables = MemoryTables(self.db, side.target, side.primary_key)
+        tables.prepare(schema.column_types(self.source.schema_at(version), side.primary_key), comment)
+        rows = self.table.rows_at(version)
+        ts = self.table.versions[version]["commit"].timestamp
+        for row in rows:
+            self.db.tables[str(side.target)]["rows"].append(
+                {**row, "_commit_version": version, "_commit_timestamp": ts, "_change_type": contract.SNAPSHOT,
+                 "_is_deleted": 0, "_version": contract.version(version, contract.SNAPSHOT)}
+            )  # fmt: skip
+        return len(rows)
+
+    def replicator(self, **more):
+        from cdc2ch.pipeline import Replicator
+
+        cfg = self.config(**more) if more else self.cfg
+        self.writer.cfg = cfg
+        ports = Ports(
+            store=self.store,
+            lock=self.lock,
+            tables=MemoryTables(self.db, cfg.target, cfg.primary_key),
+            writer=lambda kind: self.writer,
+            load_snapshot=self._load_snapshot,
+            remote_target=False,
+            local_master=True,
+        )
+        return Replicator(cfg, self.source, stop=self.stop, ports=ports)
+
+    def run(self, **more) -> PipelineState:
+        self.stop.clear()
+        return self.replicator(**more).run()
+
+    def final(self) -> list[dict]:
+        return self.db.user_rows(str(self.cfg.target), self.table.columns)
+
+    def expected(self, version: int | None = None) -> list[dict]:
+        return self.table.rows_at(self.table.latest if version is None else version)

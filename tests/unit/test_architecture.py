@@ -1,0 +1,131 @@
+"""The shape of the code, checked: no import cycles, no oversized module or class, each rule in one module."""
+
+from __future__ import annotations
+
+import ast
+import re
+import tokenize
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "cdc2ch"
+MAX_MODULE_LINES = 450
+MAX_CLASS_LINES = 250
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The cdc2ch modules `name` imports anywhere in its body (function-level imports included)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}" if base else anchor
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {m for m in found if m in known and m != name}
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {name: imports(name, path, set(mods)) for name, path in mods.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    assert len(graph) > 20 and graph["cdc2ch.pipeline"]
+    assert cycles(graph) == []
+
+
+def test_no_module_or_class_too_large():
+    too_big = []
+    for name, path in modules().items():
+        source = path.read_text()
+        if source.count("\n") > MAX_MODULE_LINES:
+            too_big.append(f"module {name}: {source.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES:
+                too_big.append(f"class {name}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert too_big == []
+
+
+# Shapes that would mean a rule written a second time outside the row contract.
+RULE_SHAPES = {
+    "the _version rule (version * 4 + rank)": re.compile(r"\*\s*\{?(4|SLOTS)\}?\s*\+"),
+    "a rank value": re.compile(r"""["'](update_preimage|update_postimage|delete|insert)["']\s*[:,]\s*\d"""),
+    "a deduplication-token format": re.compile(r"""f["'][^"'\n]*(:snap\{|:sweep\{|:p\{|\}-\{)"""),
+    "the CDF column list": re.compile(r"""\(\s*["']_change_type["']\s*,\s*["']_commit_version["']"""),
+}
+
+
+def code(path: Path) -> str:
+    """The module's text without comments and docstrings (which may describe a rule, not write it)."""
+    out, previous = [], tokenize.NEWLINE
+    with open(path, "rb") as fh:
+        for tok in tokenize.tokenize(fh.readline):
+            docstring = tok.type == tokenize.STRING and previous in (
+                tokenize.NEWLINE, tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING
+            )  # fmt: skip
+            if tok.type not in (tokenize.COMMENT, tokenize.NL) and not docstring:
+                out.append(tok.string)
+            if tok.type not in (tokenize.COMMENT, tokenize.NL):
+                previous = tok.type
+    return " ".join(out)
+
+
+def test_each_rule_lives_in_the_row_contract_only():
+    found = {what: [] for what in RULE_SHAPES}
+    for name, path in modules().items():
+        text = code(path)
+        for what, shape in RULE_SHAPES.items():
+            if shape.search(text):
+                found[what].append(name)
+    assert found == {what: ["cdc2ch.contract"] for what in RULE_SHAPES}

@@ -1,0 +1,167 @@
+"""The replication loop on in-memory ports: histories, crashes, stops, schema breaks and resync recovery.
+
+Each test ends by comparing FINAL of the in-memory target with the fake table at the committed version:
+the rule the real tests check on Spark and ClickHouse, here in milliseconds.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cdc2ch import resync
+from cdc2ch.errors import SchemaChangeError, SourceError, StateError
+from tests.unit.fakes import Crash, FakeTable, Harness
+
+
+def history() -> FakeTable:
+    t = FakeTable()
+    t.commit(*[("insert", {"id": i, "name": f"n{i}"}) for i in range(1, 6)])
+    t.commit(("update", 2, {"name": "two"}), ("delete", 3))
+    t.commit(("update", 4, {"id": 40}), ("insert", {"id": 4, "name": "again"}))  # key change, key re-used
+    t.commit(("delete", 1), ("insert", {"id": 1, "name": "back"}))  # deleted and re-inserted in one commit
+    return t
+
+
+def test_a_history_replicates_and_a_rerun_changes_nothing():
+    h = Harness(history())
+    state = h.run()
+    assert state.committed_version == h.table.latest and h.final() == h.expected()
+    raw = len(h.db.tables["db.t"]["rows"])
+    assert h.run().committed_version == h.table.latest  # nothing new
+    assert len(h.db.tables["db.t"]["rows"]) == raw and h.lock.acquired == 2 and not h.lock.held
+
+
+def test_ranges_follow_the_row_bound_and_never_split_a_version():
+    h = Harness(history(), max_rows_per_read=2)
+    h.run()
+    # 5 inserts in version 1 exceed the bound but stay one read; the others are read one version each
+    assert h.source.reads == [(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)]
+    assert h.final() == h.expected()
+
+
+def test_a_crash_mid_range_replays_that_range_and_drops_the_landed_batches():
+    h = Harness(history(), max_rows_per_read=100)
+    h.writer.crash_after = 2  # two batches of the only range landed
+    with pytest.raises(Crash):
+        h.run()
+    state = h.store.load("p")
+    assert state.committed_version == -1 and state.interrupted_range == (0, 4)
+    h.writer.crash_after = None
+    assert len(h.db.tables["db.t"]["rows"]) == 4
+    assert h.run().committed_version == 4
+    assert h.source.reads[-1] == (0, 4)
+    # the two batches that had landed were sent again with the same tokens and dropped
+    assert len(h.db.tables["db.t"]["rows"]) == sum(len(v["changes"]) for v in h.table.versions)
+    assert h.final() == h.expected()
+
+
+def test_an_interrupted_range_is_replayed_whole_even_under_another_bound():
+    h = Harness(history(), max_rows_per_read=100)
+    h.writer.stop_after = 1
+    assert h.run().interrupted_range == (0, 4)
+    h.writer.stop_after = None
+    h.run(max_rows_per_read=2)  # a new bound plans the rest, but first the range as it was
+    assert h.source.reads[-1] == (0, 4) and h.final() == h.expected()
+
+
+def test_a_stop_mid_range_does_not_commit():
+    h = Harness(history(), max_rows_per_read=100)
+    h.writer.stop_after = 1
+    state = h.run()
+    assert state.committed_version == -1 and state.pending_version == 4
+
+
+def test_new_commits_after_a_run_are_picked_up_and_deletes_win():
+    t = history()
+    h = Harness(t)
+    h.run()
+    t.commit(("delete", 2), ("update", 5, {"name": "five"}))
+    assert h.run().committed_version == t.latest
+    assert h.final() == h.expected() and 2 not in [r["id"] for r in h.final()]
+
+
+def test_bad_inputs_write_nothing():
+    h = Harness(FakeTable(cdf=False))
+    with pytest.raises(SourceError, match="The Change Data Feed is not enabled"):
+        h.run()
+    h = Harness(history())
+    with pytest.raises(StateError, match="beyond the latest version"):
+        h.run(from_version=99)
+    with pytest.raises(SourceError, match="Primary-key column\\(s\\) 'nope'"):
+        Harness(history()).replicator(primary_key=("nope",)).run()
+    assert h.store.saves == 0 and h.lock.acquired == 0 and not h.store.ensured and h.db.tables == {}
+
+
+def test_versions_removed_from_the_log_are_never_skipped():
+    t = history()
+    h = Harness(t)
+    h.run()
+    t.commit(("insert", {"id": 9, "name": "x"}))
+    t.commit(("insert", {"id": 10, "name": "y"}))
+    t.first_retained = t.latest  # log retention removed the version after the offset
+    with pytest.raises(SourceError, match=r"Versions 5\.\.5 of /lake/t are no longer in the Delta log"):
+        h.run()
+    assert h.store.load("p").committed_version == 4
+
+
+def test_a_dropped_column_stops_the_pipeline_at_the_version_before():
+    t = history()
+    h = Harness(t, max_rows_per_read=100)
+    h.run()
+    t.commit(("insert", {"id": 7, "name": "x"}))
+    t.commit(drop="name", operation="DROP COLUMNS")
+    with pytest.raises(SchemaChangeError, match=r"at version 6 of /lake/t \(DROP COLUMNS\): column 'name'"):
+        h.run()
+    assert h.store.load("p").committed_version == 5  # the version before the change landed
+
+
+def test_resync_rebuilds_swaps_and_moves_the_offset():
+    t = history()
+    h = Harness(t, on_schema_change="resync")
+    h.run()
+    t.commit(drop="name", operation="DROP COLUMNS")
+    t.commit(("insert", {"id": 8}))
+    state = h.run()
+    assert h.snapshots == [t.latest] and state.committed_version == t.latest
+    assert h.db.statements[-2:] == [f"EXCHANGE db.t{resync.SUFFIX}", f"DROP db.t{resync.SUFFIX}"]
+    assert h.final() == h.expected() and "name" not in h.db.tables["db.t"]["columns"]
+
+
+def test_resync_interrupted_after_the_swap_is_finished_on_restart():
+    t = history()
+    h = Harness(t)
+    h.run()
+    version = t.commit(drop="name")
+    h._load_snapshot(
+        h.config(target=h.cfg.target.__class__("db", "t" + resync.SUFFIX)),
+        version,
+        resync.marker("p", version),
+    )
+    h.replicator().ports.tables.exchange(resync.SUFFIX)  # the crash came right after the swap
+    state = h.run()
+    assert state.committed_version == version and h.snapshots == [version]  # no second snapshot
+    assert "db.t" + resync.SUFFIX not in h.db.tables and h.final() == h.expected()
+
+
+def test_a_stale_side_table_is_dropped_at_start():
+    h = Harness(history())
+    h.run()
+    h.db.tables["db.t" + resync.SUFFIX] = {"columns": {}, "comment": resync.marker("p", 2), "rows": []}
+    h.run()
+    assert "db.t" + resync.SUFFIX not in h.db.tables
+    assert resync.parse_marker(resync.marker("p", 12), "p") == 12
+    assert resync.parse_marker(resync.marker("p", 12), "q") is None
+
+
+def test_immutable_keys_writes_no_pre_images():
+    t = FakeTable()
+    t.commit(("insert", {"id": 1, "name": "a"}), ("insert", {"id": 2, "name": "b"}))
+    t.commit(("update", 1, {"name": "A"}))
+    h = Harness(t, immutable_keys=True)
+    h.run()
+    assert "update_preimage" not in {r["_change_type"] for r in h.db.tables["db.t"]["rows"]}
+    assert h.final() == h.expected()
+    # a key-changing UPDATE breaks the promise: the old key's row survives, as documented
+    t.commit(("update", 2, {"id": 20}))
+    h.run()
+    assert [r["id"] for r in h.final()] == [1, 2, 20] and [r["id"] for r in h.expected()] == [1, 20]
