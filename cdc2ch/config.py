@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -19,6 +20,11 @@ else:  # pragma: no cover - Python 3.10
 DEFAULT_DATABASE = "cdc2ch"
 DEFAULT_BATCH_SIZE = 80_000
 DEFAULT_MAX_ROWS_PER_READ = 500_000
+
+# The values a choice option accepts; the command line offers the same (see options.py).
+READERS = ("spark", "clickhouse")
+WRITERS = ("auto", "driver", "executors")
+SCHEMA_CHANGES = ("fail", "resync")
 
 
 def default_data_dir() -> Path:
@@ -151,16 +157,37 @@ class RunConfig:
             raise ConfigError("Give either --from-version or --from-timestamp, not both.")
         if self.snapshot_version is not None and self.snapshot_version < 0:
             raise ConfigError(f"--version must be 0 or more (got {self.snapshot_version}).")
-        if self.reader not in ("spark", "clickhouse"):
-            raise ConfigError(f"--reader must be spark or clickhouse (got {self.reader!r}).")
-        if self.on_schema_change not in ("fail", "resync"):
-            raise ConfigError(f"--on-schema-change must be fail or resync (got {self.on_schema_change!r}).")
-        if self.writer not in ("auto", "driver", "executors"):
-            raise ConfigError(f"--writer must be auto, driver or executors (got {self.writer!r}).")
+        for name, choices in (
+            ("reader", READERS),
+            ("on_schema_change", SCHEMA_CHANGES),
+            ("writer", WRITERS),
+        ):
+            value = getattr(self, name)
+            if value not in choices:
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(f"{flag} must be {_either(choices)} (got {value!r}).")
         if self.lock_ttl < 1:
             raise ConfigError(f"--lock-ttl must be at least 1 second (got {self.lock_ttl}).")
         if self.poll_interval <= 0:
             raise ConfigError(f"--poll-interval must be positive (got {self.poll_interval}).")
+
+
+def _either(choices: tuple[str, ...]) -> str:
+    """`a or b`, `a, b or c`."""
+    return f"{', '.join(choices[:-1])} or {choices[-1]}"
+
+
+@dataclass(frozen=True)
+class ProcessOptions:
+    """What the process needs besides its pipelines: logging, metrics, and where ClickHouse and Spark are
+    (which every pipeline of the process shares)."""
+
+    log_format: str
+    log_level: str
+    clickhouse_dsn: str
+    spark: SparkSettings = field(default_factory=SparkSettings)
+    config_path: str | None = None
+    metrics_port: int | None = None
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -187,21 +214,6 @@ def parse_duration(text: str, option: str) -> timedelta:
 
 
 # -- config files -------------------------------------------------------------------------------------
-# Options that concern the whole process; a [[pipelines]] entry may not set them.
-PROCESS_OPTIONS = frozenset(
-    {
-        "clickhouse",
-        "spark-master",
-        "spark-conf",
-        "log-format",
-        "log-level",
-        "metrics-port",
-        "once",
-        "poll-interval",
-    }
-)
-
-
 @dataclass(frozen=True)
 class ConfigFile:
     """A cdc2ch.toml: top-level keys are options for every pipeline, each [[pipelines]] entry names one
@@ -213,7 +225,9 @@ class ConfigFile:
     pipelines: tuple[dict, ...]
 
     @classmethod
-    def load(cls, path: str, known: set[str]) -> "ConfigFile":
+    def load(cls, path: str, top_level: Collection[str], entry: Collection[str]) -> "ConfigFile":
+        """Read and check a file: `top_level` and `entry` are the keys valid at the top level and in a
+        [[pipelines]] entry (options.py knows them)."""
         try:
             with open(path, "rb") as fh:
                 data = tomllib.load(fh)
@@ -233,10 +247,11 @@ class ConfigFile:
                 f"Config file {path}: `pipelines` must be a list of tables, written as [[pipelines]] sections, "
                 f"each with at least `table` and `primary-key`."
             )
-        common = _normalized(data, path, "the top level", known)
-        pipeline_keys = known - PROCESS_OPTIONS
+        common = _normalized(data, path, "the top level", set(top_level))
+        # A key valid at the top level but not in an entry concerns the whole process.
+        process_wide = set(top_level) - set(entry)
         pipelines = tuple(
-            _normalized(e, path, f"[[pipelines]] entry {i + 1}", pipeline_keys | {"name"})
+            _normalized(e, path, f"[[pipelines]] entry {i + 1}", set(entry), process_wide)
             for i, e in enumerate(entries)
         )
         return cls(path, common, pipelines)
@@ -257,14 +272,14 @@ class ConfigFile:
         return out
 
 
-def _normalized(section: dict, path: str, where: str, known: set[str]) -> dict:
+def _normalized(
+    section: dict, path: str, where: str, known: set[str], process_wide: set[str] = frozenset()
+) -> dict:
     out = {}
     for key, value in section.items():
         name = key.replace("_", "-")
         if name not in known:
-            hint = (
-                " (it concerns the whole process: set it at the top level)" if name in PROCESS_OPTIONS else ""
-            )
+            hint = " (it concerns the whole process: set it at the top level)" if name in process_wide else ""
             raise ConfigError(
                 f"Config file {path}: unknown key {key!r} in {where}{hint}. Keys are `cdc2ch run` option names "
                 f"without the leading dashes; valid here: {', '.join(sorted(known))}."

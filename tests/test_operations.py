@@ -7,11 +7,13 @@ import signal
 import socket
 import time
 import urllib.request
+from dataclasses import asdict
 
 import pytest
 
-from cdc2ch.cli import resolve_configs, run
+from cdc2ch.cli import invocation, run
 from cdc2ch.config import TargetName
+from cdc2ch.options import load_config, resolve
 from tests.helpers import Proc, assert_replicated, committed_version, create_table
 
 COLS = "id BIGINT, name STRING"
@@ -86,8 +88,9 @@ def test_config_replicates_the_good_pipelines_and_reports_the_bad_one(spark, cli
 
 
 def _resolve(argv: list[str]):
-    ctx = run.make_context("run", argv)
-    return resolve_configs(ctx, ctx.params)
+    given = invocation(run.make_context("run", argv))
+    configs, process = resolve(given, load_config(given))
+    return configs, asdict(process)
 
 
 def test_option_precedence_flag_env_file_default(tmp_path, monkeypatch):

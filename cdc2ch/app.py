@@ -1,0 +1,197 @@
+"""What each command does, once its options are parsed: resolve them, set up logging, open ClickHouse and
+Spark, hand over to the module doing the work, and report. Heavy modules (Spark, ClickHouse clients) are
+imported inside the functions so that `cdc2ch --help` stays fast."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from contextlib import contextmanager
+
+import click
+
+from cdc2ch import log as logsetup
+from cdc2ch.config import ProcessOptions, RunConfig, TargetName, parse_duration
+from cdc2ch.errors import Cdc2chError, ConfigError
+from cdc2ch.options import Invocation, load_config, merge, process_options, resolve
+
+
+@contextmanager
+def stop_on_signals(stop: threading.Event):
+    """SIGTERM/SIGINT ask the loop to stop after the current batch instead of killing it mid-write."""
+
+    def handler(signum, frame):
+        if stop.is_set():  # a second signal means "now"
+            raise KeyboardInterrupt
+        click.echo(
+            f"cdc2ch: {signal.Signals(signum).name} received, stopping after the current batch", err=True
+        )
+        stop.set()
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _configured(invocation: Invocation) -> tuple[list[RunConfig], ProcessOptions]:
+    """The invocation's pipelines and process options, checked before logging is set up."""
+    return resolve(invocation, load_config(invocation))
+
+
+def _start_logging(process: ProcessOptions) -> None:
+    logsetup.configure(process.log_format, process.log_level)
+
+
+@contextmanager
+def _target(cfg: RunConfig, retries: int, check_lock: bool):
+    """ClickHouse opened and signals handled: yields (sink, stop event). With `check_lock`, refuses early,
+    before Spark starts, if another runner has the pipeline; the job claims it itself once its inputs are
+    checked, so bad input writes nothing."""
+    from cdc2ch.lock import PipelineLock
+    from cdc2ch.sink import connect
+
+    stop = threading.Event()
+    with stop_on_signals(stop), connect(cfg.clickhouse_dsn, retries) as sink:
+        if check_lock:
+            PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl).check()
+        yield sink, stop
+
+
+def run(invocation: Invocation) -> None:
+    """`cdc2ch run`: replicate the pipelines of the flags or of the --config file."""
+    configs, process = _configured(invocation)
+    _start_logging(process)
+    run_pipelines(configs, process)
+
+
+def run_pipelines(configs: list[RunConfig], process: ProcessOptions) -> None:
+    """One ClickHouse connection and one Spark session for all pipelines; see runner.Runner. With a config
+    file a failing pipeline is one failure among others (`--once` then exits 1 with a summary)."""
+    from cdc2ch.metrics import Metrics
+    from cdc2ch.runner import Runner
+    from cdc2ch.source.spark import session
+
+    isolate = process.config_path is not None
+    first = configs[0]
+    metrics = Metrics()
+    # A pipeline of a config that another runner holds is one failing pipeline, not a refusal of all.
+    with _target(first, max(c.retries for c in configs), check_lock=not isolate) as (sink, stop):
+        if process.metrics_port is not None:
+            metrics.serve(process.metrics_port)
+        try:
+            failed = Runner(configs, session(first.spark), sink, stop, metrics, isolate).run()
+        finally:
+            metrics.close()
+    if failed and first.once:  # a service reports failures through status and metrics, and keeps going
+        summary = "; ".join(
+            f"{s.cfg.pipeline} ({s.health.last_error_kind}): {s.health.last_error[:300].rstrip('.')}"
+            for s in failed
+        )
+        raise Cdc2chError(
+            f"{len(failed)} of {len(configs)} pipelines failed, the others replicated: {summary}. "
+            f"`cdc2ch status` shows each pipeline's last error; fix the cause and run again."
+        )
+
+
+def snapshot(invocation: Invocation) -> None:
+    """`cdc2ch snapshot`: load one table as of one version."""
+    configs, process = _configured(invocation.with_values(once=True))
+    if len(configs) > 1:
+        raise ConfigError(
+            f"snapshot loads one table, but {process.config_path} lists {len(configs)} pipelines: choose one "
+            f"with --pipeline NAME ({', '.join(c.pipeline for c in configs)})."
+        )
+    _start_logging(process)
+    load_snapshot(configs[0])
+
+
+def load_snapshot(cfg: RunConfig) -> None:
+    """Load the pipeline's table as of cfg.snapshot_version (default: the latest), resumably."""
+    from cdc2ch.snapshot import Snapshotter
+    from cdc2ch.source.delta import DeltaSource
+    from cdc2ch.source.spark import session
+
+    with _target(cfg, cfg.retries, check_lock=True) as (sink, stop):
+        Snapshotter(cfg, DeltaSource(session(cfg.spark), cfg.table), sink, stop).run()
+
+
+def validate(invocation: Invocation) -> None:
+    """`cdc2ch validate`: print one line per check; exit 2 unless all passed."""
+    from cdc2ch.source.spark import session
+    from cdc2ch.status import aligned
+    from cdc2ch.validate import check
+
+    configs, process = _configured(invocation)
+    _start_logging(process)
+    findings = check(configs, lambda: session(configs[0].spark))
+    click.echo(
+        "\n".join(
+            aligned(["", "", ""], [["ok" if f.ok else "FAIL", f.subject, f.detail] for f in findings])[1:]
+        )
+    )
+    if not all(f.ok for f in findings):
+        sys.exit(ConfigError.exit_code)
+
+
+def status(invocation: Invocation, target: str | None, as_json: bool, max_lag: str | None) -> None:
+    """`cdc2ch status`: a table (or JSON) of the pipelines; exit 2 when one is behind by more than
+    `max_lag`."""
+    from cdc2ch import status as report
+    from cdc2ch.sink import connect
+    from cdc2ch.source.spark import session
+
+    file = load_config(invocation)
+    values = merge(invocation, file)[0]  # process-wide options are the same in every pipeline
+    limit = report.parse_max_lag(max_lag) if max_lag else None
+    process = process_options(values)
+    _start_logging(process)
+    with connect(process.clickhouse_dsn) as sink:
+        rows = report.collect(
+            sink,
+            lambda: session(process.spark),
+            TargetName.parse(target) if target else None,
+            file.pipeline_ids() if file else None,
+        )
+    click.echo(json.dumps(rows, indent=2) if as_json else report.render_table(rows))
+    if limit and any(report.over_limit(r, *limit) for r in rows):
+        sys.exit(2)
+
+
+def compact(
+    target: str, older_than: str | None, as_json: bool, clickhouse_dsn: str, log_format: str, log_level: str
+) -> None:
+    """`cdc2ch compact`: drop old tombstones and superseded versions of one target table."""
+    from cdc2ch import compact as compaction
+    from cdc2ch.sink import connect
+
+    logsetup.configure(log_format, log_level)
+    name = TargetName.parse(target)
+    age = parse_duration(older_than, "--older-than") if older_than is not None else None
+    with connect(clickhouse_dsn) as sink:
+        result = compaction.compact(sink, name, age)
+    click.echo(json.dumps(result.as_dict()) if as_json else result.summary())
+
+
+def query(sql: str, fmt: str, clickhouse_dsn: str) -> None:
+    """`cdc2ch query`: print the result of one SQL statement in a ClickHouse output format."""
+    from cdc2ch.sink import connect
+
+    with connect(clickhouse_dsn, retries=1) as sink:
+        out = sink.raw_query(sql, fmt)
+    click.echo(out.decode("utf-8", errors="replace"), nl=not out.endswith(b"\n"))
+
+
+def demo(demo_dir: str, log_format: str, log_level: str) -> None:
+    """`cdc2ch demo`: build a small Delta table, replicate it, and show both."""
+    from cdc2ch.demo import run_demo
+
+    logsetup.configure(log_format, log_level)
+    run_demo(demo_dir, click.echo)
