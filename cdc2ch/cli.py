@@ -453,8 +453,8 @@ def _target(cfg: RunConfig, retries: int, check_lock: bool):
     """ClickHouse opened and signals handled: yields (sink, stop event). With `check_lock`, refuses early,
     before Spark starts, if another runner has the pipeline; the job claims it itself once its inputs are
     checked, so bad input writes nothing."""
-    from cdc2ch.lock import PipelineLock
-    from cdc2ch.sink import connect
+    from cdc2ch.clickhouse.dsn import connect
+    from cdc2ch.clickhouse.lock import PipelineLock
 
     stop = threading.Event()
     with stop_on_signals(stop), connect(cfg.clickhouse_dsn, retries) as sink:
@@ -537,7 +537,7 @@ def status(target, as_json, max_lag, **options):
     written, last success and last error. With --config: the pipelines of that file, including any that
     never ran."""
     from cdc2ch import status as report
-    from cdc2ch.sink import connect
+    from cdc2ch.clickhouse.dsn import connect
     from cdc2ch.source.spark import session
 
     merged, file = resolve_options(click.get_current_context(), options)
@@ -581,8 +581,8 @@ def compact(target, older_than, as_json, clickhouse_dsn, log_format, log_level):
     interrupted compaction is finished by the next one.
     """
     from cdc2ch import compact as compaction
+    from cdc2ch.clickhouse.dsn import connect
     from cdc2ch.config import parse_duration
-    from cdc2ch.sink import connect
 
     logsetup.configure(log_format, log_level)
     name = TargetName.parse(target)
@@ -605,7 +605,7 @@ def compact(target, older_than, as_json, clickhouse_dsn, log_format, log_level):
 @handle_errors
 def query(sql, fmt, clickhouse_dsn):
     """Run SQL on the target ClickHouse and print the result (the way to look inside the embedded database)."""
-    from cdc2ch.sink import connect
+    from cdc2ch.clickhouse.dsn import connect
 
     with connect(clickhouse_dsn, retries=1) as sink:
         out = sink.raw_query(sql, fmt)

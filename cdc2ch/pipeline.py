@@ -15,15 +15,17 @@ from dataclasses import dataclass, replace
 import structlog
 
 from cdc2ch import changes, schema
+from cdc2ch.clickhouse import ddl
+from cdc2ch.clickhouse.lock import PipelineLock
+from cdc2ch.clickhouse.state import PipelineState, StateStore
+from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import RunConfig, TargetName
 from cdc2ch.errors import ConfigError, SchemaChangeError, SinkError, SourceError, StateError
-from cdc2ch.lock import PipelineLock
 from cdc2ch.metrics import Metrics, PipelineMetrics
 from cdc2ch.progress import Progress
-from cdc2ch.sink import Sink, distributed
+from cdc2ch.sink import distributed
 from cdc2ch.source import pushdown
 from cdc2ch.source.delta import Commit, DeltaSource
-from cdc2ch.state import PipelineState, StateStore
 
 log = structlog.get_logger("cdc2ch.pipeline")
 
@@ -123,11 +125,11 @@ class TableJob:
         cfg = self.cfg
         existing = self.sink.table_columns(cfg.target)
         if existing is None:
-            self.sink.create_target(cfg.target, types, cfg.primary_key, comment)
+            ddl.create_target(self.sink, cfg.target, types, cfg.primary_key, comment)
             return schema.diff(types, types, cfg.primary_key)
         change = schema.diff(existing, types, cfg.primary_key)
         if not change.breaking:
-            self.sink.evolve_target(cfg.target, change)
+            ddl.evolve_target(self.sink, cfg.target, change)
         return change
 
 

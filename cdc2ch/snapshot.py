@@ -16,13 +16,13 @@ import time
 from urllib.parse import unquote, urlsplit
 
 from cdc2ch import changes, schema
+from cdc2ch.clickhouse.state import PipelineState
 from cdc2ch.errors import SchemaChangeError, SourceError, StateError
 from cdc2ch.pipeline import TableJob
 from cdc2ch.progress import Progress
 from cdc2ch.source.chunked import ChunkedFrame
 from cdc2ch.source.delta import Commit
 from cdc2ch.source.pushdown import insert_from_lake
-from cdc2ch.state import PipelineState
 
 
 def _file_path(spark_file: str) -> str:

@@ -1,4 +1,6 @@
-"""Replication offsets, kept in ClickHouse next to the data (table `cdc2ch_state` in the target database).
+"""What cdc2ch records about its pipelines, in ClickHouse next to the data (in the target database):
+replication offsets (`cdc2ch_state`), snapshot progress (`cdc2ch_snapshot_chunks`) and health
+(`cdc2ch_health`).
 
 An offset is written only after every batch of its version range has landed; the ReplacingMergeTree keeps
 the row with the newest `updated_at` per pipeline.
@@ -12,9 +14,9 @@ from datetime import datetime, timedelta, timezone
 import pyarrow as pa
 
 from cdc2ch import schema
+from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import TargetName
 from cdc2ch.errors import StateError
-from cdc2ch.sink import Sink
 
 STATE_TABLE = "cdc2ch_state"
 CHUNKS_TABLE = "cdc2ch_snapshot_chunks"
@@ -87,32 +89,34 @@ _ARROW_SCHEMA = pa.schema(
 )
 
 
-class StateStore:
+class ChunkStore:
+    """Snapshot progress: the chunks of a snapshot (per pipeline, Delta version and chunk plan) already
+    landed, so a restarted snapshot skips them."""
+
     def __init__(self, sink: Sink, database: str):
         self.sink = sink
         self.database = database
-        self._table = f"{schema.quote(database)}.{schema.quote(STATE_TABLE)}"
-        self._chunks = f"{schema.quote(database)}.{schema.quote(CHUNKS_TABLE)}"
+        self._table = f"{schema.quote(database)}.{schema.quote(CHUNKS_TABLE)}"
 
     def ensure(self) -> None:
         self.sink.ensure_database(self.database)
-        self.sink.command(schema.state_table_ddl(self.database, STATE_TABLE), what="create the state table")
         self.sink.command(
             schema.state_table_ddl(self.database, CHUNKS_TABLE, "create_snapshot_chunks_table.sql"),
             what="create the snapshot progress table",
         )
 
-    def chunks_done(self, pipeline: str, version: int, plan: str) -> dict[int, int]:
+    def done(self, pipeline: str, version: int, plan: str) -> dict[int, int]:
         """{chunk: rows} of the snapshot chunks already landed for this pipeline, version and plan."""
         rows = self.sink.query_rows(
-            f"SELECT chunk, rows FROM {self._chunks} FINAL "
+            f"SELECT chunk, rows FROM {self._table} FINAL "
             f"WHERE pipeline = {{p:String}} AND version = {{v:Int64}} AND plan = {{plan:String}}",
             {"p": pipeline, "v": version, "plan": plan},
             what="read snapshot progress",
         )
         return {int(c): int(n) for c, n in rows}
 
-    def chunk_done(self, pipeline: str, version: int, plan: str, chunk: int, rows: int) -> None:
+    def record(self, pipeline: str, version: int, plan: str, chunk: int, rows: int) -> None:
+        """Chunk `chunk` of the plan has landed with `rows` rows."""
         row = pa.table(
             {
                 "pipeline": [pipeline],
@@ -123,7 +127,30 @@ class StateStore:
                 "done_at": pa.array([datetime.now(timezone.utc)], pa.timestamp("ms", tz="UTC")),
             }
         )
-        self.sink.insert_arrow(self._chunks, row)
+        self.sink.insert_arrow(self._table, row)
+
+
+class StateStore:
+    """Replication offsets (`cdc2ch_state`), and through `chunks` the snapshot progress next to them."""
+
+    def __init__(self, sink: Sink, database: str):
+        self.sink = sink
+        self.database = database
+        self._table = f"{schema.quote(database)}.{schema.quote(STATE_TABLE)}"
+        self.chunks = ChunkStore(sink, database)
+
+    def ensure(self) -> None:
+        """Create the offsets table and the snapshot progress table."""
+        self.sink.ensure_database(self.database)
+        self.sink.command(schema.state_table_ddl(self.database, STATE_TABLE), what="create the state table")
+        self.chunks.ensure()
+
+    # Kept for callers written before ChunkStore: same as self.chunks.done / self.chunks.record.
+    def chunks_done(self, pipeline: str, version: int, plan: str) -> dict[int, int]:
+        return self.chunks.done(pipeline, version, plan)
+
+    def chunk_done(self, pipeline: str, version: int, plan: str, chunk: int, rows: int) -> None:
+        self.chunks.record(pipeline, version, plan, chunk, rows)
 
     def exists(self) -> bool:
         return self.sink.table_exists(TargetName(self.database, STATE_TABLE))
