@@ -12,8 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from cdc2ch.clickhouse.dsn import connect
 from cdc2ch.config import RunConfig, SparkSettings, TargetName
-from cdc2ch.sink import connect
 from cdc2ch.snapshot import Snapshotter
 from cdc2ch.source.delta import DeltaSource
 from cdc2ch.source.spark import session

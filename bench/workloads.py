@@ -35,8 +35,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc2ch import schema
+from cdc2ch.clickhouse.dsn import connect
 from cdc2ch.config import SparkSettings, TargetName
-from cdc2ch.sink import connect
 from cdc2ch.source.spark import session
 
 # quick: under 3 minutes on 2 cores (fewer versions, the push-down reader on W1 only)

@@ -55,8 +55,8 @@ def _target(cfg: RunConfig, retries: int, check_lock: bool):
     """ClickHouse opened and signals handled: yields (sink, stop event). With `check_lock`, refuses early,
     before Spark starts, if another runner has the pipeline; the job claims it itself once its inputs are
     checked, so bad input writes nothing."""
-    from cdc2ch.lock import PipelineLock
-    from cdc2ch.sink import connect
+    from cdc2ch.clickhouse.dsn import connect
+    from cdc2ch.clickhouse.lock import PipelineLock
 
     stop = threading.Event()
     with stop_on_signals(stop), connect(cfg.clickhouse_dsn, retries) as sink:
@@ -145,7 +145,7 @@ def status(invocation: Invocation, target: str | None, as_json: bool, max_lag: s
     """`cdc2ch status`: a table (or JSON) of the pipelines; exit 2 when one is behind by more than
     `max_lag`."""
     from cdc2ch import status as report
-    from cdc2ch.sink import connect
+    from cdc2ch.clickhouse.dsn import connect
     from cdc2ch.source.spark import session
 
     file = load_config(invocation)
@@ -170,7 +170,7 @@ def compact(
 ) -> None:
     """`cdc2ch compact`: drop old tombstones and superseded versions of one target table."""
     from cdc2ch import compact as compaction
-    from cdc2ch.sink import connect
+    from cdc2ch.clickhouse.dsn import connect
 
     logsetup.configure(log_format, log_level)
     name = TargetName.parse(target)
@@ -182,7 +182,7 @@ def compact(
 
 def query(sql: str, fmt: str, clickhouse_dsn: str) -> None:
     """`cdc2ch query`: print the result of one SQL statement in a ClickHouse output format."""
-    from cdc2ch.sink import connect
+    from cdc2ch.clickhouse.dsn import connect
 
     with connect(clickhouse_dsn, retries=1) as sink:
         out = sink.raw_query(sql, fmt)

@@ -45,10 +45,10 @@ from datetime import datetime, timedelta, timezone
 import structlog
 
 from cdc2ch import schema
+from cdc2ch.clickhouse.lock import LockedError, PipelineLock
+from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import TargetName
 from cdc2ch.errors import ConfigError, SinkError
-from cdc2ch.lock import LockedError, PipelineLock
-from cdc2ch.sink import Sink
 
 log = structlog.get_logger("cdc2ch.compact")
 

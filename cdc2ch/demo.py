@@ -7,9 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cdc2ch import status as report
+from cdc2ch.clickhouse.dsn import connect
 from cdc2ch.config import RunConfig, TargetName
 from cdc2ch.pipeline import Replicator
-from cdc2ch.sink import connect
 from cdc2ch.source.delta import DeltaSource
 from cdc2ch.source.spark import session
 

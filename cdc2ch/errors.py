@@ -18,7 +18,18 @@ class SourceError(Cdc2chError):
 
 
 class SinkError(Cdc2chError):
-    """ClickHouse refused or could not be reached."""
+    """ClickHouse refused or could not be reached.
+
+    `code` is ClickHouse's error code when it gave one (see cdc2ch.clickhouse.codes), else None: test
+    `exc.code == codes.X` rather than the message text.
+    """
+
+    def __init__(self, message: str, code: int | None = None):
+        super().__init__(message)
+        self.code = code
+
+    def __reduce__(self):  # keeps the code across pickling (Spark, multiprocessing)
+        return (type(self), (str(self), self.code))
 
 
 class StateError(Cdc2chError):

@@ -10,8 +10,9 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from cdc2ch.clickhouse import codes
+from cdc2ch.clickhouse.lock import LockedError
 from cdc2ch.errors import Cdc2chError, ConfigError, SchemaChangeError, SinkError, SourceError, StateError
-from cdc2ch.lock import LockedError
 
 BATCH_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -29,6 +30,9 @@ def error_kind(exc: BaseException) -> str:
     ):
         if isinstance(exc, cls):
             return kind
+    # A ClickHouse error that escaped the sink's wrapping (from a Spark task, say) is still ClickHouse's.
+    if codes.clickhouse_error(exc) is not None:
+        return "clickhouse"
     return "internal"
 
 

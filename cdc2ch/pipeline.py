@@ -9,7 +9,6 @@ writer, how to cut ranges) are pure functions in plan.py; the ports are in ports
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import structlog
@@ -18,60 +17,15 @@ from cdc2ch import plan, schema
 from cdc2ch.config import RunConfig, TargetName
 from cdc2ch.errors import SchemaChangeError
 from cdc2ch.metrics import Metrics, PipelineMetrics
-from cdc2ch.ports import ChangeSource, Lock, OffsetStore, RangeWriter, TargetTables
+from cdc2ch.offset import PipelineState
+from cdc2ch.ports import ChangeSource, Ports, RangeWriter
 from cdc2ch.progress import Progress
 from cdc2ch.resync import SUFFIX as RESYNC_SUFFIX
 from cdc2ch.resync import Resync
 from cdc2ch.source.log import Commit
-from cdc2ch.state import PipelineState
 from cdc2ch.writers import pushdown
 
 log = structlog.get_logger("cdc2ch.pipeline")
-
-
-@dataclass(frozen=True)
-class Ports:
-    """What a pipeline reads from and writes to, besides its change source."""
-
-    store: OffsetStore
-    lock: Lock
-    tables: TargetTables
-    writer: Callable[[str], RangeWriter]  # a writer of the kind plan.choose_writer picked
-    load_snapshot: Callable[[RunConfig, int, str], int | None]  # for resync: (side config, version, comment)
-    remote_target: bool  # Spark tasks can reach the target (a server)
-    local_master: bool  # Spark runs in this process
-
-    @classmethod
-    def clickhouse(cls, cfg: RunConfig, source, sink, stop: threading.Event, metrics: PipelineMetrics):
-        """The ports of a ClickHouse target reached through `sink`."""
-        from cdc2ch.lock import PipelineLock
-        from cdc2ch.snapshot import Snapshotter
-        from cdc2ch.state import StateStore
-        from cdc2ch.target import ClickHouseTables
-        from cdc2ch.writers.driver import DriverWriter
-        from cdc2ch.writers.executors import ExecutorWriter
-
-        tables = ClickHouseTables(sink, cfg.target, cfg.primary_key)
-        bound = log.bind(pipeline=cfg.pipeline)
-
-        def writer(kind: str) -> RangeWriter:
-            if kind == "clickhouse":
-                return pushdown.PushdownWriter(cfg, sink, tables.table_sql, stop, metrics, bound)
-            if kind == "executors":
-                return ExecutorWriter(cfg, sink.task_client, tables.table_sql, stop, metrics, bound)
-            return DriverWriter(cfg, sink, tables.table_sql, stop, metrics, bound)
-
-        return cls(
-            store=StateStore(sink, cfg.target.database),
-            lock=PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl),
-            tables=tables,
-            writer=writer,
-            load_snapshot=lambda side, version, comment: Snapshotter(side, source, sink, stop).load(
-                version, comment=comment
-            ),
-            remote_target=sink.task_client is not None,
-            local_master=source.spark.sparkContext.master.startswith("local"),
-        )
 
 
 @dataclass(frozen=True)
@@ -100,7 +54,11 @@ class Replicator:
         self.cfg, self.source = cfg, source
         self.stop = stop or threading.Event()
         self.metrics = metrics or Metrics().pipeline(cfg.pipeline)
-        self.ports = ports or Ports.clickhouse(cfg, source, sink, self.stop, self.metrics)
+        if ports is None:
+            from cdc2ch.target import clickhouse_ports
+
+            ports = clickhouse_ports(cfg, source, sink, self.stop, self.metrics)
+        self.ports = ports
         self.log = log.bind(pipeline=cfg.pipeline)
         self.state: PipelineState | None = None
         self.writer: RangeWriter | None = None

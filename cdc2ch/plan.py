@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from cdc2ch.errors import ConfigError, SourceError, StateError
+from cdc2ch.offset import PipelineState
 from cdc2ch.source.log import Commit
-from cdc2ch.state import PipelineState
 
 MAX_VERSIONS_PER_READ = 1000
 

@@ -3,9 +3,11 @@ may split a Delta version; the loop's guarantees (design.md section 4) rest on e
 
     ChangeSource  the table's versions and changes      (source/delta.py; a Delta Sharing source next)
     RangeWriter   one version range into the target     (writers/driver.py, executors.py, pushdown.py)
-    TargetTables  the target table's DDL                (writers/tables.py)
-    OffsetStore   the committed offset per pipeline     (state.StateStore)
-    Lock          one runner per pipeline               (lock.PipelineLock)
+    TargetTables  the target table's DDL                (clickhouse/ddl.py)
+    OffsetStore   the committed offset per pipeline     (clickhouse/state.py)
+    Lock          one runner per pipeline               (clickhouse/lock.py)
+
+`Ports` bundles what a pipeline writes to; target.py assembles it for a ClickHouse target.
 
 In-memory implementations live in tests/unit/fakes.py: the loop's decisions are tested there without a JVM
 or a ClickHouse engine.
@@ -13,15 +15,17 @@ or a ClickHouse engine.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
 import pyarrow as pa
 
+from cdc2ch.config import RunConfig
+from cdc2ch.offset import PipelineState
 from cdc2ch.schema import SchemaDiff
 from cdc2ch.source.log import Commit
-from cdc2ch.state import PipelineState
 
 __all__ = ["ChangeSource", "Changes", "Commit", "Lock", "OffsetStore", "RangeResult", "RangeWriter"]
 
@@ -43,6 +47,19 @@ class Changes(Protocol):
 
     def read_error(self, exc: Exception) -> Exception:
         """The SourceError to raise for a failure while the rows were being read."""
+
+
+@dataclass(frozen=True)
+class Ports:
+    """What a pipeline reads from and writes to, besides its change source."""
+
+    store: OffsetStore
+    lock: Lock
+    tables: TargetTables
+    writer: Callable[[str], RangeWriter]  # a writer of the kind plan.choose_writer picked
+    load_snapshot: Callable[[RunConfig, int, str], int | None]  # for resync: (side config, version, comment)
+    remote_target: bool  # Spark tasks can reach the target (a server)
+    local_master: bool  # Spark runs in this process
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from cdc2ch.offset import PipelineState
 from cdc2ch.ports import ChangeSource, OffsetStore, TargetTables
-from cdc2ch.state import PipelineState
 
 SUFFIX = "__cdc2ch_resync"
 _MARKER = "cdc2ch: rebuilt by resync of pipeline {pipeline} at Delta version {version}"

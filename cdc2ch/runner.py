@@ -12,13 +12,13 @@ from datetime import datetime, timezone
 
 import structlog
 
+from cdc2ch.clickhouse.state import Health, HealthStore
+from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import RunConfig
 from cdc2ch.errors import Cdc2chError, SinkError
 from cdc2ch.metrics import Metrics, PipelineMetrics, error_kind
 from cdc2ch.pipeline import Replicator
-from cdc2ch.sink import Sink
 from cdc2ch.source.delta import DeltaSource
-from cdc2ch.state import Health, HealthStore
 
 log = structlog.get_logger("cdc2ch.runner")
 

@@ -20,16 +20,17 @@ from urllib.parse import unquote, urlsplit
 import structlog
 
 from cdc2ch import contract, schema
+from cdc2ch.clickhouse.ddl import TargetTables
+from cdc2ch.clickhouse.lock import PipelineLock
+from cdc2ch.clickhouse.state import StateStore
+from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import RunConfig
 from cdc2ch.errors import SchemaChangeError, SourceError, StateError
-from cdc2ch.lock import PipelineLock
+from cdc2ch.offset import PipelineState
 from cdc2ch.plan import repointed
 from cdc2ch.progress import Progress
-from cdc2ch.sink import Sink
 from cdc2ch.source.chunked import ChunkedFrame
 from cdc2ch.source.log import Commit
-from cdc2ch.state import PipelineState, StateStore
-from cdc2ch.target import ClickHouseTables
 from cdc2ch.writers.driver import insert_rows
 from cdc2ch.writers.pushdown import insert_from_lake, insert_settings
 
@@ -48,9 +49,10 @@ class Snapshotter:
     def __init__(self, cfg: RunConfig, source, sink: Sink, stop: threading.Event | None = None):
         self.cfg, self.source, self.sink = cfg, source, sink
         self.stop = stop or threading.Event()
-        self.tables = ClickHouseTables(sink, cfg.target, cfg.primary_key)
+        self.tables = TargetTables(sink, cfg.target, cfg.primary_key)
         self.table_sql = self.tables.table_sql
         self.store = StateStore(sink, cfg.target.database)
+        self.chunks = self.store.chunks
         self.lock = PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl)
         self.log = log.bind(pipeline=cfg.pipeline)
 
@@ -115,7 +117,7 @@ class Snapshotter:
         cfg = self.cfg
         frame = ChunkedFrame(contract.spark_snapshot_rows(table, version, ts_ms))
         plan = "spark:" + frame.fingerprint()
-        done = self.store.chunks_done(cfg.pipeline, version, plan)
+        done = self.chunks.done(cfg.pipeline, version, plan)
         progress = Progress(f"snapshot v{version}", table.count(), frame.count, len(frame.files))
         progress.advance(sum(done.values()), len(done))
         for chunk in range(frame.count):
@@ -136,11 +138,11 @@ class Snapshotter:
                     self.log,
                     chunk=chunk,
                 )
-            self.store.chunk_done(cfg.pipeline, version, plan, chunk, n)
+            self.chunks.record(cfg.pipeline, version, plan, chunk, n)
             self.log.info("chunk", version=version, chunk=chunk, of=frame.count, rows=n)
             progress.advance(n, 1)
         progress.done()
-        return sum(self.store.chunks_done(cfg.pipeline, version, plan).values())
+        return sum(self.chunks.done(cfg.pipeline, version, plan).values())
 
     def _clickhouse_chunks(self, table, version: int, ts_ms: int, columns: list[str]) -> int | None:
         """Push-down: ClickHouse reads the Delta table itself, a group of files per INSERT ... SELECT."""
@@ -150,7 +152,7 @@ class Snapshotter:
         count = max(1, min(len(files), math.ceil(total / cfg.max_rows_per_read)))
         groups = [files[i::count] for i in range(count)]
         plan = "clickhouse:" + hashlib.sha1("\0".join([str(count), *files]).encode()).hexdigest()[:16]
-        done = self.store.chunks_done(cfg.pipeline, version, plan)
+        done = self.chunks.done(cfg.pipeline, version, plan)
         progress = Progress(f"snapshot v{version}", total, count, len(files))
         progress.advance(sum(done.values()), len(done))
         meta = contract.sql_fixed_meta(version, ts_ms, contract.SNAPSHOT)
@@ -173,11 +175,11 @@ class Snapshotter:
                     },
                 )
             n = max(self.sink.row_count(self.table_sql) - before, 0)
-            self.store.chunk_done(cfg.pipeline, version, plan, chunk, n)
+            self.chunks.record(cfg.pipeline, version, plan, chunk, n)
             self.log.info("chunk", version=version, chunk=chunk, of=count, rows=n, files=len(group))
             progress.advance(n, 1)
         progress.done()
-        return sum(self.store.chunks_done(cfg.pipeline, version, plan).values())
+        return sum(self.chunks.done(cfg.pipeline, version, plan).values())
 
     # -- finish -----------------------------------------------------------------------------------
     def _sweep(self, version: int, ts_ms: int, columns: list[str]) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
+from cdc2ch.clickhouse.state import Health, HealthStore, PipelineState, StateStore, databases_with_state
+from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import TargetName, parse_duration
 from cdc2ch.errors import Cdc2chError, ConfigError
-from cdc2ch.sink import Sink
 from cdc2ch.source.delta import DeltaSource
-from cdc2ch.state import Health, HealthStore, PipelineState, StateStore, databases_with_state
 
 # Terminal columns: (heading, row key).
 TABLE_COLUMNS = (

@@ -1,43 +1,48 @@
-"""The target table as the replication loop and snapshots see it (the TargetTables port) on ClickHouse."""
+"""A pipeline's ports on a ClickHouse target: offsets, claim, target table and writers, all through one
+clickhouse-connect client (`Sink`)."""
 
 from __future__ import annotations
 
-from cdc2ch import schema
-from cdc2ch.config import TargetName
-from cdc2ch.sink import Sink
+import threading
+
+import structlog
+
+from cdc2ch.clickhouse.ddl import TargetTables
+from cdc2ch.clickhouse.lock import PipelineLock
+from cdc2ch.clickhouse.state import StateStore
+from cdc2ch.clickhouse.transport import Sink
+from cdc2ch.config import RunConfig
+from cdc2ch.metrics import PipelineMetrics
+from cdc2ch.ports import Ports, RangeWriter
+from cdc2ch.snapshot import Snapshotter
+from cdc2ch.writers.driver import DriverWriter
+from cdc2ch.writers.executors import ExecutorWriter
+from cdc2ch.writers.pushdown import PushdownWriter
+
+log = structlog.get_logger("cdc2ch.pipeline")
 
 
-class ClickHouseTables:
-    def __init__(self, sink: Sink, target: TargetName, primary_key: tuple[str, ...]):
-        self.sink = sink
-        self.target = target
-        self.primary_key = primary_key
-        self.table_sql = schema.qualified(target)
+def clickhouse_ports(
+    cfg: RunConfig, source, sink: Sink, stop: threading.Event, metrics: PipelineMetrics
+) -> Ports:
+    tables = TargetTables(sink, cfg.target, cfg.primary_key)
+    bound = log.bind(pipeline=cfg.pipeline)
 
-    def _named(self, suffix: str) -> TargetName:
-        return TargetName(self.target.database, self.target.table + suffix)
+    def writer(kind: str) -> RangeWriter:
+        if kind == "clickhouse":
+            return PushdownWriter(cfg, sink, tables.table_sql, stop, metrics, bound)
+        if kind == "executors":
+            return ExecutorWriter(cfg, sink.task_client, tables.table_sql, stop, metrics, bound)
+        return DriverWriter(cfg, sink, tables.table_sql, stop, metrics, bound)
 
-    def prepare(self, types: dict[str, str], comment: str | None = None) -> schema.SchemaDiff:
-        existing = self.sink.table_columns(self.target)
-        if existing is None:
-            self.sink.create_target(self.target, types, self.primary_key, comment)
-            return schema.diff(types, types, self.primary_key)
-        change = schema.diff(existing, types, self.primary_key)
-        if not change.breaking:
-            self.sink.evolve_target(self.target, change)
-        return change
-
-    def comment(self, suffix: str = "") -> str | None:
-        return self.sink.table_comment(self._named(suffix))
-
-    def drop(self, suffix: str) -> None:
-        self.sink.command(
-            f"DROP TABLE IF EXISTS {schema.qualified(self._named(suffix))}",
-            what=f"drop {self._named(suffix)}",
-        )
-
-    def exchange(self, suffix: str) -> None:
-        self.sink.command(
-            f"EXCHANGE TABLES {schema.qualified(self._named(suffix))} AND {self.table_sql}",
-            what="swap in the rebuilt table",
-        )
+    return Ports(
+        store=StateStore(sink, cfg.target.database),
+        lock=PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl),
+        tables=tables,
+        writer=writer,
+        load_snapshot=lambda side, version, comment: Snapshotter(side, source, sink, stop).load(
+            version, comment=comment
+        ),
+        remote_target=sink.task_client is not None,
+        local_master=source.spark.sparkContext.master.startswith("local"),
+    )

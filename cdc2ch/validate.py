@@ -6,9 +6,10 @@ import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass
 
+from cdc2ch.clickhouse import embedded
+from cdc2ch.clickhouse.dsn import connect
 from cdc2ch.config import RunConfig
 from cdc2ch.errors import Cdc2chError
-from cdc2ch.sink import connect, embedded
 from cdc2ch.source.delta import DeltaSource
 
 

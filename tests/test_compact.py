@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from cdc2ch import schema
+from cdc2ch.clickhouse import ddl
 from cdc2ch.compact import SIDE_SUFFIX, VIEW_SUFFIX, compact
 from cdc2ch.config import TargetName, parse_duration
 from cdc2ch.errors import ConfigError
@@ -133,7 +134,7 @@ INSERT_COLUMNS = "tenant, id, name, _commit_version, _commit_timestamp, _change_
 
 def hand_table(sink, database: str, name: str = "hand") -> TargetName:
     target = TargetName(database, name)
-    sink.create_target(target, TYPES, KEY)
+    ddl.create_target(sink, target, TYPES, KEY)
     return target
 
 

@@ -15,11 +15,11 @@ import pyarrow as pa
 import structlog
 
 from cdc2ch import changes, contract
+from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import RunConfig
 from cdc2ch.metrics import PipelineMetrics
+from cdc2ch.offset import PipelineState
 from cdc2ch.ports import Changes, RangeResult
-from cdc2ch.sink import Sink
-from cdc2ch.state import PipelineState
 
 
 def insert_rows(

@@ -18,8 +18,8 @@ from cdc2ch import contract, retry
 from cdc2ch.config import RunConfig
 from cdc2ch.errors import SinkError
 from cdc2ch.metrics import PipelineMetrics
+from cdc2ch.offset import PipelineState
 from cdc2ch.ports import Changes, RangeResult
-from cdc2ch.state import PipelineState
 
 MAX_TASK_PARTITIONS = 256
 RESULT_SCHEMA = "rows long, batches long, null_key string, nulls long, null_version string, error string"

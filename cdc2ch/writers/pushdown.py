@@ -15,12 +15,13 @@ from urllib.parse import unquote, urlsplit
 import structlog
 
 from cdc2ch import contract, schema
+from cdc2ch.clickhouse import codes
+from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import RunConfig
 from cdc2ch.errors import SinkError, SourceError
 from cdc2ch.metrics import PipelineMetrics
+from cdc2ch.offset import PipelineState
 from cdc2ch.ports import Changes, RangeResult
-from cdc2ch.sink import Sink
-from cdc2ch.state import PipelineState
 
 # ClickHouse streams its own reads: a range's size only bounds what a crash makes it replay, and fewer,
 # larger statements save it re-reading the Delta log for each.
@@ -105,7 +106,10 @@ class PushdownWriter:
                     settings={**cdf_settings(start, end), **insert_settings(token)},
                 )
         except SinkError as exc:
-            found = self._null_keys_in_lake(rng) if _null_refused(exc) else None
+            refused_null = (
+                exc.code == codes.CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN
+            )  # in a key: others are Nullable
+            found = self._null_keys_in_lake(rng) if refused_null else None
             if found is not None:
                 raise found from exc
             raise
@@ -137,8 +141,3 @@ class PushdownWriter:
                     nulls, key, version, f"versions {rng.start}..{rng.end} of {rng.uri}"
                 )
         return None
-
-
-def _null_refused(exc: SinkError) -> bool:
-    """ClickHouse refused a NULL for a non-Nullable column (a key column: the others are Nullable)."""
-    return "NULL" in str(exc) and ("Nullable" in str(exc) or "CANNOT_INSERT_NULL" in str(exc))

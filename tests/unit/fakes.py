@@ -17,10 +17,9 @@ import pyarrow as pa
 from cdc2ch import contract, schema
 from cdc2ch.config import RunConfig, TargetName
 from cdc2ch.errors import SourceError
-from cdc2ch.pipeline import Ports
-from cdc2ch.ports import RangeResult
+from cdc2ch.offset import PipelineState
+from cdc2ch.ports import Ports, RangeResult
 from cdc2ch.source.log import Commit
-from cdc2ch.state import PipelineState
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 SPARK_TYPES = {"long": pa.int64(), "string": pa.string(), "integer": pa.int32(), "double": pa.float64()}

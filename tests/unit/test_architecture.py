@@ -33,8 +33,8 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
             if node.level:
                 anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
                 base = f"{anchor}.{base}" if base else anchor
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
+            # `from pkg import mod` imports the module; `from mod import name` the module holding the name
+            found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names)
     return {m for m in found if m in known and m != name}
 
 
@@ -83,6 +83,16 @@ def test_no_import_cycles():
     graph = import_graph()
     assert len(graph) > 20 and graph["cdc2ch.pipeline"]
     assert cycles(graph) == []
+
+
+def test_the_clickhouse_package_depends_only_on_its_foundations():
+    allowed = {"cdc2ch.errors", "cdc2ch.config", "cdc2ch.schema", "cdc2ch.retry", "cdc2ch.offset"}
+    graph = import_graph()
+    for name, deps in graph.items():
+        if name.startswith("cdc2ch.clickhouse"):
+            outside = {m for m in deps if not m.startswith("cdc2ch.clickhouse")}
+            assert outside <= allowed, (name, outside - allowed)
+    assert graph["cdc2ch.clickhouse"] == set()  # the package itself: docstring only
 
 
 def test_no_module_or_class_too_large():

@@ -157,7 +157,7 @@ def test_help_does_not_import_spark_or_clickhouse():
     code = (
         "import sys; from click.testing import CliRunner; from cdc2ch.cli import main\n"
         "for name in main.commands: assert CliRunner().invoke(main, [name, '--help']).exit_code == 0\n"
-        "heavy = ('pyspark', 'pyarrow', 'chdb', 'clickhouse_connect', 'delta', 'cdc2ch.sink')\n"
+        "heavy = ('pyspark', 'pyarrow', 'chdb', 'clickhouse_connect', 'delta', 'cdc2ch.clickhouse.transport')\n"
         "print(sorted(m for m in sys.modules if m.startswith(heavy)))"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

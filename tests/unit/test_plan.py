@@ -8,8 +8,8 @@ import pytest
 
 from cdc2ch import plan
 from cdc2ch.errors import ConfigError, StateError
+from cdc2ch.offset import PipelineState
 from cdc2ch.source.log import Commit
-from cdc2ch.state import PipelineState
 
 TS = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

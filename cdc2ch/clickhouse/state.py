@@ -1,4 +1,6 @@
-"""Replication offsets, kept in ClickHouse next to the data (table `cdc2ch_state` in the target database).
+"""What cdc2ch records about its pipelines, in ClickHouse next to the data (in the target database):
+replication offsets (`cdc2ch_state`), snapshot progress (`cdc2ch_snapshot_chunks`) and health
+(`cdc2ch_health`).
 
 An offset is written only after every batch of its version range has landed; the ReplacingMergeTree keeps
 the row with the newest `updated_at` per pipeline.
@@ -7,71 +9,23 @@ the row with the newest `updated_at` per pipeline.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import pyarrow as pa
 
 from cdc2ch import schema
+from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import TargetName
-from cdc2ch.errors import StateError
-from cdc2ch.sink import Sink
+from cdc2ch.offset import PipelineState, stamp_after
 
 STATE_TABLE = "cdc2ch_state"
 CHUNKS_TABLE = "cdc2ch_snapshot_chunks"
 HEALTH_TABLE = "cdc2ch_health"
 
 
-def stamp_after(previous: datetime) -> datetime:
-    """Now, or 1 ms after `previous` if the clock has not moved past it: the rows these tables keep per
-    pipeline are ReplacingMergeTree(updated_at), so the newest write must always have the greatest stamp."""
-    return max(datetime.now(timezone.utc), previous + timedelta(milliseconds=1))
-
-
 def _utc(ts: datetime | None) -> datetime | None:
     """A DateTime64(3, 'UTC') value as the driver returns it (sometimes naive) -> an aware datetime."""
     return ts.replace(tzinfo=timezone.utc) if ts is not None and ts.tzinfo is None else ts
-
-
-@dataclass(frozen=True)
-class PipelineState:
-    pipeline: str
-    source: str
-    target: str
-    committed_version: int
-    pending_version: int
-    rows_written: int
-    updated_at: datetime
-
-    def check_matches(self, source: str, target: str) -> None:
-        if self.source != source or self.target != target:
-            raise StateError(
-                f"Pipeline {self.pipeline!r} replicates {self.source} into {self.target}, not {source} into "
-                f"{target}. Use another --pipeline name, or --reset to repoint it."
-            )
-
-    @staticmethod
-    def epoch() -> datetime:
-        return datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-    def _touched(self, **changes) -> "PipelineState":
-        return replace(self, updated_at=stamp_after(self.updated_at), **changes)
-
-    def advanced(self, version: int, rows: int) -> "PipelineState":
-        """Versions up to `version` have landed."""
-        return self._touched(
-            committed_version=version, pending_version=version, rows_written=self.rows_written + rows
-        )
-
-    def writing(self, end: int) -> "PipelineState":
-        """About to write the range ending at `end`; not committed yet."""
-        return self._touched(pending_version=end)
-
-    @property
-    def interrupted_range(self) -> tuple[int, int] | None:
-        """The range a previous attempt started writing and did not commit."""
-        if self.pending_version > self.committed_version:
-            return (self.committed_version + 1, self.pending_version)
-        return None
 
 
 _ARROW_SCHEMA = pa.schema(
@@ -87,32 +41,34 @@ _ARROW_SCHEMA = pa.schema(
 )
 
 
-class StateStore:
+class ChunkStore:
+    """Snapshot progress: the chunks of a snapshot (per pipeline, Delta version and chunk plan) already
+    landed, so a restarted snapshot skips them."""
+
     def __init__(self, sink: Sink, database: str):
         self.sink = sink
         self.database = database
-        self._table = f"{schema.quote(database)}.{schema.quote(STATE_TABLE)}"
-        self._chunks = f"{schema.quote(database)}.{schema.quote(CHUNKS_TABLE)}"
+        self._table = f"{schema.quote(database)}.{schema.quote(CHUNKS_TABLE)}"
 
     def ensure(self) -> None:
         self.sink.ensure_database(self.database)
-        self.sink.command(schema.state_table_ddl(self.database, STATE_TABLE), what="create the state table")
         self.sink.command(
             schema.state_table_ddl(self.database, CHUNKS_TABLE, "create_snapshot_chunks_table.sql"),
             what="create the snapshot progress table",
         )
 
-    def chunks_done(self, pipeline: str, version: int, plan: str) -> dict[int, int]:
+    def done(self, pipeline: str, version: int, plan: str) -> dict[int, int]:
         """{chunk: rows} of the snapshot chunks already landed for this pipeline, version and plan."""
         rows = self.sink.query_rows(
-            f"SELECT chunk, rows FROM {self._chunks} FINAL "
+            f"SELECT chunk, rows FROM {self._table} FINAL "
             f"WHERE pipeline = {{p:String}} AND version = {{v:Int64}} AND plan = {{plan:String}}",
             {"p": pipeline, "v": version, "plan": plan},
             what="read snapshot progress",
         )
         return {int(c): int(n) for c, n in rows}
 
-    def chunk_done(self, pipeline: str, version: int, plan: str, chunk: int, rows: int) -> None:
+    def record(self, pipeline: str, version: int, plan: str, chunk: int, rows: int) -> None:
+        """Chunk `chunk` of the plan has landed with `rows` rows."""
         row = pa.table(
             {
                 "pipeline": [pipeline],
@@ -123,7 +79,23 @@ class StateStore:
                 "done_at": pa.array([datetime.now(timezone.utc)], pa.timestamp("ms", tz="UTC")),
             }
         )
-        self.sink.insert_arrow(self._chunks, row)
+        self.sink.insert_arrow(self._table, row)
+
+
+class StateStore:
+    """Replication offsets (`cdc2ch_state`), and through `chunks` the snapshot progress next to them."""
+
+    def __init__(self, sink: Sink, database: str):
+        self.sink = sink
+        self.database = database
+        self._table = f"{schema.quote(database)}.{schema.quote(STATE_TABLE)}"
+        self.chunks = ChunkStore(sink, database)
+
+    def ensure(self) -> None:
+        """Create the offsets table and the snapshot progress table."""
+        self.sink.ensure_database(self.database)
+        self.sink.command(schema.state_table_ddl(self.database, STATE_TABLE), what="create the state table")
+        self.chunks.ensure()
 
     def exists(self) -> bool:
         return self.sink.table_exists(TargetName(self.database, STATE_TABLE))

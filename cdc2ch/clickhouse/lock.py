@@ -23,9 +23,9 @@ from datetime import datetime
 import structlog
 
 from cdc2ch import schema
+from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import TargetName
 from cdc2ch.errors import Cdc2chError, SinkError
-from cdc2ch.sink import Sink
 
 log = structlog.get_logger("cdc2ch.lock")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
@@ -12,7 +13,13 @@ from pathlib import Path
 import clickhouse_connect
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
+from cdc2ch.clickhouse import codes
+from cdc2ch.clickhouse.lock import command_name
+from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.errors import SinkError
+
+HOLDER_FILE = "cdc2ch-holder.json"  # who has the directory open, written by cdc2ch
+STATUS_FILE = "status"  # the engine's own lock file in the directory
 
 
 def data_path(dsn: str) -> Path:
@@ -24,9 +31,7 @@ def data_path(dsn: str) -> Path:
     return Path(raw).expanduser().resolve()
 
 
-def connect(dsn: str, retries: int) -> "Sink":  # noqa: F821 - imported lazily to keep the import graph one-way
-    from cdc2ch.sink import Sink
-
+def connect(dsn: str, retries: int) -> Sink:
     path = data_path(dsn)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -35,31 +40,59 @@ def connect(dsn: str, retries: int) -> "Sink":  # noqa: F821 - imported lazily t
     try:
         client = clickhouse_connect.get_client(dsn=f"chdb://{path}")
     except ClickHouseError as exc:
-        text = str(exc)
-        if "Cannot lock file" in text or "Error initializing EmbeddedServer" in text:
+        if _held_by_another_process(path):
             raise SinkError(
                 f"The embedded ClickHouse database at {path} is in use by {_holder(path)} (only one process "
                 f"can open it at a time). Wait for it to finish or stop it, or point this one at another "
                 f"directory with --clickhouse chdb:///other/path. For several pipelines on one embedded "
                 f"database, run them from one process, or use a ClickHouse server."
             ) from exc
-        if "already initialized with path" in text:
+        if _open_elsewhere_in_this_process(exc):
             raise SinkError(
                 f"This process already has an embedded ClickHouse open at another path; cannot also open {path}."
             ) from exc
-        raise SinkError(f"Cannot open the embedded ClickHouse at {path}: {text}") from exc
+        raise SinkError(
+            f"Cannot open the embedded ClickHouse at {path}: {exc}", code=codes.error_code(exc)
+        ) from exc
     _write_holder(path)
     return Sink(client, f"chdb://{path}", retries, reads_files=_from_root)
 
 
-HOLDER_FILE = "cdc2ch-holder.json"
+# Why the engine refused to start cannot be told by an error code: clickhouse-connect raises a
+# ProgrammingError with `code` None (from chdb's RuntimeError), whose text carries the generic code 36,
+# BAD_ARGUMENTS, for both cases below (chdb-core 26.9). The engine's own reason for a locked directory
+# ("Cannot lock file <path>/status", code 76) goes to stderr only.
+
+
+def _held_by_another_process(path: Path) -> bool:
+    """Whether another process runs the engine on `path`: ClickHouse holds an exclusive flock on
+    <path>/status while it runs (the kernel drops it when the process dies), so a shared probe fails."""
+    try:
+        fd = os.open(path / STATUS_FILE, os.O_RDONLY)
+    except OSError:
+        return False  # no engine ever ran there, or it stopped cleanly (it removes the file)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def _open_elsewhere_in_this_process(exc: ClickHouseError) -> bool:
+    """chdb runs one engine per process, on one path; asked for another it refuses with this text and no
+    code of its own (see above). The only place cdc2ch reads ClickHouse's message instead of a code."""
+    return "already initialized with path" in str(exc)
 
 
 def _write_holder(path: Path) -> None:
     """Name this process in the data directory, so a second process refused by the engine's lock can say
     who holds it. Stale after a crash, which is harmless: the lock itself is released by the kernel."""
-    from cdc2ch.lock import command_name
-
     info = {
         "pid": os.getpid(),
         "host": socket.gethostname(),

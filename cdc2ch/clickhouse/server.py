@@ -11,9 +11,11 @@ from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import clickhouse_connect
-from clickhouse_connect.driver.exceptions import ClickHouseError, OperationalError
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+from clickhouse_connect.driver.exceptions import ClickHouseError
 
+from cdc2ch import retry
+from cdc2ch.clickhouse import codes
+from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.errors import ConfigError, SinkError
 
 PASSWORD_ENV = "CDC2CH_CLICKHOUSE_PASSWORD"
@@ -62,9 +64,7 @@ def _timeouts(query: str, display: str) -> dict[str, float]:
     return out
 
 
-def connect(dsn: str, retries: int) -> "Sink":  # noqa: F821
-    from cdc2ch.sink import Sink, error_code
-
+def connect(dsn: str, retries: int) -> Sink:
     parts = urlsplit(dsn)
     if parts.password is not None:
         raise ConfigError(
@@ -95,28 +95,23 @@ def connect(dsn: str, retries: int) -> "Sink":  # noqa: F821
         **timeouts,
     )
 
-    def open_client():
-        return clickhouse_connect.get_client(**kwargs)
-
     # A server that is restarting or briefly unreachable gets the same bounded backoff as any call.
-    retrying = Retrying(
-        stop=stop_after_attempt(max(1, retries)),
-        wait=wait_exponential(multiplier=0.5, max=10),
-        retry=retry_if_exception_type(OperationalError),
-        reraise=True,
-    )
     try:
-        client = retrying(open_client)
+        client = retry.call(lambda: clickhouse_connect.get_client(**kwargs), retries, codes.is_transient)
     except ClickHouseError as exc:
-        text = " ".join(str(exc).split())
-        # By the error code, not any "516" in the text: query ids and ports contain those digits too.
-        if error_code(exc) == 516 or "Authentication failed" in text or "AUTHENTICATION_FAILED" in text:
+        code = codes.error_code(exc)
+        if code in codes.CREDENTIALS_REJECTED:
             raise SinkError(
                 f"ClickHouse at {display} rejected the credentials for user {parts.username or 'default'!r}. "
-                f"Check the user in the DSN and the password in {PASSWORD_ENV} (or {PASSWORD_FILE_ENV})."
+                f"Check the user in the DSN and the password in {PASSWORD_ENV} (or {PASSWORD_FILE_ENV}).",
+                code=code,
             ) from exc
+        text = " ".join(str(exc).split())
+        if kwargs["password"]:
+            text = text.replace(kwargs["password"], "***")
         raise SinkError(
             f"Cannot connect to ClickHouse at {display} (tried {max(1, retries)} times): {text[:300]}. Check "
-            f"host, port and network, and that the server is running; nothing was written."
+            f"host, port and network, and that the server is running; nothing was written.",
+            code=code,
         ) from exc
     return Sink(client, display, retries, task_client=kwargs)

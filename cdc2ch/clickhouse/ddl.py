@@ -1,0 +1,96 @@
+"""The target tables' DDL: create a target table, and follow additive or widening Delta schema changes."""
+
+from __future__ import annotations
+
+import structlog
+
+from cdc2ch import schema
+from cdc2ch.clickhouse.transport import Sink
+from cdc2ch.config import TargetName
+
+log = structlog.get_logger("cdc2ch.clickhouse.ddl")
+
+
+def create_target(
+    sink: Sink,
+    target: TargetName,
+    types: dict[str, str],
+    primary_key: tuple[str, ...],
+    comment: str | None = None,
+) -> None:
+    """Create the target table (and its database) for rows of `types` keyed by `primary_key`."""
+    sink.ensure_database(target.database)
+    sink.command(schema.target_table_ddl(target, types, primary_key, comment), what="create the target table")
+    log.info("target_created", target=str(target), columns=len(types))
+
+
+def evolve_target(sink: Sink, target: TargetName, change: schema.SchemaDiff) -> None:
+    """Apply additive and widening changes: new columns (NULL in older rows) and wider types."""
+    # New columns go after the last user column, before cdc2ch's own, in Delta's order.
+    existing = list(sink.table_columns(target) or {})
+    after = existing[max(existing.index("_commit_version") - 1, 0)] if "_commit_version" in existing else None
+    for name, ch_type in change.added.items():
+        position = f" AFTER {schema.quote(after)}" if after else ""
+        sink.command(
+            f"ALTER TABLE {schema.qualified(target)} ADD COLUMN IF NOT EXISTS "
+            f"{schema.quote(name)} {ch_type}{position}",
+            what=f"add column {name!r}",
+        )
+        after = name
+        log.info("column_added", target=str(target), column=name, type=ch_type)
+    for name, (old, new) in change.modified.items():
+        sink.command(
+            f"ALTER TABLE {schema.qualified(target)} MODIFY COLUMN {schema.quote(name)} {new}",
+            what=f"widen column {name!r} to {new}",
+            settings={"mutations_sync": 2},
+        )
+        log.info("column_widened", target=str(target), column=name, was=old, type=new)
+
+
+def prepare_target(
+    sink: Sink,
+    target: TargetName,
+    types: dict[str, str],
+    primary_key: tuple[str, ...],
+    comment: str | None = None,
+) -> schema.SchemaDiff:
+    """Create the target table, or evolve it to take rows of `types` (add columns, widen types).
+
+    Returns the difference between the table and `types` (none for a table just created); when it has
+    breaking changes the table is left as it was and the caller decides what to tell the user.
+    """
+    existing = sink.table_columns(target)
+    if existing is None:
+        create_target(sink, target, types, primary_key, comment)
+        return schema.diff(types, types, primary_key)
+    change = schema.diff(existing, types, primary_key)
+    if not change.breaking:
+        evolve_target(sink, target, change)
+    return change
+
+
+class TargetTables:
+    """The target table as the replication loop and snapshots see it (the TargetTables port)."""
+
+    def __init__(self, sink: Sink, target: TargetName, primary_key: tuple[str, ...]):
+        self.sink, self.target, self.primary_key = sink, target, primary_key
+        self.table_sql = schema.qualified(target)
+
+    def _named(self, suffix: str) -> TargetName:
+        return TargetName(self.target.database, self.target.table + suffix)
+
+    def prepare(self, types: dict[str, str], comment: str | None = None) -> schema.SchemaDiff:
+        return prepare_target(self.sink, self.target, types, self.primary_key, comment)
+
+    def comment(self, suffix: str = "") -> str | None:
+        return self.sink.table_comment(self._named(suffix))
+
+    def drop(self, suffix: str) -> None:
+        table = schema.qualified(self._named(suffix))
+        self.sink.command(f"DROP TABLE IF EXISTS {table}", what=f"drop {table}")
+
+    def exchange(self, suffix: str) -> None:
+        self.sink.command(
+            f"EXCHANGE TABLES {schema.qualified(self._named(suffix))} AND {self.table_sql}",
+            what="swap in the rebuilt table",
+        )

@@ -1,0 +1,173 @@
+"""`Sink`: one ClickHouse target behind a clickhouse-connect client, whatever that client talks to.
+
+Every call goes through `Sink._call`, the one place where ClickHouse calls are retried (cdc2ch.retry,
+transient failures only, by error code) and where a clickhouse-connect error becomes a SinkError carrying
+its code and a message fit for the user. Opening a client is left to `embedded` and `server`; the tables
+cdc2ch writes are defined in `ddl`, `state` and `lock`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, TypeVar
+
+import pyarrow as pa
+import structlog
+from clickhouse_connect.driver.exceptions import ClickHouseError
+
+from cdc2ch import retry, schema
+from cdc2ch.clickhouse import codes
+from cdc2ch.config import TargetName
+from cdc2ch.errors import SinkError
+
+log = structlog.get_logger("cdc2ch.clickhouse")
+T = TypeVar("T")
+
+MAX_DETAIL = 400  # characters of ClickHouse's own message kept in ours
+
+
+class Sink:
+    """A ClickHouse target reached through a clickhouse-connect client."""
+
+    def __init__(
+        self,
+        client: Any,
+        display: str,
+        retries: int = 5,
+        max_wait: float = 10.0,
+        reads_files: Callable[[], AbstractContextManager] = nullcontext,
+        task_client: dict | None = None,
+        wait_base: float = 0.5,
+    ):
+        self.client = client
+        # clickhouse_connect.get_client arguments for Spark tasks to open their own connection (servers only;
+        # holds the password, so it is never logged)
+        self.task_client = task_client
+        self.reads_files = reads_files  # context for statements that read lake files (table functions)
+        self.display = display  # the DSN without secrets, for messages
+        self._retries = max(1, retries)
+        self._max_wait = max_wait
+        self._wait_base = wait_base
+        password = (task_client or {}).get("password")
+        self._secrets = (password,) if password else ()
+        # The lock heartbeat shares the client with the main loop; one call at a time keeps any
+        # client (the embedded engine included) safe.
+        self._lock = threading.Lock()
+
+    # -- plumbing -------------------------------------------------------------------------------
+    def _locked(self, fn: Callable[[], T]) -> T:
+        with self._lock:
+            return fn()
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        """Run one client call: retried while it fails transiently, then any ClickHouse error as a SinkError."""
+
+        def on_retry(attempt: int, exc: BaseException, wait: float) -> None:
+            log.warning("clickhouse_retry", what=what, attempt=attempt, error=self._short(exc))
+
+        try:
+            return retry.call(
+                lambda: self._locked(fn),
+                self._retries,
+                codes.is_transient,
+                on_retry,
+                base=self._wait_base,
+                max_wait=self._max_wait,
+            )
+        except ClickHouseError as exc:
+            hint = (
+                "ClickHouse could not be reached after "
+                f"{self._retries} attempts; check that it is up and reachable, then run the same command again "
+                "(the replication offset was not moved)."
+                if codes.is_transient(exc)
+                else "Nothing after the last committed version was recorded; fix the cause and run again."
+            )
+            raise SinkError(
+                f"ClickHouse at {self.display} failed to {what}: {self._short(exc)}. {hint}",
+                code=codes.error_code(exc),
+            ) from exc
+
+    def _short(self, exc: BaseException | None) -> str:
+        """An exception's text on one line, cut to MAX_DETAIL characters, without the password."""
+        text = " ".join(str(exc).split())
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text if len(text) <= MAX_DETAIL else text[:MAX_DETAIL] + "..."
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> "Sink":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- statements -----------------------------------------------------------------------------
+    def command(self, sql: str, what: str = "run a statement", settings: dict | None = None) -> Any:
+        return self._call(what, lambda: self.client.command(sql, settings=settings))
+
+    def query_rows(
+        self,
+        sql: str,
+        parameters: dict | None = None,
+        what: str = "run a query",
+        settings: dict | None = None,
+    ) -> list[tuple]:
+        return self._call(
+            what, lambda: self.client.query(sql, parameters=parameters, settings=settings).result_rows
+        )
+
+    def query_arrow(self, sql: str, what: str = "run a query", settings: dict | None = None) -> pa.Table:
+        return self._call(what, lambda: self.client.query_arrow(sql, settings=settings))
+
+    def raw_query(self, sql: str, fmt: str) -> bytes:
+        """Run any statement and return ClickHouse's own rendering of the result."""
+        return self._call("run the query", lambda: self.client.raw_query(sql, fmt=fmt))
+
+    def insert_arrow(self, table_sql: str, data: pa.Table, token: str | None = None) -> int:
+        """Insert Arrow rows into a quoted table name. A replay with the same token is dropped by
+        ClickHouse's insert deduplication; without a token, deduplication is off for this insert."""
+        settings = (
+            {"insert_deduplicate": 1, "insert_deduplication_token": token}
+            if token
+            else {"insert_deduplicate": 0}
+        )
+        self._call(
+            f"insert into {table_sql}", lambda: self.client.insert_arrow(table_sql, data, settings=settings)
+        )
+        return data.num_rows
+
+    def row_count(self, table_sql: str) -> int:
+        """Rows stored in a table, as written: no FINAL, so tombstones and not yet merged versions count."""
+        return int(
+            self.query_rows(f"SELECT count() FROM {table_sql}", what=f"count the rows of {table_sql}")[0][0]
+        )
+
+    # -- catalog --------------------------------------------------------------------------------
+    def ensure_database(self, database: str) -> None:
+        self.command(f"CREATE DATABASE IF NOT EXISTS {schema.quote(database)}", what="create the database")
+
+    def table_columns(self, target: TargetName) -> dict[str, str] | None:
+        """{column: type} in table order, or None when the table does not exist."""
+        rows = self.query_rows(
+            "SELECT name, type FROM system.columns WHERE database = {db:String} AND table = {t:String} "
+            "ORDER BY position",
+            {"db": target.database, "t": target.table},
+            what="describe the target table",
+        )
+        return dict(rows) if rows else None
+
+    def table_exists(self, target: TargetName) -> bool:
+        return self.table_comment(target) is not None
+
+    def table_comment(self, target: TargetName) -> str | None:
+        """The table's comment, or None when the table does not exist."""
+        rows = self.query_rows(
+            "SELECT comment FROM system.tables WHERE database = {db:String} AND name = {t:String}",
+            {"db": target.database, "t": target.table},
+            what="read a table comment",
+        )
+        return rows[0][0] if rows else None
