@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test unit lint clean
 
 install: $(STAMP)
 
@@ -22,6 +22,10 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# The unit layer alone: in-memory fakes of the ports, no JVM, no ClickHouse engine (seconds).
+unit: install
+	$(BIN)/python -m pytest -q -m unit
 
 lint: install
 	$(BIN)/ruff check cdc2ch tests
