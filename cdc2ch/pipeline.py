@@ -9,18 +9,17 @@ writer, how to cut ranges) are pure functions in plan.py; the ports are in ports
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import structlog
 
 from cdc2ch import plan, schema
-from cdc2ch.config import RunConfig, TargetName
+from cdc2ch.config import RunConfig
 from cdc2ch.errors import SchemaChangeError
 from cdc2ch.metrics import Metrics, PipelineMetrics
 from cdc2ch.offset import PipelineState
 from cdc2ch.ports import ChangeSource, Ports, RangeWriter
 from cdc2ch.progress import Progress
-from cdc2ch.resync import SUFFIX as RESYNC_SUFFIX
 from cdc2ch.resync import Resync
 from cdc2ch.source.log import Commit
 from cdc2ch.writers import pushdown
@@ -62,19 +61,8 @@ class Replicator:
         self.log = log.bind(pipeline=cfg.pipeline)
         self.state: PipelineState | None = None
         self.writer: RangeWriter | None = None
-        side = TargetName(cfg.target.database, cfg.target.table + RESYNC_SUFFIX)
         self.resync = Resync(
-            cfg.pipeline,
-            str(cfg.target),
-            source,
-            self.ports.tables,
-            self.ports.store,
-            lambda version, comment: self.ports.load_snapshot(
-                replace(cfg, target=side, pipeline=cfg.pipeline + RESYNC_SUFFIX, snapshot_version=version),
-                version,
-                comment,
-            ),
-            self.log,
+            cfg, source, self.ports.tables, self.ports.store, self.ports.load_snapshot, self.log
         )
 
     # -- start-up ---------------------------------------------------------------------------------

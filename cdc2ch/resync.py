@@ -8,7 +8,9 @@ a stale side table (drop it).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
+from cdc2ch.config import RunConfig, TargetName
 from cdc2ch.offset import PipelineState
 from cdc2ch.ports import ChangeSource, OffsetStore, TargetTables
 
@@ -28,27 +30,26 @@ def parse_marker(comment: str | None, pipeline: str) -> int | None:
     return None
 
 
+def side_config(cfg: RunConfig, version: int) -> RunConfig:
+    """The snapshot job that rebuilds the table at `version`: into the side table, as a pipeline of its own."""
+    side = TargetName(cfg.target.database, cfg.target.table + SUFFIX)
+    return replace(cfg, target=side, pipeline=cfg.pipeline + SUFFIX, snapshot_version=version)
+
+
 class Resync:
     def __init__(
         self,
-        pipeline: str,
-        target: str,
+        cfg: RunConfig,
         source: ChangeSource,
         tables: TargetTables,
         store: OffsetStore,
-        load_snapshot: Callable[[int, str], int | None],
+        load_snapshot: Callable[[RunConfig, int, str], int | None],
         log,
     ):
-        """`load_snapshot(version, comment)` writes the table at `version` into the side table (created with
-        `comment`) and returns its rows, or None when stopped midway."""
-        self.pipeline, self.target, self.source, self.tables, self.store = (
-            pipeline,
-            target,
-            source,
-            tables,
-            store,
-        )
-        self.load_snapshot, self.log = load_snapshot, log
+        """`load_snapshot(side config, version, comment)` writes the table at `version` into the side table
+        (created with `comment`) and returns its rows, or None when stopped midway."""
+        self.cfg, self.pipeline, self.source = cfg, cfg.pipeline, source
+        self.tables, self.store, self.load_snapshot, self.log = tables, store, load_snapshot, log
 
     def run(self, state: PipelineState, reason: str) -> PipelineState:
         """Rebuild at the latest version; returns the state after the swap (unchanged when stopped)."""
@@ -56,8 +57,10 @@ class Resync:
         mark = marker(self.pipeline, version)
         if self.tables.comment(SUFFIX) not in (None, mark):
             self.tables.drop(SUFFIX)  # left by a resync at another version
-        self.log.warning("resync_start", reason=reason, version=version, side_table=self.target + SUFFIX)
-        rows = self.load_snapshot(version, mark)
+        self.log.warning(
+            "resync_start", reason=reason, version=version, side_table=str(self.cfg.target) + SUFFIX
+        )
+        rows = self.load_snapshot(side_config(self.cfg, version), version, mark)
         if rows is None:
             return state
         self.tables.exchange(SUFFIX)

@@ -13,8 +13,9 @@ from cdc2ch.clickhouse.state import StateStore
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import RunConfig
 from cdc2ch.metrics import PipelineMetrics
-from cdc2ch.ports import Ports, RangeWriter
+from cdc2ch.ports import Ports
 from cdc2ch.snapshot import Snapshotter
+from cdc2ch.writers import Destination
 from cdc2ch.writers.driver import DriverWriter
 from cdc2ch.writers.executors import ExecutorWriter
 from cdc2ch.writers.pushdown import PushdownWriter
@@ -26,20 +27,14 @@ def clickhouse_ports(
     cfg: RunConfig, source, sink: Sink, stop: threading.Event, metrics: PipelineMetrics
 ) -> Ports:
     tables = TargetTables(sink, cfg.target, cfg.primary_key)
-    bound = log.bind(pipeline=cfg.pipeline)
-
-    def writer(kind: str) -> RangeWriter:
-        if kind == "clickhouse":
-            return PushdownWriter(cfg, sink, tables.table_sql, stop, metrics, bound)
-        if kind == "executors":
-            return ExecutorWriter(cfg, sink.task_client, tables.table_sql, stop, metrics, bound)
-        return DriverWriter(cfg, sink, tables.table_sql, stop, metrics, bound)
+    to = Destination(cfg, sink, tables.table_sql, stop, metrics, log.bind(pipeline=cfg.pipeline))
+    writers = {"clickhouse": PushdownWriter, "executors": ExecutorWriter, "driver": DriverWriter}
 
     return Ports(
         store=StateStore(sink, cfg.target.database),
         lock=PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl),
         tables=tables,
-        writer=writer,
+        writer=lambda kind: writers[kind](to),
         load_snapshot=lambda side, version, comment: Snapshotter(side, source, sink, stop).load(
             version, comment=comment
         ),

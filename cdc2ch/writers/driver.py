@@ -12,14 +12,13 @@ import time
 from collections.abc import Callable
 
 import pyarrow as pa
-import structlog
 
 from cdc2ch import changes, contract
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import RunConfig
-from cdc2ch.metrics import PipelineMetrics
 from cdc2ch.offset import PipelineState
 from cdc2ch.ports import Changes, RangeResult
+from cdc2ch.writers import Destination
 
 
 def insert_rows(
@@ -55,45 +54,36 @@ class DriverWriter:
     kind = "driver"
     range_factor = 1  # a range is collected whole: --max-rows-per-read bounds memory
 
-    def __init__(
-        self,
-        cfg: RunConfig,
-        sink: Sink,
-        table_sql: str,
-        stop: threading.Event,
-        metrics: PipelineMetrics,
-        log=None,
-    ):
-        self.cfg, self.sink, self.table_sql, self.stop, self.metrics = cfg, sink, table_sql, stop, metrics
-        self.log = log or structlog.get_logger("cdc2ch.writers").bind(pipeline=cfg.pipeline)
+    def __init__(self, to: Destination):
+        self.to, self.cfg = to, to.cfg
 
     def write(self, rng: Changes, state: PipelineState, estimate: int) -> RangeResult:
         cfg, start, end = self.cfg, rng.start, rng.end
         t0 = time.monotonic()
         rows = rng.arrow_rows(cfg.immutable_keys)
-        self.log.info(
+        self.to.log.info(
             "range_read", start=start, end=end, rows=rows.num_rows, seconds=round(time.monotonic() - t0, 3)
         )
 
         def batch_done(i: int, batch: pa.Table, seconds: float) -> None:
-            self.metrics.batch(batch.num_rows, batch.nbytes, seconds)
-            self.log.info(
+            self.to.metrics.batch(batch.num_rows, batch.nbytes, seconds)
+            self.to.log.info(
                 "batch", start=start, end=end, batch=i, rows=batch.num_rows, seconds=round(seconds, 3)
             )
 
         written, batches, complete = insert_rows(
             self.sink,
-            self.table_sql,
+            self.to.table_sql,
             rows,
             cfg,
             f"versions {start}..{end} of {rng.uri}",
             lambda i, batch: contract.driver_batch_token(cfg.pipeline, start, end, i, batch),
             self.log,
-            self.stop,
+            self.to.stop,
             batch_done,
         )
         if not complete:
-            self.log.warning(
+            self.to.log.warning(
                 "range_abandoned",
                 start=start,
                 end=end,

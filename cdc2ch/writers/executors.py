@@ -9,17 +9,13 @@ raise, and the offset moves only after the whole job succeeded.
 
 from __future__ import annotations
 
-import threading
 import time
 
-import structlog
-
 from cdc2ch import contract, retry
-from cdc2ch.config import RunConfig
 from cdc2ch.errors import SinkError
-from cdc2ch.metrics import PipelineMetrics
 from cdc2ch.offset import PipelineState
 from cdc2ch.ports import Changes, RangeResult
+from cdc2ch.writers import Destination
 
 MAX_TASK_PARTITIONS = 256
 RESULT_SCHEMA = "rows long, batches long, null_key string, nulls long, null_version string, error string"
@@ -104,17 +100,8 @@ class ExecutorWriter:
     kind = "executors"
     range_factor = 1
 
-    def __init__(
-        self,
-        cfg: RunConfig,
-        client_kwargs: dict,
-        table_sql: str,
-        stop: threading.Event,
-        metrics: PipelineMetrics,
-        log=None,
-    ):
-        self.cfg, self.client_kwargs, self.table_sql, self.metrics = cfg, client_kwargs, table_sql, metrics
-        self.log = log or structlog.get_logger("cdc2ch.writers").bind(pipeline=cfg.pipeline)
+    def __init__(self, to: Destination):
+        self.to, self.cfg = to, to.cfg
 
     def write(self, rng: Changes, state: PipelineState, estimate: int) -> RangeResult:
         cfg, start, end = self.cfg, rng.start, rng.end
@@ -123,8 +110,8 @@ class ExecutorWriter:
         try:
             results = write_partitions(
                 rng.spark_rows(cfg.immutable_keys),
-                self.client_kwargs,
-                self.table_sql,
+                self.to.sink.task_client,
+                self.to.table_sql,
                 cfg.primary_key,
                 partitions,
                 cfg.batch_size,
@@ -142,14 +129,14 @@ class ExecutorWriter:
         failed = [r["error"] for r in results if r["error"]]
         if failed:
             raise SinkError(
-                f"Spark tasks failed to insert versions {start}..{end} into {self.table_sql} after "
+                f"Spark tasks failed to insert versions {start}..{end} into {self.to.table_sql} after "
                 f"{cfg.retries} attempts each: {failed[0]}. The offset was not moved; run again once "
                 f"ClickHouse is healthy."
             )
         rows, batches = sum(r["rows"] for r in results), sum(r["batches"] for r in results)
         # Tasks insert on the executors: their bytes are not seen here, and one observation covers the range.
-        self.metrics.batch(rows, 0, time.monotonic() - t0, batches)
-        self.log.info(
+        self.to.metrics.batch(rows, 0, time.monotonic() - t0, batches)
+        self.to.log.info(
             "range_written",
             start=start,
             end=end,

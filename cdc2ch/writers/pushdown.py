@@ -8,20 +8,15 @@ plans: versions, schema, ranges and every check come from the Delta log as befor
 
 from __future__ import annotations
 
-import threading
 import time
 from urllib.parse import unquote, urlsplit
 
-import structlog
-
 from cdc2ch import contract, schema
 from cdc2ch.clickhouse import codes
-from cdc2ch.clickhouse.transport import Sink
-from cdc2ch.config import RunConfig
 from cdc2ch.errors import SinkError, SourceError
-from cdc2ch.metrics import PipelineMetrics
 from cdc2ch.offset import PipelineState
 from cdc2ch.ports import Changes, RangeResult
+from cdc2ch.writers import Destination
 
 # ClickHouse streams its own reads: a range's size only bounds what a crash makes it replay, and fewer,
 # larger statements save it re-reading the Delta log for each.
@@ -68,17 +63,8 @@ class PushdownWriter:
     kind = "clickhouse"
     range_factor = RANGE_FACTOR
 
-    def __init__(
-        self,
-        cfg: RunConfig,
-        sink: Sink,
-        table_sql: str,
-        stop: threading.Event,
-        metrics: PipelineMetrics,
-        log=None,
-    ):
-        self.cfg, self.sink, self.table_sql, self.metrics = cfg, sink, table_sql, metrics
-        self.log = log or structlog.get_logger("cdc2ch.writers").bind(pipeline=cfg.pipeline)
+    def __init__(self, to: Destination):
+        self.to, self.cfg = to, to.cfg
 
     def write(self, rng: Changes, state: PipelineState, estimate: int) -> RangeResult:
         """One INSERT ... SELECT in which ClickHouse reads the range's change data feed itself.
@@ -89,9 +75,9 @@ class PushdownWriter:
         cfg, start, end = self.cfg, rng.start, rng.end
         t0 = time.monotonic()
         columns = [f["name"] for f in schema.user_fields(rng.schema)]
-        before = self.sink.row_count(self.table_sql)
+        before = self.to.sink.row_count(self.to.table_sql)
         sql = insert_from_lake(
-            self.table_sql,
+            self.to.table_sql,
             rng.uri,
             columns,
             contract.sql_change_meta(),
@@ -99,10 +85,10 @@ class PushdownWriter:
         )
         token = contract.pushdown_range_token(cfg.pipeline, start, end)
         try:
-            with self.sink.reads_files():
-                summary = self.sink.command(
+            with self.to.sink.reads_files():
+                summary = self.to.sink.command(
                     sql,
-                    what=f"read versions {start}..{end} of {rng.uri} into {self.table_sql}",
+                    what=f"read versions {start}..{end} of {rng.uri} into {self.to.table_sql}",
                     settings={**cdf_settings(start, end), **insert_settings(token)},
                 )
         except SinkError as exc:
@@ -116,12 +102,12 @@ class PushdownWriter:
         # A server reports the rows written; the embedded engine does not, so count (a background merge
         # at the same moment can make this a little low; it only feeds the rows_written figure).
         rows = int(getattr(summary, "written_rows", 0) or 0) or max(
-            self.sink.row_count(self.table_sql) - before, 0
+            self.to.sink.row_count(self.to.table_sql) - before, 0
         )
         seconds = time.monotonic() - t0
         nbytes = summary.written_bytes() if hasattr(summary, "written_bytes") else 0
-        self.metrics.batch(rows, int(nbytes or 0), seconds)
-        self.log.info(
+        self.to.metrics.batch(rows, int(nbytes or 0), seconds)
+        self.to.log.info(
             "batch", start=start, end=end, batch=0, rows=rows, reader="clickhouse", seconds=round(seconds, 3)
         )
         return RangeResult(start, end, rows, True)
@@ -130,8 +116,8 @@ class PushdownWriter:
         """The insert failed on a null: count the null keys (on this error path only) to say where."""
         lake = lake_function(rng.uri)
         for key in self.cfg.primary_key:
-            with self.sink.reads_files():
-                nulls, version = self.sink.query_rows(
+            with self.to.sink.reads_files():
+                nulls, version = self.to.sink.query_rows(
                     f"SELECT count(), min(_commit_version) FROM {lake} WHERE {schema.quote(key)} IS NULL",
                     what="count null keys",
                     settings=cdf_settings(rng.start, rng.end),
