@@ -72,13 +72,13 @@ class DriverWriter:
             )
 
         written, batches, complete = insert_rows(
-            self.sink,
+            self.to.sink,
             self.to.table_sql,
             rows,
             cfg,
             f"versions {start}..{end} of {rng.uri}",
             lambda i, batch: contract.driver_batch_token(cfg.pipeline, start, end, i, batch),
-            self.log,
+            self.to.log,
             self.to.stop,
             batch_done,
         )

@@ -165,3 +165,102 @@ def test_immutable_keys_writes_no_pre_images():
     t.commit(("update", 2, {"id": 20}))
     h.run()
     assert [r["id"] for r in h.final()] == [1, 2, 20] and [r["id"] for r in h.expected()] == [1, 20]
+
+
+def test_the_driver_writer_cuts_replayable_batches_and_stops_between_them():
+    import threading
+
+    import structlog
+
+    from cdc2ch import contract
+    from cdc2ch.metrics import Metrics
+    from cdc2ch.writers import Destination
+    from cdc2ch.writers.driver import DriverWriter
+
+    class Sink:  # the one call the driver writer makes
+        def __init__(self):
+            self.inserts = []
+
+        def insert_arrow(self, table_sql, data, token=None):
+            self.inserts.append((table_sql, data.num_rows, token))
+            if len(self.inserts) == stop_after:
+                stop.set()
+            return data.num_rows
+
+    from cdc2ch.plan import repointed
+
+    h = Harness(history())
+    rng, state = h.source.changes(0, 4), repointed(None, "p", "/lake/t", "db.t", -1)
+    stop, stop_after = threading.Event(), None
+    to = Destination(h.cfg, Sink(), "`db`.`t`", stop, Metrics().pipeline("p"), structlog.get_logger())
+    result = DriverWriter(to).write(rng, state, 0)
+    assert result.committed and result.rows == 13 and [n for _, n, _ in to.sink.inserts] == [2] * 6 + [1]
+    tokens = [t for _, _, t in to.sink.inserts]
+    assert [contract.batch_index(t) for t in tokens] == list(range(7)) and all(
+        t.startswith("p:0-4:") for t in tokens
+    )
+    again = Destination(h.cfg, Sink(), "`db`.`t`", stop, Metrics().pipeline("p"), structlog.get_logger())
+    DriverWriter(again).write(rng, state, 0)
+    assert [t for _, _, t in again.sink.inserts] == tokens  # a replay sends the same tokens
+    stop_after = 2
+    third = Destination(h.cfg, Sink(), "`db`.`t`", stop, Metrics().pipeline("p"), structlog.get_logger())
+    result = DriverWriter(third).write(rng, state, 0)
+    assert not result.committed and result.rows == 4 and len(third.sink.inserts) == 2
+
+
+def test_the_pushdown_writer_sends_one_statement_and_names_null_keys_by_error_code():
+    import contextlib
+    import threading
+
+    import structlog
+
+    from cdc2ch.clickhouse import codes
+    from cdc2ch.errors import SinkError
+    from cdc2ch.metrics import Metrics
+    from cdc2ch.plan import repointed
+    from cdc2ch.writers import Destination
+    from cdc2ch.writers.pushdown import PushdownWriter
+
+    class Sink:
+        def __init__(self, fail_code=None):
+            self.fail_code, self.commands = fail_code, []
+
+        def reads_files(self):
+            return contextlib.nullcontext()
+
+        def row_count(self, table_sql):
+            return 0
+
+        def command(self, sql, what="", settings=None):
+            self.commands.append((sql, settings))
+            if self.fail_code is not None:
+                raise SinkError("refused", code=self.fail_code)
+            return type("Summary", (), {"written_rows": 13})()
+
+        def query_rows(self, sql, parameters=None, what="", settings=None):
+            return [(2, 3)]  # two null keys, the first at version 3
+
+    h = Harness(history())
+    rng, state = h.source.changes(0, 4), repointed(None, "p", "/lake/t", "db.t", -1)
+
+    def writer(sink):
+        return PushdownWriter(
+            Destination(
+                h.cfg, sink, "`db`.`t`", threading.Event(), Metrics().pipeline("p"), structlog.get_logger()
+            )
+        )
+
+    ok = Sink()
+    assert writer(ok).write(rng, state, 0).rows == 13
+    ((sql, settings),) = ok.commands
+    assert "FROM deltaLakeLocal('/lake/t')" in sql and "multiIf(_change_type = 'delete', 2" in sql
+    assert (
+        settings["insert_deduplication_token"] == "p:0-4:clickhouse"
+        and settings["insert_null_as_default"] == 0
+    )
+    with pytest.raises(
+        SourceError, match=r"2 row\(s\) in versions 0\.\.4 of /lake/t have a null in primary-key column 'id'"
+    ):
+        writer(Sink(codes.CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN)).write(rng, state, 0)
+    with pytest.raises(SinkError, match="refused"):  # any other refusal is ClickHouse's to explain
+        writer(Sink(codes.TOO_MANY_PARTS)).write(rng, state, 0)
