@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import shutil
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from cdc2ch import status as report
 from cdc2ch.clickhouse.dsn import connect
 from cdc2ch.config import RunConfig, TargetName
-from cdc2ch.pipeline import Replicator
-from cdc2ch.source.delta import DeltaSource
+from cdc2ch.metrics import Metrics
+from cdc2ch.runner import Runner
 from cdc2ch.source.spark import session
 
 COLUMNS = ["id", "name", "city", "balance"]
@@ -77,7 +78,8 @@ def run_demo(demo_dir: str, echo: Callable[[str], None]) -> bool:
         once=True,
     )
     with connect(dsn) as sink:
-        Replicator(cfg, DeltaSource(spark, table_path), sink).run()
+        # Through the runner, as `cdc2ch run` does: the pipeline's health (last success) is recorded too.
+        Runner([cfg], spark, sink, threading.Event(), Metrics(), isolate=False).run()
         replicated = sink.query_rows(
             "SELECT id, name, city, balance FROM cdc2ch.customers FINAL WHERE _is_deleted = 0 ORDER BY id"
         )

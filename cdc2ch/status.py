@@ -5,11 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
+import structlog
+
 from cdc2ch.clickhouse.state import Health, HealthStore, PipelineState, StateStore, databases_with_state
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import TargetName, parse_duration
 from cdc2ch.errors import Cdc2chError, ConfigError
 from cdc2ch.source.delta import DeltaSource
+from cdc2ch.source.log import python_log
+
+log = structlog.get_logger("cdc2ch.status")
 
 # Terminal columns: (heading, row key).
 TABLE_COLUMNS = (
@@ -84,13 +89,23 @@ def _row(state: PipelineState | None, health: Health | None, spark_factory) -> d
         row["error"] = row["error"] or "has not run yet"
         return row
     try:
-        source = DeltaSource(spark_factory(), first.source)
-        latest = source.latest()
-        versions, seconds = source.lag(state.committed_version if state else -1, latest)
+        log = table_log(first.source, spark_factory)
+        latest = log.latest()
+        versions, seconds = log.lag(state.committed_version if state else -1, latest)
         row.update(latest_version=latest.version, versions_behind=versions, seconds_behind=seconds)
     except Cdc2chError as exc:
         row["error"] = row["error"] or str(exc)
     return row
+
+
+def table_log(uri: str, spark_factory):
+    """The table's log, read by Python where it can reach the storage (no JVM: status answers in a moment),
+    through Spark otherwise (its connectors and credentials), saying so."""
+    try:
+        return python_log(uri)
+    except (ValueError, OSError) as exc:
+        log.info("status_reads_log_with_spark", source=uri, reason=" ".join(str(exc).split()))
+        return DeltaSource(spark_factory(), uri)
 
 
 def parse_max_lag(text: str) -> tuple[int | None, float | None]:

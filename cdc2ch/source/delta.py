@@ -13,7 +13,14 @@ import pyarrow as pa
 
 from cdc2ch import contract
 from cdc2ch.errors import SourceError
-from cdc2ch.source.log import Commit, DeltaLog
+from cdc2ch.source.log import (
+    Commit,
+    DeltaLog,
+    HadoopLogFiles,
+    LogChanged,
+    missing_table,
+    not_a_delta_table,
+)
 
 __all__ = ["Commit", "DeltaSource", "normalize_uri"]
 
@@ -57,22 +64,16 @@ class DeltaSource:
         if not self._checked:
             scheme = urlsplit(self.uri).scheme
             if scheme == "" and not os.path.exists(self.uri):
-                raise SourceError(
-                    f"The Delta table path {self.uri} does not exist. Check --table (a local path or a "
-                    f"URI such as s3a://bucket/path)."
-                )
+                raise missing_table(self.uri)
             if not DeltaTable.isDeltaTable(self.spark, self.uri):
-                raise SourceError(
-                    f"{self.uri} is not a Delta table (it has no readable _delta_log). Point --table at the "
-                    f"directory that contains _delta_log."
-                )
+                raise not_a_delta_table(self.uri)
             self._checked = True
         return DeltaTable.forPath(self.spark, self.uri)
 
     def _log(self) -> DeltaLog:
         if self._log_reader is None:
             self._delta_table()
-            self._log_reader = DeltaLog(self.spark, self.uri)
+            self._log_reader = DeltaLog(HadoopLogFiles(self.spark, self.uri))
         return self._log_reader
 
     def commits(self, start: int = 0, end: int | None = None) -> list[Commit]:
@@ -105,15 +106,14 @@ class DeltaSource:
 
     def latest(self) -> Commit:
         """The newest commit: a few existence checks on the log from the last version seen."""
-        log = self._log()
-        for _ in range(3):
-            try:
-                commit = log.commit(log.latest_version())
-            except Exception as exc:
-                raise self.translate(exc, "the Delta log", None, None) from exc
-            if commit is not None:  # else removed between the two calls: look again
-                return commit
-        raise SourceError(f"The Delta log of {self.uri} changed while it was being read; run again.")
+        try:
+            return self._log().latest()
+        except LogChanged:
+            raise SourceError(
+                f"The Delta log of {self.uri} changed while it was being read; run again."
+            ) from None
+        except Exception as exc:
+            raise self.translate(exc, "the Delta log", None, None) from exc
 
     def commit(self, version: int) -> Commit | None:
         """One commit, or None when the log does not hold it (not yet, or removed by log retention)."""
@@ -123,13 +123,11 @@ class DeltaSource:
             raise self.translate(exc, "the Delta log", version, version) from exc
 
     def lag(self, committed: int, latest: Commit) -> tuple[int, float | None]:
-        """(versions, seconds) from `committed` to `latest`: seconds between their commit timestamps. With
-        nothing committed yet, from version 0; None when the log no longer holds that commit."""
-        if committed >= latest.version:
-            return 0, 0.0
-        base = self.commit(max(committed, 0))
-        seconds = (latest.timestamp - base.timestamp).total_seconds() if base is not None else None
-        return latest.version - committed, seconds
+        """(versions, seconds) from `committed` to `latest` (see DeltaLog.lag)."""
+        try:
+            return self._log().lag(committed, latest)
+        except Exception as exc:
+            raise self.translate(exc, "the Delta log", committed, latest.version) from exc
 
     def version_at(self, ts: datetime) -> int:
         """The first version committed at or after ts."""

@@ -1,15 +1,20 @@
 """The Delta log read directly, without Spark jobs: latest version, commits, their file statistics.
 
 A Spark job per log lookup costs a few hundred milliseconds on a small machine, paid on every poll. The
-commit files are small JSON files, so they are read through the Hadoop FileSystem of the Spark session
-(the same storage credentials and connectors as Spark's own reads) with a handful of calls each.
+commit files are small JSON files, so they are read with a handful of file-system calls each: through the
+Hadoop FileSystem of the Spark session while replicating (the same storage credentials and connectors as
+Spark's own reads), or through pyarrow's file systems where no JVM is wanted (`status`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from urllib.parse import urlsplit
+
+from cdc2ch.errors import SourceError
 
 # Bytes per row assumed for change files when a commit carries no statistics to learn it from. Small on
 # purpose: an over-estimate only makes read ranges smaller.
@@ -99,24 +104,41 @@ def estimate_rows(adds: list[dict], removes: list[dict], cdcs: list[dict]) -> in
     return total + sum(rows(r) for r in removed.values())
 
 
-class DeltaLog:
-    """The `_delta_log` directory of one table, through the Spark session's Hadoop FileSystem."""
+def missing_table(uri: str) -> SourceError:
+    return SourceError(
+        f"The Delta table path {uri} does not exist. Check --table (a local path or a "
+        f"URI such as s3a://bucket/path)."
+    )
+
+
+def not_a_delta_table(uri: str) -> SourceError:
+    return SourceError(
+        f"{uri} is not a Delta table (it has no readable _delta_log). Point --table at the "
+        f"directory that contains _delta_log."
+    )
+
+
+class LogChanged(Exception):
+    """The newest commit vanished each time it was about to be read."""
+
+
+class HadoopLogFiles:
+    """Log files through the Spark session's Hadoop FileSystem: the same connectors and credentials as
+    Spark's own reads, for every storage Spark can reach."""
 
     def __init__(self, spark, uri: str):
         jvm = spark._jvm
         # Every dotted lookup through the py4j gateway is a round trip: resolve the classes once.
         self._Path = jvm.org.apache.hadoop.fs.Path
         self._IOUtils = jvm.org.apache.commons.io.IOUtils
-        self._dir = uri.rstrip("/") + "/_delta_log/"
+        self.dir = uri.rstrip("/") + "/_delta_log/"
         conf = spark._jsparkSession.sessionState().newHadoopConf()  # includes session-level fs.* settings
-        self._fs = self._Path(self._dir).getFileSystem(conf)
-        self._known = -1  # a version known to exist: the search for the latest starts there
+        self._fs = self._Path(self.dir).getFileSystem(conf)
 
     def _path(self, name: str):
-        return self._Path(self._dir + name)
+        return self._Path(self.dir + name)
 
-    def _modified(self, name: str) -> int | None:
-        """Modification time of a log file in ms, or None when it does not exist."""
+    def modified(self, name: str) -> int | None:
         try:
             return self._fs.getFileStatus(self._path(name)).getModificationTime()
         except Exception as exc:
@@ -124,39 +146,85 @@ class DeltaLog:
                 return None
             raise
 
-    def _read(self, name: str) -> str:
-        stream = self._fs.open(self._path(name))
+    def read(self, name: str) -> str | None:
+        try:
+            stream = self._fs.open(self._path(name))
+        except Exception as exc:
+            if "FileNotFoundException" in str(exc):
+                return None
+            raise
         try:
             return self._IOUtils.toString(stream, "UTF-8")
         finally:
             stream.close()
 
+    def names(self) -> list[str]:
+        return [status.getPath().getName() for status in self._fs.listStatus(self._path(""))]
+
+
+class ArrowLogFiles:
+    """Log files through pyarrow's file systems, without a JVM: local paths, and object stores with their
+    standard credential chains (S3, GCS, Azure). Used where a JVM would only slow an answer down (status)."""
+
+    SCHEMES = {"": "", "file": "file", "s3": "s3", "s3a": "s3", "gs": "gs", "gcs": "gs", "abfs": "abfs",
+               "abfss": "abfss"}  # fmt: skip
+
+    def __init__(self, uri: str):
+        import pyarrow.fs as pafs
+
+        scheme = urlsplit(uri).scheme
+        if scheme not in self.SCHEMES:
+            raise ValueError(f"no Python file system for {scheme}:// URIs")
+        if scheme in ("s3a",):
+            uri = "s3" + uri[len(scheme) :]
+        self._fs, root = pafs.FileSystem.from_uri(uri if scheme else f"file://{uri}")
+        self.dir = root.rstrip("/") + "/_delta_log/"
+        self._pafs = pafs
+
+    def modified(self, name: str) -> int | None:
+        info = self._fs.get_file_info(self.dir + name)
+        if info.type == self._pafs.FileType.NotFound:
+            return None
+        return int(info.mtime_ns // 1_000_000)
+
+    def read(self, name: str) -> str | None:
+        try:
+            with self._fs.open_input_stream(self.dir + name) as stream:
+                return stream.read().decode("utf-8")
+        except FileNotFoundError:
+            return None
+
+    def names(self) -> list[str]:
+        selector = self._pafs.FileSelector(self.dir, allow_not_found=True)
+        return [info.base_name for info in self._fs.get_file_info(selector)]
+
+
+class DeltaLog:
+    """The `_delta_log` directory of one table, read through `files` (HadoopLogFiles or ArrowLogFiles)."""
+
+    def __init__(self, files):
+        self._files = files
+        self._dir = files.dir
+        self._known = -1  # a version known to exist: the search for the latest starts there
+
     def commit(self, version: int) -> Commit | None:
         """The commit of `version`, or None when the log no longer (or not yet) holds it."""
         name = f"{version:020d}.json"
-        modified = self._modified(name)
+        modified = self._files.modified(name)
         if modified is None:
             return None
-        try:
-            text = self._read(name)
-        except Exception as exc:  # removed between the two calls
-            if "FileNotFoundException" in str(exc):
-                return None
-            raise
+        text = self._files.read(name)
+        if text is None:  # removed between the two calls
+            return None
         self._known = max(self._known, version)
         return parse_commit(version, text, modified)
 
     def versions(self) -> list[int]:
         """Every commit version in the log, by listing it (for when a search has no starting point)."""
-        out = []
-        for status in self._fs.listStatus(self._path("")):
-            name = status.getPath().getName()
-            if name.endswith(".json") and name[:-5].isdigit():
-                out.append(int(name[:-5]))
-        return sorted(out)
+        return sorted(int(n[:-5]) for n in self._files.names() if n.endswith(".json") and n[:-5].isdigit())
 
     def _exists(self, version: int) -> bool:
-        return self._modified(f"{version:020d}.json") is not None
+        return self._files.modified(f"{version:020d}.json") is not None
 
     def latest_version(self) -> int:
         """The newest commit version: versions are contiguous, so search upwards from one known to exist
@@ -181,10 +249,40 @@ class DeltaLog:
         self._known = low
         return low
 
+    def latest(self) -> Commit:
+        """The newest commit (looked for again if it vanished between the two reads)."""
+        for _ in range(3):
+            commit = self.commit(self.latest_version())
+            if commit is not None:
+                return commit
+        raise LogChanged(self._dir)
+
+    def lag(self, committed: int, latest: Commit) -> tuple[int, float | None]:
+        """(versions, seconds) from `committed` to `latest`: seconds between their commit timestamps. With
+        nothing committed yet, from version 0; None when the log no longer holds that commit."""
+        if committed >= latest.version:
+            return 0, 0.0
+        base = self.commit(max(committed, 0))
+        seconds = (latest.timestamp - base.timestamp).total_seconds() if base is not None else None
+        return latest.version - committed, seconds
+
     def _last_checkpoint(self) -> int | None:
-        if self._modified("_last_checkpoint") is None:
+        text = self._files.read("_last_checkpoint")
+        if text is None:
             return None
         try:
-            return int(json.loads(self._read("_last_checkpoint"))["version"])
+            return int(json.loads(text)["version"])
         except (KeyError, ValueError):
             return None
+
+
+def python_log(uri: str) -> DeltaLog:
+    """The table's log read by Python, without a JVM. ValueError or OSError when Python cannot reach this
+    storage (a scheme pyarrow has no file system for, or credentials it cannot find); SourceError when
+    there is no Delta table at `uri`."""
+    files = ArrowLogFiles(uri)
+    if files.names():
+        return DeltaLog(files)
+    if urlsplit(uri).scheme in ("", "file") and not os.path.exists(files.dir[: -len("/_delta_log/")] or "/"):
+        raise missing_table(uri)
+    raise not_a_delta_table(uri)

@@ -1,0 +1,63 @@
+"""`cdc2ch status` reads the Delta log with Python where it can reach the storage: no JVM, an answer in a
+moment. Proven by a real `cdc2ch status` process that has no Java to start."""
+
+from __future__ import annotations
+
+import json
+
+from cdc2ch.config import TargetName
+from cdc2ch.source.delta import DeltaSource
+from tests.helpers import Proc, create_table
+
+
+def test_status_reads_the_delta_log_without_a_jvm(
+    spark, cli, http_sink, clickhouse_http, database, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("CDC2CH_CLICKHOUSE_PASSWORD", clickhouse_http.password)
+    path = str(tmp_path / "nojvm")
+    create_table(spark, path, "id BIGINT, name STRING")
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'a'), (2, 'b')")
+    target = TargetName(database, "nojvm")
+    cli.replicate("run", path, target, "--once", "--clickhouse", clickhouse_http.dsn)
+    for i in (3, 4):
+        spark.sql(f"INSERT INTO delta.`{path}` VALUES ({i}, 'x')")
+
+    # No Java anywhere: starting Spark would fail this process.
+    env = {
+        "CDC2CH_CLICKHOUSE_PASSWORD": clickhouse_http.password,
+        "JAVA_HOME": "/nonexistent",
+        "PATH": "/nonexistent",
+    }
+    proc = Proc("status", "--target", str(target), "--json", "--clickhouse", clickhouse_http.dsn, env=env)
+    assert proc.proc.wait(120) == 0, proc.stderr[-2000:]
+    proc.proc.wait()
+    (row,) = json.loads(proc.stdout)
+    source = DeltaSource(spark, path)
+    latest = source.latest()
+    versions, seconds = source.lag(1, latest)
+    assert (row["committed_version"], row["latest_version"], row["versions_behind"]) == (
+        1,
+        latest.version,
+        versions,
+    )
+    assert row["seconds_behind"] == seconds and versions == 2 and row["error"] is None
+    assert not proc.events("status_reads_log_with_spark")
+
+    # A table that is not there is named the same way as when Spark looks.
+    missing = str(tmp_path / "nowhere")
+    cli.replicate(
+        "run",
+        missing,
+        TargetName(database, "nowhere"),
+        "--once",
+        "--clickhouse",
+        clickhouse_http.dsn,
+        expect=1,
+    )
+    proc = Proc(
+        "status", "--target", f"{database}.nowhere", "--json", "--clickhouse", clickhouse_http.dsn, env=env
+    )
+    assert proc.proc.wait(120) == 0, proc.stderr[-2000:]
+    proc.proc.wait()
+    (row,) = json.loads(proc.stdout)
+    assert f"The Delta table path {missing} does not exist" in row["error"], row
