@@ -4,6 +4,7 @@ moment. Proven by a real `cdc2ch status` process that has no Java to start."""
 from __future__ import annotations
 
 import json
+import shutil
 
 from cdc2ch.config import TargetName
 from cdc2ch.source.delta import DeltaSource
@@ -43,21 +44,10 @@ def test_status_reads_the_delta_log_without_a_jvm(
     assert row["seconds_behind"] == seconds and versions == 2 and row["error"] is None
     assert not proc.events("status_reads_log_with_spark")
 
-    # A table that is not there is named the same way as when Spark looks.
-    missing = str(tmp_path / "nowhere")
-    cli.replicate(
-        "run",
-        missing,
-        TargetName(database, "nowhere"),
-        "--once",
-        "--clickhouse",
-        clickhouse_http.dsn,
-        expect=1,
-    )
-    proc = Proc(
-        "status", "--target", f"{database}.nowhere", "--json", "--clickhouse", clickhouse_http.dsn, env=env
-    )
+    # A table removed since is named the same way as when Spark looks.
+    shutil.rmtree(path)
+    proc = Proc("status", "--target", str(target), "--json", "--clickhouse", clickhouse_http.dsn, env=env)
     assert proc.proc.wait(120) == 0, proc.stderr[-2000:]
     proc.proc.wait()
     (row,) = json.loads(proc.stdout)
-    assert f"The Delta table path {missing} does not exist" in row["error"], row
+    assert f"The Delta table path {path} does not exist" in row["error"], row
