@@ -14,7 +14,7 @@ import click
 
 from cdc2ch import log as logsetup
 from cdc2ch.config import ProcessOptions, RunConfig, TargetName, parse_duration
-from cdc2ch.errors import Cdc2chError, ConfigError
+from cdc2ch.errors import Cdc2chError, ConfigError, summarise
 from cdc2ch.options import Invocation, load_config, merge, process_options, resolve
 
 
@@ -91,14 +91,23 @@ def run_pipelines(configs: list[RunConfig], process: ProcessOptions) -> None:
         finally:
             metrics.close()
     if failed and first.once:  # a service reports failures through status and metrics, and keeps going
-        summary = "; ".join(
-            f"{s.cfg.pipeline} ({s.health.last_error_kind}): {s.health.last_error[:300].rstrip('.')}"
-            for s in failed
-        )
-        raise Cdc2chError(
-            f"{len(failed)} of {len(configs)} pipelines failed, the others replicated: {summary}. "
-            f"`cdc2ch status` shows each pipeline's last error; fix the cause and run again."
-        )
+        raise Cdc2chError(failure_summary(failed, len(configs)))
+
+
+SUMMARY_CHARS = 300  # of each pipeline's error in the --once summary
+
+
+def failure_summary(failed: list, total: int) -> str:
+    """The message of a `--config --once` run in which some pipelines failed: each failure's first sentence
+    (the whole error is in `cdc2ch status`)."""
+    each = "; ".join(
+        f"{s.cfg.pipeline} ({s.health.last_error_kind}): {summarise(s.health.last_error, SUMMARY_CHARS).rstrip('.')}"
+        for s in failed
+    )
+    return (
+        f"{len(failed)} of {total} pipelines failed, the others replicated: {each}. `cdc2ch status` shows "
+        f"each pipeline's whole last error; fix the cause and run again."
+    )
 
 
 def snapshot(invocation: Invocation) -> None:

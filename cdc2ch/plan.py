@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from cdc2ch.errors import ConfigError, SourceError, StateError
+from cdc2ch.errors import ConfigError, SourceError, StateError, summarise
 from cdc2ch.offset import PipelineState
 from cdc2ch.source.log import Commit
 
@@ -132,7 +132,7 @@ def describe(commit: Commit) -> str:
         return f"RENAME COLUMN {p.get('oldColumnPath')} TO {p.get('newColumnPath')}"
     for key in ("columns", "column"):
         if p.get(key):
-            return f"{commit.operation} {p[key][:200]}"
+            return f"{commit.operation} {summarise(str(p[key]), 200)}"
     return commit.operation
 
 

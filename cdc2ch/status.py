@@ -8,7 +8,7 @@ from datetime import datetime
 from cdc2ch.clickhouse.state import Health, HealthStore, PipelineState, StateStore, databases_with_state
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import TargetName, parse_duration
-from cdc2ch.errors import Cdc2chError, ConfigError
+from cdc2ch.errors import Cdc2chError, ConfigError, summarise
 from cdc2ch.source.delta import DeltaSource
 
 # Terminal columns: (heading, row key).
@@ -128,8 +128,7 @@ def _cell(key: str, value):
     if key == "seconds_behind" and value is not None:
         return f"{value:.0f}"
     if key == "error" and value:
-        first = value.splitlines()[0]
-        return first if len(first) <= ERROR_CHARS_IN_TABLE else first[: ERROR_CHARS_IN_TABLE - 3] + "..."
+        return summarise(value.splitlines()[0], ERROR_CHARS_IN_TABLE)  # --json has the whole error
     return value
 
 

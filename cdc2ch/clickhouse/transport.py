@@ -20,7 +20,7 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 from cdc2ch import retry, schema
 from cdc2ch.clickhouse import codes
 from cdc2ch.config import TargetName
-from cdc2ch.errors import SinkError
+from cdc2ch.errors import SinkError, summarise
 
 log = structlog.get_logger("cdc2ch.clickhouse")
 T = TypeVar("T")
@@ -90,11 +90,12 @@ class Sink:
             ) from exc
 
     def _short(self, exc: BaseException | None) -> str:
-        """An exception's text on one line, cut to MAX_DETAIL characters, without the password."""
-        text = " ".join(str(exc).split())
+        """An exception's text on one line without the password, summarised to MAX_DETAIL characters (its
+        first sentence, or whole words and an ellipsis) and without a final period."""
+        text = str(exc)
         for secret in self._secrets:
             text = text.replace(secret, "***")
-        return text if len(text) <= MAX_DETAIL else text[:MAX_DETAIL] + "..."
+        return summarise(text, MAX_DETAIL).rstrip(".")
 
     def close(self) -> None:
         self.client.close()

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 
 from cdc2ch import contract
-from cdc2ch.errors import SourceError
+from cdc2ch.errors import SourceError, summarise
 from cdc2ch.source.log import Commit, DeltaLog
 
 __all__ = ["Commit", "DeltaSource", "normalize_uri"]
@@ -250,7 +250,7 @@ class DeltaSource:
                 f"version, then `cdc2ch run` continues from there."
             )
         first = next((ln for ln in text.splitlines() if ln.strip()), text)
-        return SourceError(f"Reading {what} for {span} of {self.uri} failed: {first[:500]}")
+        return SourceError(f"Reading {what} for {span} of {self.uri} failed: {summarise(first, 500)}")
 
 
 class SparkChanges:

@@ -205,10 +205,10 @@ def test_insert_settings_and_long_messages_are_cut():
         {"insert_deduplicate": 1, "insert_deduplication_token": "tok"},
         {"insert_deduplicate": 0},
     ]
-    long = FakeClient(DatabaseError("x" * 5000, code=60))
+    long = FakeClient(DatabaseError("xyz " * 1250, code=60))
     with pytest.raises(SinkError) as err:
         sink_on(long).row_count("`d`.`t`")
-    assert "x" * 400 + "..." in str(err.value) and "x" * 401 not in str(err.value)
+    assert "xyz " * 99 + "xyz…" in str(err.value) and "xyz " * 101 not in str(err.value)
     with sink_on(client) as s:
         pass
     assert s.client.closed
