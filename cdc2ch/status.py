@@ -117,6 +117,22 @@ def over_limit(row: dict, max_versions: int | None, max_seconds: float | None) -
     )
 
 
+def behind_message(rows: list[dict], max_lag: str) -> str:
+    """Which pipelines `--max-lag` found behind, and by how much (or why their lag is unknown)."""
+    each = []
+    for r in rows:
+        if r["versions_behind"] is None:
+            why = summarise(r["error"] or "its Delta table cannot be read", 200).rstrip(".")
+            each.append(f"{r['pipeline']} (lag unknown: {why})")
+        else:
+            seconds = "" if r["seconds_behind"] is None else f", {r['seconds_behind']:.0f} s"
+            each.append(f"{r['pipeline']} ({r['versions_behind']} versions{seconds} behind)")
+    return (
+        f"{len(rows)} pipeline(s) behind by more than --max-lag {max_lag}: {'; '.join(each)}. "
+        f"`cdc2ch status --json` shows each one's committed and latest versions and last error."
+    )
+
+
 def aligned(header: list[str], rows: list[list], empty: str = "-") -> list[str]:
     """Rows as left-aligned text columns under a header line."""
     cells = [[empty if v is None else str(v) for v in r] for r in rows]

@@ -1,7 +1,8 @@
 """Driver writes: rows collected to this process as Arrow and inserted in batches (`run` and `snapshot`).
 
 One insert loop for both: refuse null keys, put the rows in replay order (so a replay cuts the same
-batches), warn about keys a commit wrote twice, then insert batch by batch, each with its deduplication
+batches), warn about keys the Delta table holds more than once (written twice by one commit, or live
+again in a later commit without a delete in between), then insert batch by batch, each with its deduplication
 token.
 """
 
@@ -21,6 +22,11 @@ from cdc2ch.metrics import PipelineMetrics
 from cdc2ch.offset import PipelineState
 from cdc2ch.ports import Changes, RangeResult
 
+DUPLICATES_HINT = (
+    "the Delta table holds several rows with these keys and ClickHouse keeps one per key; choose a "
+    "--primary-key that identifies a row (`cdc2ch validate` counts the duplicates in the whole table)"
+)
+
 
 def insert_rows(
     sink: Sink,
@@ -39,7 +45,10 @@ def insert_rows(
     contract.check_keys(rows, cfg.primary_key, where)
     order = changes.replay_order(rows, cfg.primary_key)
     for dup in changes.duplicate_keys(rows, cfg.primary_key, order):
-        log.warning("duplicate_keys", where=where, **context, **dup)
+        log.warning("duplicate_keys", where=where, **context, **dup, hint=DUPLICATES_HINT)
+    across = None if cfg.immutable_keys else changes.repeated_across_commits(rows, cfg.primary_key)
+    if across is not None:
+        log.warning("duplicate_keys_across_commits", where=where, **context, **across, hint=DUPLICATES_HINT)
     written = batches = 0
     for i, batch in enumerate(changes.batches(rows, cfg.batch_size, order)):
         if stop is not None and stop.is_set():

@@ -290,12 +290,13 @@ def test_embedded_in_use_is_told_by_the_engines_file_lock(tmp_path, monkeypatch)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as the engine of another process does
         assert embedded._held_by_another_process(path)
-        with pytest.raises(SinkError) as err:
+        with pytest.raises(LockedError) as err:  # "in use": exit code 75, as for a claimed pipeline
             dsn.connect(f"chdb://{path}")
         assert (
             f"The embedded ClickHouse database at {path} is in use by cdc2ch run (pid 42 on host box"
             in str(err.value)
         )
+        assert err.value.exit_code == 75 and error_kind(err.value) == "locked"
     finally:
         os.close(fd)
     assert not embedded._held_by_another_process(path)
