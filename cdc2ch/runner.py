@@ -115,13 +115,14 @@ class Runner:
                     self._warmed = True
             progressed = job.step()
         except Exception as exc:
-            started = slot.job is not None
+            wrote = job is not None and job.claimed
             if job is not None:
                 job.close()
             slot.job = None
-            # A single pipeline refused at start-up (bad input) says so on stderr and writes nothing; a
-            # pipeline of a config, or one that failed while running, leaves its error for `cdc2ch status`.
-            self._failed(slot, exc, record=self.isolate or started)
+            # A single pipeline refused before it wrote anything (bad input, null keys in a new pipeline's
+            # first range) says so on stderr and writes nothing; a pipeline of a config, or one that failed
+            # after it had claimed its offset, leaves its error for `cdc2ch status`.
+            self._failed(slot, exc, record=self.isolate or wrote)
             if not self.isolate:
                 raise
             return False

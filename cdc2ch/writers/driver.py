@@ -75,11 +75,24 @@ class DriverWriter:
     ):
         self.cfg, self.sink, self.table_sql, self.stop, self.metrics = cfg, sink, table_sql, stop, metrics
         self.log = log or structlog.get_logger("cdc2ch.writers").bind(pipeline=cfg.pipeline)
+        self._checked: tuple[int, int, pa.Table] | None = None  # the range check() read, for write()
+
+    def check(self, rng: Changes) -> None:
+        """Read the range (kept for the write that follows) and refuse its null keys."""
+        rows = rng.arrow_rows(self.cfg.immutable_keys)
+        contract.check_keys(rows, self.cfg.primary_key, f"versions {rng.start}..{rng.end} of {rng.uri}")
+        self._checked = (rng.start, rng.end, rows)
+
+    def _read(self, rng: Changes) -> pa.Table:
+        checked, self._checked = self._checked, None
+        if checked is not None and checked[:2] == (rng.start, rng.end):
+            return checked[2]
+        return rng.arrow_rows(self.cfg.immutable_keys)
 
     def write(self, rng: Changes, state: PipelineState, estimate: int) -> RangeResult:
         cfg, start, end = self.cfg, rng.start, rng.end
         t0 = time.monotonic()
-        rows = rng.arrow_rows(cfg.immutable_keys)
+        rows = self._read(rng)
         self.log.info(
             "range_read", start=start, end=end, rows=rows.num_rows, seconds=round(time.monotonic() - t0, 3)
         )

@@ -80,6 +80,12 @@ class PushdownWriter:
         self.cfg, self.sink, self.table_sql, self.metrics = cfg, sink, table_sql, metrics
         self.log = log or structlog.get_logger("cdc2ch.writers").bind(pipeline=cfg.pipeline)
 
+    def check(self, rng: Changes) -> None:
+        """ClickHouse counts the range's null keys (one read of it, on a new pipeline's first range only)."""
+        found = self._null_keys_in_lake(rng)
+        if found is not None:
+            raise found
+
     def write(self, rng: Changes, state: PipelineState, estimate: int) -> RangeResult:
         """One INSERT ... SELECT in which ClickHouse reads the range's change data feed itself.
 
