@@ -99,6 +99,7 @@ def _engine_output_captured():
         try:
             yield said
         finally:
+            sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
             scratch.seek(0)
