@@ -131,12 +131,14 @@ class Replicator:
             )
         store.ensure()
         store.save(state)
+        self.log.info("claimed", committed=state.committed_version)
 
     def start(self) -> PipelineState:
         """Check the inputs, claim a pipeline that has an offset, and finish any interrupted resync."""
         inputs = self.check_inputs()
         self.writer = self.ports.writer(inputs.writer)
         state = self.initial_state(inputs)
+        # A new pipeline is claimed once its first range passed the checks (catch_up, `claimed`).
         self.state = self.resync.recover(state) if self.claimed else state
         self.log.info(
             "start",
