@@ -36,8 +36,8 @@ def data_path(dsn: str) -> Path:
 
 
 def connect(dsn: str, retries: int, create: bool = True) -> Sink:
-    """Open the engine on the DSN's directory. With `create` False (commands that only read: status,
-    query, compact) a directory holding no database is an error, never a new database."""
+    """Open the engine on the DSN's directory. With `create` False (commands that work on an existing
+    database: status, query, compact) a directory holding none is an error, never a new database."""
     path = data_path(dsn)
     if not create and not (path / METADATA_DIR).is_dir():
         raise SinkError(
