@@ -71,7 +71,7 @@ def test_query_respects_the_users_format_and_says_what_is_wrong(cli, database):
     assert cli("query", "SELECT 1 AS x", "--format", "JSONEachRow").stdout == '{"x":1}\n'
     # Statements that return nothing are sent as they are (a FORMAT after VALUES would be read as data).
     cli("query", f"CREATE DATABASE {database}")
-    cli("query", f"CREATE TABLE {database}.q (x Int8) ENGINE = Memory")
+    cli("query", f"CREATE TABLE {database}.q (x Int8) ENGINE = MergeTree ORDER BY x")
     assert cli("query", f"INSERT INTO {database}.q VALUES (7)").stdout == ""
     assert cli("query", f"SELECT x FROM {database}.q", "--format", "TSV").stdout == "7\n"
 

@@ -23,7 +23,7 @@ from cdc2ch.errors import SinkError, summarise
 
 HOLDER_FILE = "cdc2ch-holder.json"  # who has the directory open, written by cdc2ch
 STATUS_FILE = "status"  # the engine's own lock file in the directory
-METADATA_DIR = "metadata"  # present in every directory the engine has opened
+METADATA_DIR = "metadata"  # the engine's catalogue, once a database was created
 
 
 def data_path(dsn: str) -> Path:
@@ -39,10 +39,10 @@ def connect(dsn: str, retries: int, create: bool = True) -> Sink:
     """Open the engine on the DSN's directory. With `create` False (commands that work on an existing
     database: status, query, compact) a directory holding none is an error, never a new database."""
     path = data_path(dsn)
-    if not create and not (path / METADATA_DIR).is_dir():
+    if not create and not _may_hold_database(path):
         raise SinkError(
             f"There is no embedded ClickHouse database at {path}"
-            f"{'' if path.exists() else ' (the directory does not exist)'}: nothing was replicated there. "
+            f"{' (the directory does not exist)' if not path.exists() else ''}: nothing was replicated there. "
             f"Check --clickhouse (or CDC2CH_CLICKHOUSE_URL): it must name the directory `cdc2ch run` "
             f"writes to, e.g. chdb://{default_data_dir() / 'clickhouse'} (the default)."
         )
@@ -80,6 +80,16 @@ def connect(dsn: str, retries: int, create: bool = True) -> Sink:
 # ProgrammingError with `code` None (from chdb's RuntimeError), whose text carries the generic code 36,
 # BAD_ARGUMENTS, for both cases below (chdb-core 26.9). The engine's own reason for a locked directory
 # ("Cannot lock file <path>/status", code 76) goes to stderr only.
+
+
+def _may_hold_database(path: Path) -> bool:
+    """Whether the directory exists and is the engine's (its catalogue, its lock file or cdc2ch's holder
+    note is there) or still empty; not a missing directory, nor one full of something else."""
+    if not path.is_dir():
+        return False
+    if (path / METADATA_DIR).is_dir() or (path / STATUS_FILE).exists() or (path / HOLDER_FILE).exists():
+        return True
+    return next(path.iterdir(), None) is None
 
 
 @contextmanager
