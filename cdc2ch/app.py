@@ -14,7 +14,7 @@ import click
 
 from cdc2ch import log as logsetup
 from cdc2ch.config import ProcessOptions, RunConfig, TargetName, parse_duration
-from cdc2ch.errors import Cdc2chError, ConfigError
+from cdc2ch.errors import Cdc2chError, ConfigError, summarise
 from cdc2ch.options import Invocation, load_config, merge, process_options, resolve
 
 
@@ -91,14 +91,23 @@ def run_pipelines(configs: list[RunConfig], process: ProcessOptions) -> None:
         finally:
             metrics.close()
     if failed and first.once:  # a service reports failures through status and metrics, and keeps going
-        summary = "; ".join(
-            f"{s.cfg.pipeline} ({s.health.last_error_kind}): {s.health.last_error[:300].rstrip('.')}"
-            for s in failed
-        )
-        raise Cdc2chError(
-            f"{len(failed)} of {len(configs)} pipelines failed, the others replicated: {summary}. "
-            f"`cdc2ch status` shows each pipeline's last error; fix the cause and run again."
-        )
+        raise Cdc2chError(failure_summary(failed, len(configs)))
+
+
+SUMMARY_CHARS = 300  # of each pipeline's error in the --once summary
+
+
+def failure_summary(failed: list, total: int) -> str:
+    """The message of a `--config --once` run in which some pipelines failed: each failure's first sentence
+    (the whole error is in `cdc2ch status`)."""
+    each = "; ".join(
+        f"{s.cfg.pipeline} ({s.health.last_error_kind}): {summarise(s.health.last_error, SUMMARY_CHARS).rstrip('.')}"
+        for s in failed
+    )
+    return (
+        f"{len(failed)} of {total} pipelines failed, the others replicated: {each}. `cdc2ch status` shows "
+        f"each pipeline's whole last error; fix the cause and run again."
+    )
 
 
 def snapshot(invocation: Invocation) -> None:
@@ -124,7 +133,7 @@ def load_snapshot(cfg: RunConfig) -> None:
 
 
 def validate(invocation: Invocation) -> None:
-    """`cdc2ch validate`: print one line per check; exit 2 unless all passed."""
+    """`cdc2ch validate`: print one line per check (ok, WARN or FAIL); exit 2 if any failed."""
     from cdc2ch.source.spark import session
     from cdc2ch.status import aligned
     from cdc2ch.validate import check
@@ -132,11 +141,7 @@ def validate(invocation: Invocation) -> None:
     configs, process = _configured(invocation)
     _start_logging(process)
     findings = check(configs, lambda: session(configs[0].spark))
-    click.echo(
-        "\n".join(
-            aligned(["", "", ""], [["ok" if f.ok else "FAIL", f.subject, f.detail] for f in findings])[1:]
-        )
-    )
+    click.echo("\n".join(aligned(["", "", ""], [[f.verdict, f.subject, f.detail] for f in findings])[1:]))
     if not all(f.ok for f in findings):
         sys.exit(ConfigError.exit_code)
 
@@ -153,7 +158,7 @@ def status(invocation: Invocation, target: str | None, as_json: bool, max_lag: s
     limit = report.parse_max_lag(max_lag) if max_lag else None
     process = process_options(values)
     _start_logging(process)
-    with connect(process.clickhouse_dsn) as sink:
+    with connect(process.clickhouse_dsn, create=False) as sink:
         rows = report.collect(
             sink,
             lambda: session(process.spark),
@@ -161,7 +166,9 @@ def status(invocation: Invocation, target: str | None, as_json: bool, max_lag: s
             file.pipeline_ids() if file else None,
         )
     click.echo(json.dumps(rows, indent=2) if as_json else report.render_table(rows))
-    if limit and any(report.over_limit(r, *limit) for r in rows):
+    behind = [r for r in rows if report.over_limit(r, *limit)] if limit else []
+    if behind:
+        click.echo(f"cdc2ch: {report.behind_message(behind, max_lag)}", err=True)
         sys.exit(2)
 
 
@@ -175,18 +182,21 @@ def compact(
     logsetup.configure(log_format, log_level)
     name = TargetName.parse(target)
     age = parse_duration(older_than, "--older-than") if older_than is not None else None
-    with connect(clickhouse_dsn) as sink:
+    with connect(clickhouse_dsn, create=False) as sink:
         result = compaction.compact(sink, name, age)
     click.echo(json.dumps(result.as_dict()) if as_json else result.summary())
 
 
 def query(sql: str, fmt: str, clickhouse_dsn: str) -> None:
     """`cdc2ch query`: print the result of one SQL statement in a ClickHouse output format."""
+    from cdc2ch.clickhouse import query as statement
     from cdc2ch.clickhouse.dsn import connect
 
-    with connect(clickhouse_dsn, retries=1) as sink:
-        out = sink.raw_query(sql, fmt)
-    click.echo(out.decode("utf-8", errors="replace"), nl=not out.endswith(b"\n"))
+    statement.output_format(sql, fmt)  # an empty statement is refused before ClickHouse is opened
+    with connect(clickhouse_dsn, retries=1, create=False) as sink:
+        out = statement.run(sink, sql, fmt)
+    if out:
+        click.echo(out.decode("utf-8", errors="replace"), nl=not out.endswith(b"\n"))
 
 
 def demo(demo_dir: str, log_format: str, log_level: str) -> None:

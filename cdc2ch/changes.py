@@ -56,3 +56,38 @@ def duplicate_keys(
             }
         )
     return out
+
+
+def repeated_across_commits(rows: pa.Table, primary_key: tuple[str, ...]) -> dict | None:
+    """Keys written live by one commit and live again by a later one with no delete or update pre-image in
+    between: an insert never replaces a row in Delta, so each such repeat is one more row with that key in
+    the table, and ClickHouse will keep one per key. Found within `rows` (one read range); None if none.
+
+    Needs the rows' update pre-images (tombstones): without them (--immutable-keys) an update looks the same,
+    so callers do not ask then. Costs one sort of the key columns, and only when the rows span commits.
+    """
+    versions = rows.column("_commit_version")
+    if rows.num_rows < 2 or pc.min(versions).as_py() == pc.max(versions).as_py():
+        return None
+    cols = rows.select([*primary_key, "_version", "_is_deleted", "_commit_version"])
+    cols = cols.take(
+        pc.sort_indices(cols, sort_keys=[(k, "ascending") for k in primary_key] + [("_version", "ascending")])
+    )
+    head, tail = cols.slice(0, cols.num_rows - 1), cols.slice(1)
+    repeat = pc.and_(
+        pc.and_(pc.equal(head.column("_is_deleted"), 0), pc.equal(tail.column("_is_deleted"), 0)),
+        pc.not_equal(head.column("_commit_version"), tail.column("_commit_version")),
+    )
+    for key in primary_key:
+        repeat = pc.and_(repeat, pc.equal(head.column(key), tail.column(key)))
+    if not pc.any(repeat).as_py():
+        return None
+    extra = tail.filter(repeat)
+    keys = extra.group_by(list(primary_key)).aggregate([])
+    return {
+        "duplicate_keys": keys.num_rows,
+        "extra_rows": extra.num_rows,
+        "first_version": pc.min(extra.column("_commit_version")).as_py(),
+        "last_version": pc.max(extra.column("_commit_version")).as_py(),
+        "example_key": {k: str(extra.column(k)[0].as_py()) for k in primary_key},
+    }

@@ -84,7 +84,7 @@ def validate(**_):
     """Check what `run` would do, without writing: the config file, ClickHouse reachability, and for each
     pipeline its Delta table, primary key, change data feed, stored offset and options.
 
-    Exits 0 when everything is ready, 2 otherwise.
+    Exits 0 when everything is ready (WARN lines, such as duplicate keys in a table, included), 2 otherwise.
     """
     app.validate(_current())
 
@@ -118,7 +118,8 @@ def compact(target, older_than, as_json, clickhouse_dsn, log_format, log_level):
 @click_options("query")
 @handle_errors
 def query(sql, fmt, clickhouse_dsn):
-    """Run SQL on the target ClickHouse and print the result (the way to look inside the embedded database)."""
+    """Run one SQL statement on the target ClickHouse, as written, and print the result (the way to look
+    inside the embedded database). A FORMAT clause in the statement wins over --format."""
     app.query(sql, fmt, clickhouse_dsn)
 
 

@@ -48,7 +48,7 @@ from cdc2ch import schema
 from cdc2ch.clickhouse.lock import LockedError, PipelineLock
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import TargetName
-from cdc2ch.errors import ConfigError, SinkError
+from cdc2ch.errors import ConfigError, SinkError, summarise
 
 log = structlog.get_logger("cdc2ch.compact")
 
@@ -146,7 +146,7 @@ class _Compaction:
         try:
             result = self._run(t0)
         except SinkError as exc:
-            detail = " ".join(str(exc.__cause__ or exc).split())[:400]
+            detail = summarise(str(exc.__cause__ or exc), 400).rstrip(".")
             raise SinkError(
                 f"Compacting {self.target} in ClickHouse at {self.sink.display} stopped: {detail}. What "
                 f"SELECT ... FINAL returns is unaffected; run `cdc2ch compact` again once the cause is fixed: "

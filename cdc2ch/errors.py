@@ -1,5 +1,7 @@
 """Errors a user can cause or meet. Each carries one paragraph: what happened and what to do."""
 
+import re
+
 
 class Cdc2chError(Exception):
     """A failure with a message fit for the user; the CLI prints it and exits non-zero."""
@@ -38,3 +40,39 @@ class StateError(Cdc2chError):
 
 class SchemaChangeError(SourceError):
     """The Delta schema changed in a way the ClickHouse table cannot follow in place."""
+
+
+ELLIPSIS = "…"
+
+
+def one_line(text: str) -> str:
+    """`text` with every run of whitespace (newlines included) as one space."""
+    return " ".join(str(text).split())
+
+
+def summarise(text: str, limit: int) -> str:
+    """`text` on one line, whole when it fits in `limit` characters; otherwise deliberately shortened, never
+    cut inside a word: its first sentence when that fits, else the words that fit followed by an ellipsis.
+    Callers keep the whole text where the user can still read it (`cdc2ch status --json`, the log)."""
+    text = one_line(text)
+    if len(text) <= limit:
+        return text
+    end = _first_sentence_end(text)
+    if 0 < end <= limit:
+        return text[:end]
+    room = max(limit - len(ELLIPSIS), 1)
+    cut = text.rfind(" ", 0, room + 1)
+    words = text[:cut] if cut > 0 else text[:room]
+    return words.rstrip(" ,;:.-(") + ELLIPSIS
+
+
+def _first_sentence_end(text: str) -> int:
+    """The index just after the first sentence's full stop (a period followed by a space and a capital
+    letter or a quote), or -1. ClickHouse's "Code: 62." opens its messages and ends no sentence."""
+    i = text.find(". ")
+    while i != -1:
+        nxt = text[i + 2 : i + 3]
+        if nxt and (nxt.isupper() or nxt in "`'\"") and not re.search(r"Code: \d+$", text[:i]):
+            return i + 1
+        i = text.find(". ", i + 1)
+    return -1

@@ -119,8 +119,8 @@ CATALOGUE: tuple[Option, ...] = (
            help="Print JSON (one object per pipeline) instead of a table."),
     Option("max-lag", {"status"}, COMMAND,
            help="Exit with code 2 when any pipeline is behind by more than this: a number of versions (10) "
-           "or a time between the latest Delta commit and the last replicated one (90s, 15m, 2h, 1d). A "
-           "pipeline whose table cannot be read counts as behind. For monitoring checks."),
+           "or a time between the latest Delta commit and the last replicated one (90s, 15m, 2h, 1d); stderr "
+           "names those behind. A pipeline whose table cannot be read counts as behind. For monitoring checks."),
     Option("target", {"compact"}, COMMAND, required=True,
            help="The cdc2ch target table to compact, as database.table."),
     Option("older-than", {"compact"}, COMMAND, metavar="DURATION",
@@ -133,7 +133,8 @@ CATALOGUE: tuple[Option, ...] = (
            help="Where the demo writes its Delta table and embedded ClickHouse (recreated on each run)."),
     Option("format", {"query"}, COMMAND, param="fmt", default="PrettyCompactMonoBlock", show_default=True,
            env="CDC2CH_QUERY_FORMAT",
-           help="Any ClickHouse output format: PrettyCompact, TSVWithNames, JSONEachRow, CSV..."),
+           help="Any ClickHouse output format: PrettyCompact, TSVWithNames, JSONEachRow, CSV... Used for "
+           "statements that return rows and name no FORMAT of their own."),
     # -- which pipelines, and where each starts
     Option("config", WITH_CONFIG, COMMAND, param="config_path", type=click.Path(dir_okay=False),
            help="A cdc2ch.toml listing pipelines (table, primary key, target, options) to run in this "

@@ -15,7 +15,7 @@ import structlog
 
 from cdc2ch import plan, schema
 from cdc2ch.config import RunConfig
-from cdc2ch.errors import SchemaChangeError
+from cdc2ch.errors import SchemaChangeError, StateError
 from cdc2ch.metrics import Metrics, PipelineMetrics
 from cdc2ch.offset import PipelineState
 from cdc2ch.ports import ChangeSource, Ports, RangeWriter
@@ -61,6 +61,9 @@ class Replicator:
         self.log = log.bind(pipeline=cfg.pipeline)
         self.state: PipelineState | None = None
         self.writer: RangeWriter | None = None
+        # Whether this runner holds the pipeline and its offset is recorded. A new pipeline claims itself
+        # only once its first range is read and checked: refused input leaves no table and no offset.
+        self.claimed = False
         self.resync = Resync(
             cfg, source, self.ports.tables, self.ports.store, self.ports.load_snapshot, self.log
         )
@@ -74,6 +77,8 @@ class Replicator:
             raise plan.cdf_disabled_error(uri)
         requested = source.version_at(cfg.from_timestamp) if cfg.from_timestamp else cfg.from_version
         stored = self.ports.store.load(cfg.pipeline)
+        if stored is None:  # a new pipeline: its target must not be another pipeline's
+            plan.check_owner(cfg.pipeline, str(cfg.target), self.ports.store.load_all())
         start = plan.start_version(cfg.pipeline, uri, str(cfg.target), stored, requested, latest, cfg.reset)
         since = source.cdf_enabled_since()
         if start < since:
@@ -85,9 +90,13 @@ class Replicator:
         return Inputs(start, stored, latest, writer)
 
     def initial_state(self, inputs: Inputs) -> PipelineState:
-        """Claim the pipeline and return where it stands: the stored offset, or a new one before `start`."""
+        """Where the pipeline stands: the stored offset (claimed now), or for a new pipeline an offset before
+        `start` that is claimed and recorded only when the first range passed its checks (`_claim_new`)."""
         cfg, store = self.cfg, self.ports.store
+        if inputs.stored is None:
+            return plan.repointed(None, cfg.pipeline, self.source.uri, str(cfg.target), inputs.start - 1)
         self.ports.lock.acquire()  # inputs are fine: from here on this process writes
+        self.claimed = True
         stored = store.load(cfg.pipeline)  # again, now that nobody else can move it
         store.ensure()
         if stored is not None and not cfg.reset:
@@ -98,11 +107,27 @@ class Replicator:
         store.save(fresh)
         return fresh
 
+    def _claim_new(self, state: PipelineState) -> None:
+        """A new pipeline's first range passed its checks: claim the pipeline and record its offset."""
+        cfg, store = self.cfg, self.ports.store
+        self.ports.lock.acquire()
+        self.claimed = True
+        if store.load(cfg.pipeline) is not None:  # another runner started it since check_inputs
+            raise StateError(
+                f"Pipeline {cfg.pipeline!r} was started by another runner while this one was checking its "
+                f"inputs; nothing was written by this one. Run the same command again to resume it."
+            )
+        store.ensure()
+        store.save(state)
+        self.log.info("claimed", committed=state.committed_version)
+
     def start(self) -> PipelineState:
-        """Check the inputs, claim the pipeline, and finish any interrupted resync."""
+        """Check the inputs, claim a pipeline that has an offset, and finish any interrupted resync."""
         inputs = self.check_inputs()
         self.writer = self.ports.writer(inputs.writer)
-        self.state = self.resync.recover(self.initial_state(inputs))
+        state = self.initial_state(inputs)
+        # A new pipeline is claimed once its first range passed the checks (catch_up, `claimed`).
+        self.state = self.resync.recover(state) if self.claimed else state
         self.log.info(
             "start",
             source=self.source.uri,
@@ -139,6 +164,9 @@ class Replicator:
             if self.stop.is_set():
                 break
             changes = self.source.changes(s, e)
+            if not self.claimed:
+                self.writer.check(changes)  # a new pipeline writes nothing before its rows are checked
+                self._claim_new(state)
             change = self.ports.tables.prepare(schema.column_types(changes.schema, cfg.primary_key))
             if change.breaking:
                 return self._schema_broken(state, by_version.get(s) if s in breaks else None, s, e, change)

@@ -5,9 +5,10 @@ Nothing here reads or writes anything; the loop (pipeline.py) gathers the facts 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection
 
-from cdc2ch.errors import ConfigError, SourceError, StateError
+from cdc2ch.errors import ConfigError, SourceError, StateError, summarise
 from cdc2ch.offset import PipelineState
 from cdc2ch.source.log import Commit
 
@@ -103,6 +104,25 @@ def start_version(
     return stored.committed_version + 1
 
 
+def check_owner(pipeline: str, target: str, states: list[PipelineState]) -> None:
+    """A target table belongs to one pipeline: refuse a new pipeline `pipeline` writing `target` when another
+    pipeline's offset already records that target (a flag run names its pipeline after the target, e.g.
+    `cdc2ch.orders`; a config entry naming it `orders` would otherwise write the same table under a second
+    offset, starting over)."""
+    owners = [s for s in states if s.target == target and s.pipeline != pipeline]
+    if not owners:
+        return
+    owner = owners[0]
+    raise StateError(
+        f"ClickHouse table {target} is already replicated by pipeline {owner.pipeline!r} (from {owner.source}, "
+        f"committed up to version {owner.committed_version}), and a target table belongs to one pipeline. To "
+        f"take that pipeline over from here, give it the same name: `name = {json.dumps(owner.pipeline)}` in "
+        f"its [[pipelines]] entry of the config file, or --pipeline {owner.pipeline} with flags; it then "
+        f"resumes at version {owner.committed_version + 1}. To replicate into a separate table, choose "
+        f"another target."
+    )
+
+
 def choose_writer(reader: str, wanted: str, remote_target: bool, local_master: bool) -> str:
     """driver: collect each range and insert from this process. executors: Spark tasks insert their own
     partitions (server targets only). clickhouse: ClickHouse reads the range itself (--reader clickhouse).
@@ -132,7 +152,7 @@ def describe(commit: Commit) -> str:
         return f"RENAME COLUMN {p.get('oldColumnPath')} TO {p.get('newColumnPath')}"
     for key in ("columns", "column"):
         if p.get(key):
-            return f"{commit.operation} {p[key][:200]}"
+            return f"{commit.operation} {summarise(str(p[key]), 200)}"
     return commit.operation
 
 

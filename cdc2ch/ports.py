@@ -114,6 +114,11 @@ class RangeWriter(Protocol):
     kind: str  # driver | executors | clickhouse: logged and reported by `validate`
     range_factor: int  # how many times --max-rows-per-read one range may hold (streaming writers: more)
 
+    def check(self, changes: Changes) -> None:
+        """Refuse, before anything is written, rows the target must not take (null keys): run on a new
+        pipeline's first range, so that refused input leaves no table and no offset behind. Writes nothing;
+        a write() of the same range right after may reuse what was read."""
+
     def write(self, changes: Changes, state: PipelineState, estimate: int) -> RangeResult:
         """Write the range into the target table. Idempotent: a replay of the same range writes rows with
         the same keys and versions (FINAL unchanged) and, where the writer cuts batches, the same tokens.
@@ -143,6 +148,9 @@ class OffsetStore(Protocol):
 
     def load(self, pipeline: str) -> PipelineState | None:
         """The last saved state of `pipeline`, or None."""
+
+    def load_all(self) -> list[PipelineState]:
+        """The last saved state of every pipeline of the store (which pipeline writes which target)."""
 
     def save(self, state: PipelineState) -> None:
         """Record `state`; the newest save wins. Idempotent."""

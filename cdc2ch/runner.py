@@ -15,7 +15,7 @@ import structlog
 from cdc2ch.clickhouse.state import Health, HealthStore
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import RunConfig
-from cdc2ch.errors import Cdc2chError, SinkError
+from cdc2ch.errors import Cdc2chError, SinkError, summarise
 from cdc2ch.metrics import Metrics, PipelineMetrics, error_kind
 from cdc2ch.pipeline import Replicator
 from cdc2ch.source.delta import DeltaSource
@@ -24,7 +24,7 @@ log = structlog.get_logger("cdc2ch.runner")
 
 MAX_BACKOFF = 300.0
 HEALTH_EVERY = 60.0  # seconds between health writes while all is well (each write is an insert)
-MAX_ERROR_CHARS = 4000
+MAX_ERROR_CHARS = 4000  # of an error kept in the health record (status shows it) and its log line
 
 
 @dataclass
@@ -115,13 +115,14 @@ class Runner:
                     self._warmed = True
             progressed = job.step()
         except Exception as exc:
-            started = slot.job is not None
+            wrote = job is not None and job.claimed
             if job is not None:
                 job.close()
             slot.job = None
-            # A single pipeline refused at start-up (bad input) says so on stderr and writes nothing; a
-            # pipeline of a config, or one that failed while running, leaves its error for `cdc2ch status`.
-            self._failed(slot, exc, record=self.isolate or started)
+            # A single pipeline refused before it wrote anything (bad input, null keys in a new pipeline's
+            # first range) says so on stderr and writes nothing; a pipeline of a config, or one that failed
+            # after it had claimed its offset, leaves its error for `cdc2ch status`.
+            self._failed(slot, exc, record=self.isolate or wrote)
             if not self.isolate:
                 raise
             return False
@@ -132,11 +133,11 @@ class Runner:
         kind = error_kind(exc)
         text = str(exc) if isinstance(exc, Cdc2chError) else f"{type(exc).__name__}: {exc}"
         slot.error = exc
-        slot.health = slot.health.failed(_now(), text[:MAX_ERROR_CHARS], kind)
+        slot.health = slot.health.failed(_now(), _kept(text), kind)
         slot.metrics.error(exc)
         pause = backoff(self.poll_interval, slot.health.failures)
         slot.retry_at = time.monotonic() + pause
-        fields = {"pipeline": slot.cfg.pipeline, "kind": kind, "error": text[:MAX_ERROR_CHARS]}
+        fields = {"pipeline": slot.cfg.pipeline, "kind": kind, "error": _kept(text)}
         if self.isolate and not self.once:
             fields["retry_in_s"] = round(pause, 1)
         if isinstance(exc, Cdc2chError):
@@ -168,7 +169,12 @@ class Runner:
             self._health_store(slot.cfg.target.database).save(slot.health)
             slot.saved_at = time.monotonic()
         except SinkError as exc:
-            log.warning("health_not_saved", pipeline=slot.cfg.pipeline, error=str(exc)[:300])
+            log.warning("health_not_saved", pipeline=slot.cfg.pipeline, error=summarise(str(exc), 300))
+
+
+def _kept(text: str) -> str:
+    """An error as the health record keeps it: whole, or summarised when longer than MAX_ERROR_CHARS."""
+    return text if len(text) <= MAX_ERROR_CHARS else summarise(text, MAX_ERROR_CHARS)
 
 
 def _now() -> datetime:

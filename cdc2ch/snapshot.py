@@ -19,7 +19,7 @@ from urllib.parse import unquote, urlsplit
 
 import structlog
 
-from cdc2ch import contract, schema
+from cdc2ch import contract, plan, schema
 from cdc2ch.clickhouse.ddl import TargetTables
 from cdc2ch.clickhouse.lock import PipelineLock
 from cdc2ch.clickhouse.state import StateStore
@@ -27,7 +27,6 @@ from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import RunConfig
 from cdc2ch.errors import SchemaChangeError, SourceError, StateError
 from cdc2ch.offset import PipelineState
-from cdc2ch.plan import repointed
 from cdc2ch.progress import Progress
 from cdc2ch.source.chunked import ChunkedFrame
 from cdc2ch.source.log import Commit
@@ -71,6 +70,8 @@ class Snapshotter:
                 f"Snapshot a later version, e.g. the latest ({latest})."
             )
         stored = self.store.load(cfg.pipeline)
+        if stored is None:
+            plan.check_owner(cfg.pipeline, str(cfg.target), self.store.load_all())
         if stored and not cfg.reset:
             stored.check_matches(self.source.uri, str(cfg.target))
         t0 = time.monotonic()
@@ -202,7 +203,7 @@ class Snapshotter:
         if current is not None and current.committed_version >= version and not self.cfg.reset:
             self.log.info("offset_kept", committed=current.committed_version, snapshot=version)
             return current
-        state = repointed(
+        state = plan.repointed(
             current or stored, self.cfg.pipeline, self.source.uri, str(self.cfg.target), version, rows
         )
         self.store.save(state)

@@ -10,7 +10,7 @@ import structlog
 from cdc2ch.clickhouse.state import Health, HealthStore, PipelineState, StateStore, databases_with_state
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import TargetName, parse_duration
-from cdc2ch.errors import Cdc2chError, ConfigError
+from cdc2ch.errors import Cdc2chError, ConfigError, summarise
 from cdc2ch.source.delta import DeltaSource
 from cdc2ch.source.log import python_log
 
@@ -132,6 +132,22 @@ def over_limit(row: dict, max_versions: int | None, max_seconds: float | None) -
     )
 
 
+def behind_message(rows: list[dict], max_lag: str) -> str:
+    """Which pipelines `--max-lag` found behind, and by how much (or why their lag is unknown)."""
+    each = []
+    for r in rows:
+        if r["versions_behind"] is None:
+            why = summarise(r["error"] or "its Delta table cannot be read", 200).rstrip(".")
+            each.append(f"{r['pipeline']} (lag unknown: {why})")
+        else:
+            seconds = "" if r["seconds_behind"] is None else f", {r['seconds_behind']:.0f} s"
+            each.append(f"{r['pipeline']} ({r['versions_behind']} versions{seconds} behind)")
+    return (
+        f"{len(rows)} pipeline(s) behind by more than --max-lag {max_lag}: {'; '.join(each)}. "
+        f"`cdc2ch status --json` shows each one's committed and latest versions and last error."
+    )
+
+
 def aligned(header: list[str], rows: list[list], empty: str = "-") -> list[str]:
     """Rows as left-aligned text columns under a header line."""
     cells = [[empty if v is None else str(v) for v in r] for r in rows]
@@ -143,8 +159,7 @@ def _cell(key: str, value):
     if key == "seconds_behind" and value is not None:
         return f"{value:.0f}"
     if key == "error" and value:
-        first = value.splitlines()[0]
-        return first if len(first) <= ERROR_CHARS_IN_TABLE else first[: ERROR_CHARS_IN_TABLE - 3] + "..."
+        return summarise(value.splitlines()[0], ERROR_CHARS_IN_TABLE)  # --json has the whole error
     return value
 
 

@@ -1,4 +1,5 @@
-"""`cdc2ch validate`: every check `run` makes before writing, for each pipeline, and nothing written."""
+"""`cdc2ch validate`: every check `run` makes before writing, for each pipeline, and nothing written; and a
+warning when the Delta table holds a primary-key value more than once."""
 
 from __future__ import annotations
 
@@ -18,6 +19,24 @@ class Finding:
     subject: str  # "ClickHouse" or a pipeline name
     ok: bool
     detail: str
+    warning: bool = False  # ok, but the user should know (run goes ahead)
+
+    @property
+    def verdict(self) -> str:
+        return "FAIL" if not self.ok else "WARN" if self.warning else "ok"
+
+
+def duplicates_finding(cfg: RunConfig, version: int, found: tuple[int, int, dict]) -> Finding:
+    keys, rows, example = found
+    shown = ", ".join(f"{k}={v}" for k, v in example.items())
+    return Finding(
+        cfg.pipeline,
+        True,
+        f"{cfg.table} at version {version} holds {rows} rows for {keys} primary-key value(s) of "
+        f"{','.join(cfg.primary_key)} (e.g. {shown}); ClickHouse keeps one row per key, so {cfg.target} will "
+        f"have {rows - keys} fewer rows than the Delta table. Choose a --primary-key that identifies a row.",
+        warning=True,
+    )
 
 
 def check(configs: list[RunConfig], spark_factory) -> list[Finding]:
@@ -42,8 +61,10 @@ def check(configs: list[RunConfig], spark_factory) -> list[Finding]:
             return [Finding("ClickHouse", False, str(exc))]
         spark = spark_factory()
         for cfg in configs:
+            source = DeltaSource(spark, cfg.table)
             try:
-                inputs = Replicator(cfg, DeltaSource(spark, cfg.table), sink).check_inputs()
+                inputs = Replicator(cfg, source, sink).check_inputs()
+                duplicates = source.duplicate_keys(cfg.primary_key, inputs.latest)
             except Cdc2chError as exc:
                 findings.append(Finding(cfg.pipeline, False, f"{cfg.table} -> {cfg.target}: {exc}"))
                 continue
@@ -61,4 +82,6 @@ def check(configs: list[RunConfig], spark_factory) -> list[Finding]:
                     f"{','.join(cfg.primary_key)}, writer {inputs.writer}",
                 )
             )
+            if duplicates is not None:
+                findings.append(duplicates_finding(cfg, latest, duplicates))
     return findings

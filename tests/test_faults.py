@@ -233,6 +233,9 @@ def test_kill_at_each_point_then_converge(spark, cli, http_sink, server, fault_p
                                 fn=kill, forward=False),
         "before_commit": dict(match=committing, fn=kill, forward=False),
     }  # fmt: skip
+    # The pipeline has an offset (version 0, the empty table): a new one reads and checks its first range
+    # before it records anything, so a kill during that read would leave nothing to resume.
+    cli("snapshot", *args[1:7], "--version", "0", "--clickhouse", fault_proxy.url_for())
     for name, fault in points.items():
         fault_proxy.clear()
         rule = fault_proxy.add_fault("call", **fault)
@@ -336,7 +339,7 @@ def test_one_runner_per_pipeline_on_a_server(spark, cli, http_sink, server, data
     ]
     holder = Proc(*args, "--poll-interval", "1", env=_env(server))
     try:
-        holder.wait_for("start")
+        holder.wait_for("committed")  # a new pipeline is claimed when its first range has been checked
         result = cli(*args, "--once", expect=75)
         err = " ".join(result.stderr.split())
         assert "is already being run by cdc2ch run on host" in err and f"(pid {holder.pid})" in err
@@ -365,9 +368,9 @@ def test_one_process_per_embedded_database(spark, tmp_path):
     dsn = f"chdb://{tmp_path / 'emb-clickhouse'}"
     args = ["run", "--table", path, "--primary-key", "id", "--clickhouse", dsn]
     holder = Proc(*args, "--poll-interval", "1", cwd=str(tmp_path))
-    holder.wait_for("start")
+    holder.wait_for("committed")  # claimed: a new pipeline claims itself once its first range is checked
     second = Proc(*args, "--once", cwd=str(tmp_path))
-    assert second.wait() == 1
+    assert second.wait() == 75  # "in use", as for a claimed pipeline
     err = " ".join(second.stderr.split())
     assert "is in use by cdc2ch run (pid" in err and f"pid {holder.pid} on host" in err
     # SIGTERM while idle: a clean stop, exit 0, and the claim is released.

@@ -14,10 +14,11 @@ EMBEDDED_SCHEMES = ("chdb:",)
 SERVER_SCHEMES = ("http://", "https://", "clickhouse://", "clickhouses://")
 
 
-def connect(dsn: str, retries: int = 5) -> Sink:
-    """Open the target named by a DSN: chdb:///path (embedded) or http(s)://user@host:port/db (server)."""
+def connect(dsn: str, retries: int = 5, create: bool = True) -> Sink:
+    """Open the target named by a DSN: chdb:///path (embedded) or http(s)://user@host:port/db (server).
+    `create` False: an embedded database must exist already (for commands that only read)."""
     if dsn.startswith(EMBEDDED_SCHEMES):
-        return embedded.connect(dsn, retries)
+        return embedded.connect(dsn, retries, create)
     if dsn.startswith(SERVER_SCHEMES):
         return server.connect(dsn, retries)
     raise SinkError(

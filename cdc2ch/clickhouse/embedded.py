@@ -6,6 +6,8 @@ import fcntl
 import json
 import os
 import socket
+import sys
+import tempfile
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -14,12 +16,14 @@ import clickhouse_connect
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from cdc2ch.clickhouse import codes
-from cdc2ch.clickhouse.lock import command_name
+from cdc2ch.clickhouse.lock import LockedError, command_name
 from cdc2ch.clickhouse.transport import Sink
-from cdc2ch.errors import SinkError
+from cdc2ch.config import default_data_dir
+from cdc2ch.errors import SinkError, summarise
 
 HOLDER_FILE = "cdc2ch-holder.json"  # who has the directory open, written by cdc2ch
 STATUS_FILE = "status"  # the engine's own lock file in the directory
+METADATA_DIR = "metadata"  # the engine's catalogue, once a database was created
 
 
 def data_path(dsn: str) -> Path:
@@ -31,17 +35,27 @@ def data_path(dsn: str) -> Path:
     return Path(raw).expanduser().resolve()
 
 
-def connect(dsn: str, retries: int) -> Sink:
+def connect(dsn: str, retries: int, create: bool = True) -> Sink:
+    """Open the engine on the DSN's directory. With `create` False (commands that work on an existing
+    database: status, query, compact) a directory holding none is an error, never a new database."""
     path = data_path(dsn)
+    if not create and not _may_hold_database(path):
+        raise SinkError(
+            f"There is no embedded ClickHouse database at {path}"
+            f"{' (the directory does not exist)' if not path.exists() else ''}: nothing was replicated there. "
+            f"Check --clickhouse (or CDC2CH_CLICKHOUSE_URL): it must name the directory `cdc2ch run` "
+            f"writes to, e.g. chdb://{default_data_dir() / 'clickhouse'} (the default)."
+        )
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SinkError(f"Cannot create the embedded ClickHouse directory {path}: {exc.strerror}.") from exc
     try:
-        client = clickhouse_connect.get_client(dsn=f"chdb://{path}")
+        with _engine_output_captured() as engine_said:
+            client = clickhouse_connect.get_client(dsn=f"chdb://{path}")
     except ClickHouseError as exc:
         if _held_by_another_process(path):
-            raise SinkError(
+            raise LockedError(
                 f"The embedded ClickHouse database at {path} is in use by {_holder(path)} (only one process "
                 f"can open it at a time). Wait for it to finish or stop it, or point this one at another "
                 f"directory with --clickhouse chdb:///other/path. For several pipelines on one embedded "
@@ -51,8 +65,12 @@ def connect(dsn: str, retries: int) -> Sink:
             raise SinkError(
                 f"This process already has an embedded ClickHouse open at another path; cannot also open {path}."
             ) from exc
+        said = summarise(" ".join(engine_said), 400).rstrip(".")
         raise SinkError(
-            f"Cannot open the embedded ClickHouse at {path}: {exc}", code=codes.error_code(exc)
+            f"Cannot open the embedded ClickHouse at {path}: {summarise(str(exc), 400).rstrip('.')}"
+            f"{f' (the engine said: {said})' if said else ''}. Check that the directory is writable and "
+            f"holds a ClickHouse database (or nothing yet).",
+            code=codes.error_code(exc),
         ) from exc
     _write_holder(path)
     return Sink(client, f"chdb://{path}", retries, reads_files=_from_root)
@@ -62,6 +80,42 @@ def connect(dsn: str, retries: int) -> Sink:
 # ProgrammingError with `code` None (from chdb's RuntimeError), whose text carries the generic code 36,
 # BAD_ARGUMENTS, for both cases below (chdb-core 26.9). The engine's own reason for a locked directory
 # ("Cannot lock file <path>/status", code 76) goes to stderr only.
+
+
+def _may_hold_database(path: Path) -> bool:
+    """Whether the directory exists and is the engine's (its catalogue, its lock file or cdc2ch's holder
+    note is there) or still empty; not a missing directory, nor one full of something else."""
+    if not path.is_dir():
+        return False
+    if (path / METADATA_DIR).is_dir() or (path / STATUS_FILE).exists() or (path / HOLDER_FILE).exists():
+        return True
+    return next(path.iterdir(), None) is None
+
+
+@contextmanager
+def _engine_output_captured():
+    """While the engine starts, what it writes to the process's stderr (file descriptor 2) goes to a
+    scratch file instead: on a locked directory it prints its own `Code: 76. DB::Exception: Cannot lock
+    file .../status` above cdc2ch's message. Yields a list that receives those lines afterwards."""
+    said: list[str] = []
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr at all: nothing to keep quiet
+        yield said
+        return
+    with tempfile.TemporaryFile() as scratch:
+        os.dup2(scratch.fileno(), 2)
+        try:
+            yield said
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            scratch.seek(0)
+            said.extend(
+                line for line in scratch.read().decode("utf-8", errors="replace").splitlines() if line.strip()
+            )
 
 
 def _held_by_another_process(path: Path) -> bool:

@@ -25,7 +25,7 @@ import structlog
 from cdc2ch import schema
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import TargetName
-from cdc2ch.errors import Cdc2chError, SinkError
+from cdc2ch.errors import Cdc2chError, SinkError, summarise
 
 log = structlog.get_logger("cdc2ch.lock")
 
@@ -157,7 +157,7 @@ class PipelineLock:
             try:
                 self._write()
             except SinkError as exc:
-                log.warning("heartbeat_failed", pipeline=self.pipeline, error=str(exc)[:300])
+                log.warning("heartbeat_failed", pipeline=self.pipeline, error=summarise(str(exc), 300))
 
     def release(self) -> None:
         self._stop.set()
@@ -166,7 +166,7 @@ class PipelineLock:
             try:
                 self._write(released=1)
             except SinkError as exc:  # the claim will age out after the TTL
-                log.warning("release_failed", pipeline=self.pipeline, error=str(exc)[:300])
+                log.warning("release_failed", pipeline=self.pipeline, error=summarise(str(exc), 300))
             self._thread = None
 
     def __enter__(self) -> "PipelineLock":

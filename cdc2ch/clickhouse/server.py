@@ -16,7 +16,7 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 from cdc2ch import retry
 from cdc2ch.clickhouse import codes
 from cdc2ch.clickhouse.transport import Sink
-from cdc2ch.errors import ConfigError, SinkError
+from cdc2ch.errors import ConfigError, SinkError, one_line, summarise
 
 PASSWORD_ENV = "CDC2CH_CLICKHOUSE_PASSWORD"
 PASSWORD_FILE_ENV = "CDC2CH_CLICKHOUSE_PASSWORD_FILE"
@@ -106,11 +106,12 @@ def connect(dsn: str, retries: int) -> Sink:
                 f"Check the user in the DSN and the password in {PASSWORD_ENV} (or {PASSWORD_FILE_ENV}).",
                 code=code,
             ) from exc
-        text = " ".join(str(exc).split())
+        text = one_line(str(exc))
         if kwargs["password"]:
             text = text.replace(kwargs["password"], "***")
+        detail = summarise(text, 300).rstrip(".")
         raise SinkError(
-            f"Cannot connect to ClickHouse at {display} (tried {max(1, retries)} times): {text[:300]}. Check "
+            f"Cannot connect to ClickHouse at {display} (tried {max(1, retries)} times): {detail}. Check "
             f"host, port and network, and that the server is running; nothing was written.",
             code=code,
         ) from exc

@@ -8,6 +8,7 @@ cdc2ch writes are defined in `ddl`, `state` and `lock`.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -20,12 +21,18 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 from cdc2ch import retry, schema
 from cdc2ch.clickhouse import codes
 from cdc2ch.config import TargetName
-from cdc2ch.errors import SinkError
+from cdc2ch.errors import SinkError, summarise
 
 log = structlog.get_logger("cdc2ch.clickhouse")
 T = TypeVar("T")
 
 MAX_DETAIL = 400  # characters of ClickHouse's own message kept in ours
+
+# clickhouse-connect logs its transport failures ("Unexpected Http Driver Exception", with a traceback)
+# before raising them; cdc2ch reports each failure itself, in one paragraph, so the driver's lines would only
+# be noise above it. A level set explicitly (by an embedding application) is left alone.
+if logging.getLogger("clickhouse_connect").level == logging.NOTSET:
+    logging.getLogger("clickhouse_connect").setLevel(logging.CRITICAL)
 
 
 class Sink:
@@ -61,8 +68,9 @@ class Sink:
         with self._lock:
             return fn()
 
-    def _call(self, what: str, fn: Callable[[], T]) -> T:
-        """Run one client call: retried while it fails transiently, then any ClickHouse error as a SinkError."""
+    def _call(self, what: str, fn: Callable[[], T], replicating: bool = True) -> T:
+        """Run one client call: retried while it fails transiently, then any ClickHouse error as a SinkError.
+        `replicating`: the call is part of replication, whose offset the advice then speaks of."""
 
         def on_retry(attempt: int, exc: BaseException, wait: float) -> None:
             log.warning("clickhouse_retry", what=what, attempt=attempt, error=self._short(exc))
@@ -77,24 +85,34 @@ class Sink:
                 max_wait=self._max_wait,
             )
         except ClickHouseError as exc:
-            hint = (
-                "ClickHouse could not be reached after "
-                f"{self._retries} attempts; check that it is up and reachable, then run the same command again "
-                "(the replication offset was not moved)."
-                if codes.is_transient(exc)
-                else "Nothing after the last committed version was recorded; fix the cause and run again."
-            )
             raise SinkError(
-                f"ClickHouse at {self.display} failed to {what}: {self._short(exc)}. {hint}",
+                f"ClickHouse at {self.display} failed to {what}: {self._short(exc)}. "
+                f"{self._advice(exc, replicating)}",
                 code=codes.error_code(exc),
             ) from exc
 
+    def _advice(self, exc: ClickHouseError, replicating: bool) -> str:
+        if codes.is_transient(exc):
+            again = (
+                "run the same command again (the replication offset was not moved)"
+                if replicating
+                else "run the same command again"
+            )
+            return (
+                f"ClickHouse could not be reached after {self._retries} attempts; check that it is up and "
+                f"reachable, then {again}."
+            )
+        if replicating:
+            return "Nothing after the last committed version was recorded; fix the cause and run again."
+        return "Fix the statement and run it again."
+
     def _short(self, exc: BaseException | None) -> str:
-        """An exception's text on one line, cut to MAX_DETAIL characters, without the password."""
-        text = " ".join(str(exc).split())
+        """An exception's text on one line without the password, summarised to MAX_DETAIL characters (its
+        first sentence, or whole words and an ellipsis) and without a final period."""
+        text = str(exc)
         for secret in self._secrets:
             text = text.replace(secret, "***")
-        return text if len(text) <= MAX_DETAIL else text[:MAX_DETAIL] + "..."
+        return summarise(text, MAX_DETAIL).rstrip(".")
 
     def close(self) -> None:
         self.client.close()
@@ -123,9 +141,10 @@ class Sink:
     def query_arrow(self, sql: str, what: str = "run a query", settings: dict | None = None) -> pa.Table:
         return self._call(what, lambda: self.client.query_arrow(sql, settings=settings))
 
-    def raw_query(self, sql: str, fmt: str) -> bytes:
-        """Run any statement and return ClickHouse's own rendering of the result."""
-        return self._call("run the query", lambda: self.client.raw_query(sql, fmt=fmt))
+    def raw_query(self, sql: str, fmt: str | None) -> bytes:
+        """Run a user's statement as it is and return ClickHouse's own rendering of the result (in `fmt`,
+        unless None: then the statement's own FORMAT clause, or none)."""
+        return self._call("run the query", lambda: self.client.raw_query(sql, fmt=fmt), replicating=False)
 
     def insert_arrow(self, table_sql: str, data: pa.Table, token: str | None = None) -> int:
         """Insert Arrow rows into a quoted table name. A replay with the same token is dropped by

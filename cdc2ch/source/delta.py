@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 
 from cdc2ch import contract
-from cdc2ch.errors import SourceError
+from cdc2ch.errors import SourceError, summarise
 from cdc2ch.source.log import (
     Commit,
     DeltaLog,
@@ -215,6 +215,26 @@ class DeltaSource:
         self._delta_table()
         return self.spark.read.format("delta").option("versionAsOf", int(version)).load(self.uri)
 
+    def duplicate_keys(self, primary_key: tuple[str, ...], version: int) -> tuple[int, int, dict] | None:
+        """(keys, rows, an example key) of the keys more than one row of the table holds at `version`, or
+        None: one Spark aggregate over the table (what `validate` checks; ClickHouse keeps one row per key)."""
+        from pyspark.sql import functions as F
+
+        keys = [contract.spark_col(k) for k in primary_key]
+        try:
+            groups = self.snapshot(version).groupBy(*keys).agg(F.count(F.lit(1)).alias("n")).where("n > 1")
+            found = groups.agg(
+                F.count(F.lit(1)).alias("keys"),
+                F.sum("n").alias("rows"),
+                F.first(F.struct(*[contract.spark_col(c) for c in groups.columns[:-1]])).alias("example"),
+            ).collect()[0]
+        except Exception as exc:
+            raise self.translate(exc, "the table's keys", version, None) from exc
+        if not found["keys"]:
+            return None
+        example = dict(zip(primary_key, (str(v) for v in found["example"])))
+        return int(found["keys"]), int(found["rows"]), example
+
     def collect(self, df, what: str, start: int, end: int | None = None) -> pa.Table:
         """Run a read and bring it to the driver as Arrow, turning Delta's errors into clear ones."""
         try:
@@ -248,7 +268,7 @@ class DeltaSource:
                 f"version, then `cdc2ch run` continues from there."
             )
         first = next((ln for ln in text.splitlines() if ln.strip()), text)
-        return SourceError(f"Reading {what} for {span} of {self.uri} failed: {first[:500]}")
+        return SourceError(f"Reading {what} for {span} of {self.uri} failed: {summarise(first, 500)}")
 
 
 class SparkChanges:

@@ -1,7 +1,8 @@
 """Driver writes: rows collected to this process as Arrow and inserted in batches (`run` and `snapshot`).
 
 One insert loop for both: refuse null keys, put the rows in replay order (so a replay cuts the same
-batches), warn about keys a commit wrote twice, then insert batch by batch, each with its deduplication
+batches), warn about keys the Delta table holds more than once (written twice by one commit, or live
+again in a later commit without a delete in between), then insert batch by batch, each with its deduplication
 token.
 """
 
@@ -19,6 +20,11 @@ from cdc2ch.config import RunConfig
 from cdc2ch.offset import PipelineState
 from cdc2ch.ports import Changes, RangeResult
 from cdc2ch.writers import Destination
+
+DUPLICATES_HINT = (
+    "the Delta table holds several rows with these keys and ClickHouse keeps one per key; choose a "
+    "--primary-key that identifies a row (`cdc2ch validate` counts the duplicates in the whole table)"
+)
 
 
 def insert_rows(
@@ -38,7 +44,10 @@ def insert_rows(
     contract.check_keys(rows, cfg.primary_key, where)
     order = changes.replay_order(rows, cfg.primary_key)
     for dup in changes.duplicate_keys(rows, cfg.primary_key, order):
-        log.warning("duplicate_keys", where=where, **context, **dup)
+        log.warning("duplicate_keys", where=where, **context, **dup, hint=DUPLICATES_HINT)
+    across = None if cfg.immutable_keys else changes.repeated_across_commits(rows, cfg.primary_key)
+    if across is not None:
+        log.warning("duplicate_keys_across_commits", where=where, **context, **across, hint=DUPLICATES_HINT)
     written = batches = 0
     for i, batch in enumerate(changes.batches(rows, cfg.batch_size, order)):
         if stop is not None and stop.is_set():
@@ -56,11 +65,24 @@ class DriverWriter:
 
     def __init__(self, to: Destination):
         self.to, self.cfg = to, to.cfg
+        self._checked: tuple[int, int, pa.Table] | None = None  # the range check() read, for write()
+
+    def check(self, rng: Changes) -> None:
+        """Read the range (kept for the write that follows) and refuse its null keys."""
+        rows = rng.arrow_rows(self.cfg.immutable_keys)
+        contract.check_keys(rows, self.cfg.primary_key, f"versions {rng.start}..{rng.end} of {rng.uri}")
+        self._checked = (rng.start, rng.end, rows)
+
+    def _read(self, rng: Changes) -> pa.Table:
+        checked, self._checked = self._checked, None
+        if checked is not None and checked[:2] == (rng.start, rng.end):
+            return checked[2]
+        return rng.arrow_rows(self.cfg.immutable_keys)
 
     def write(self, rng: Changes, state: PipelineState, estimate: int) -> RangeResult:
         cfg, start, end = self.cfg, rng.start, rng.end
         t0 = time.monotonic()
-        rows = rng.arrow_rows(cfg.immutable_keys)
+        rows = self._read(rng)
         self.to.log.info(
             "range_read", start=start, end=end, rows=rows.num_rows, seconds=round(time.monotonic() - t0, 3)
         )

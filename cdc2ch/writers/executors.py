@@ -103,6 +103,22 @@ class ExecutorWriter:
     def __init__(self, to: Destination):
         self.to, self.cfg = to, to.cfg
 
+    def check(self, rng: Changes) -> None:
+        """One Spark aggregate counting the range's null keys (a new pipeline's first range only)."""
+        from pyspark.sql import functions as F
+
+        rows = rng.spark_rows(self.cfg.immutable_keys)
+        for key in self.cfg.primary_key:
+            nulls, first = (
+                rows.where(contract.spark_col(key).isNull())
+                .agg(F.count(F.lit(1)), F.min("_commit_version"))
+                .collect()[0]
+            )
+            if nulls:
+                raise contract.null_key_error(
+                    nulls, key, first, f"versions {rng.start}..{rng.end} of {rng.uri}"
+                )
+
     def write(self, rng: Changes, state: PipelineState, estimate: int) -> RangeResult:
         cfg, start, end = self.cfg, rng.start, rng.end
         t0 = time.monotonic()

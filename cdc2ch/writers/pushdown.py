@@ -66,6 +66,12 @@ class PushdownWriter:
     def __init__(self, to: Destination):
         self.to, self.cfg = to, to.cfg
 
+    def check(self, rng: Changes) -> None:
+        """ClickHouse counts the range's null keys (one read of it, on a new pipeline's first range only)."""
+        found = self._null_keys_in_lake(rng)
+        if found is not None:
+            raise found
+
     def write(self, rng: Changes, state: PipelineState, estimate: int) -> RangeResult:
         """One INSERT ... SELECT in which ClickHouse reads the range's change data feed itself.
 

@@ -219,6 +219,12 @@ class MemoryWriter:
         self.batches = 0
         self.stop_after: int | None = None
         self.crash_after: int | None = None
+        self.checked: list[tuple[int, int]] = []  # ranges check() was asked about
+
+    def check(self, rng) -> None:
+        self.checked.append((rng.start, rng.end))
+        rows = rng.arrow_rows(self.cfg.immutable_keys)
+        contract.check_keys(rows, self.cfg.primary_key, f"versions {rng.start}..{rng.end}")
 
     def write(self, rng, state: PipelineState, estimate: int) -> RangeResult:
         from cdc2ch import changes
@@ -256,6 +262,9 @@ class MemoryStore:
 
     def load(self, pipeline: str) -> PipelineState | None:
         return self.states.get(pipeline)
+
+    def load_all(self) -> list[PipelineState]:
+        return sorted(self.states.values(), key=lambda s: s.pipeline)
 
     def save(self, state: PipelineState) -> None:
         self.states[state.pipeline] = state

@@ -205,10 +205,10 @@ def test_insert_settings_and_long_messages_are_cut():
         {"insert_deduplicate": 1, "insert_deduplication_token": "tok"},
         {"insert_deduplicate": 0},
     ]
-    long = FakeClient(DatabaseError("x" * 5000, code=60))
+    long = FakeClient(DatabaseError("xyz " * 1250, code=60))
     with pytest.raises(SinkError) as err:
         sink_on(long).row_count("`d`.`t`")
-    assert "x" * 400 + "..." in str(err.value) and "x" * 401 not in str(err.value)
+    assert "xyz " * 99 + "xyz…" in str(err.value) and "xyz " * 101 not in str(err.value)
     with sink_on(client) as s:
         pass
     assert s.client.closed
@@ -290,12 +290,13 @@ def test_embedded_in_use_is_told_by_the_engines_file_lock(tmp_path, monkeypatch)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as the engine of another process does
         assert embedded._held_by_another_process(path)
-        with pytest.raises(SinkError) as err:
+        with pytest.raises(LockedError) as err:  # "in use": exit code 75, as for a claimed pipeline
             dsn.connect(f"chdb://{path}")
         assert (
             f"The embedded ClickHouse database at {path} is in use by cdc2ch run (pid 42 on host box"
             in str(err.value)
         )
+        assert err.value.exit_code == 75 and error_kind(err.value) == "locked"
     finally:
         os.close(fd)
     assert not embedded._held_by_another_process(path)

@@ -374,6 +374,6 @@ def test_run_once_sums_up_the_failed_pipelines(monkeypatch):
         app.run_pipelines(configs, replace(process, config_path="cdc2ch.toml"))
     assert str(err.value) == (
         "1 of 2 pipelines failed, the others replicated: b (source): The table is gone. `cdc2ch status` shows "
-        "each pipeline's last error; fix the cause and run again."
+        "each pipeline's whole last error; fix the cause and run again."
     )
     assert calls == {"isolate": True, "check_lock": False}

@@ -1,0 +1,108 @@
+"""Messages as the user reads them: whole, or deliberately summarised (first sentence, or whole words and an
+ellipsis), never cut inside a word; the whole text stays in `cdc2ch status --json` (issue 17, item 3)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from clickhouse_connect.driver.exceptions import DatabaseError
+
+from cdc2ch.app import failure_summary
+from cdc2ch.clickhouse.transport import Sink
+from cdc2ch.config import RunConfig, TargetName
+from cdc2ch.errors import ELLIPSIS, SchemaChangeError, summarise
+from cdc2ch.metrics import Metrics
+from cdc2ch.runner import Slot
+from cdc2ch.status import ERROR_CHARS_IN_TABLE, render_table
+from tests.unit.test_clickhouse_side import FakeClient
+
+pytestmark = pytest.mark.unit
+
+WORDS = re.compile(r"[\w/.'`()-]+")
+
+# The message a schema break raises (pipeline.Replicator._schema_broken), as users met it in the summary.
+SCHEMA_BREAK = str(
+    SchemaChangeError(
+        'The Delta schema changed at version 3 of /data/lake/sales/orders (DROP COLUMNS ["name"]): column '
+        "'name' was dropped. ClickHouse table analytics.orders cannot follow this in place, so replication "
+        "stopped with version 2 committed. Run again with --on-schema-change resync to rebuild "
+        "analytics.orders from a snapshot of the new schema (readers keep the old table until the new one is "
+        "swapped in), or replicate into a new --target."
+    )
+)
+
+
+def assert_whole_words(short: str, full: str) -> None:
+    """Every word of `short` is a word of `full`: nothing was cut inside a word."""
+    full_words = set(WORDS.findall(full))
+    for word in WORDS.findall(short.rstrip(ELLIPSIS)):
+        assert word in full_words, f"{word!r} is a cut word in {short!r}"
+
+
+def test_a_message_that_fits_is_kept_whole():
+    assert summarise("Short.\n  Two lines.", 100) == "Short. Two lines."
+
+
+def test_a_long_message_is_summarised_to_its_first_sentence():
+    short = summarise(SCHEMA_BREAK, 300)
+    assert short == (
+        'The Delta schema changed at version 3 of /data/lake/sales/orders (DROP COLUMNS ["name"]): column '
+        "'name' was dropped."
+    )
+
+
+def test_a_message_without_a_short_first_sentence_ends_at_a_word_with_an_ellipsis():
+    text = "Error executing HTTP request attempt 5 (http://clickhouse:8123) " + "connection refused " * 30
+    short = summarise(text, 120)
+    assert len(short) <= 120 and short.endswith(ELLIPSIS)
+    assert_whole_words(short, text)
+    # ClickHouse's "Code: 62." opens its messages: it is no sentence of its own.
+    code = "Code: 62. DB::Exception: Syntax error: failed at position 8 (FORMAT): " + "FORMAT x " * 40
+    assert summarise(code, 100).startswith("Code: 62. DB::Exception: Syntax error")
+
+
+def test_the_config_once_summary_names_each_failure_by_its_first_sentence():
+    cfg = RunConfig(
+        "/data/lake/sales/orders", ("id",), TargetName("analytics", "orders"), "chdb:///x", "orders"
+    )
+    slot = Slot(cfg, Metrics().pipeline("orders"), None)
+    from cdc2ch.clickhouse.state import Health
+
+    slot.health = Health("orders", cfg.table, str(cfg.target)).failed(None, SCHEMA_BREAK, "schema_change")
+    text = failure_summary([slot], 3)
+    # Today: "... so replication stopped with . `cdc2ch status` ..." (cut at 300 characters mid-sentence).
+    assert " . " not in text and "with ." not in text
+    assert "orders (schema_change): The Delta schema changed at version 3" in text
+    assert "column 'name' was dropped. `cdc2ch status` shows each pipeline's whole last error" in text
+    assert_whole_words(text, SCHEMA_BREAK + " 1 of 3 pipelines failed, the others replicated: orders "
+                       "(schema_change): `cdc2ch status` shows each pipeline's whole last error; fix the "
+                       "cause and run again.")  # fmt: skip
+
+
+def test_clickhouse_messages_are_summarised_at_a_word():
+    detail = "Code: 60. DB::Exception: Unknown table expression identifier " + "'analytics.orders_x' " * 40
+    client = FakeClient(DatabaseError(detail, code=60))
+    with pytest.raises(Exception) as err:
+        Sink(client, "http://u@h:8123/db", 1).row_count("`d`.`t`")
+    summary, advice = str(err.value).split(ELLIPSIS)
+    assert summary.endswith(" 'analytics.orders_x'")  # ends at a whole word (today: "'analytics.o...")
+    assert advice.startswith(". Nothing after the last committed version")  # then our own advice
+
+
+def test_the_status_table_shows_an_error_summarised_at_a_word():
+    row = {
+        "pipeline": "orders",
+        "target": "analytics.orders",
+        "committed_version": 2,
+        "latest_version": 3,
+        "versions_behind": 1,
+        "seconds_behind": 4.0,
+        "rows_written": 10,
+        "last_success": None,
+        "error": "ClickHouse at http://u@h:8123/db failed to insert into `analytics`.`orders`: "
+        + "x yz " * 60,
+    }
+    cell = render_table([row]).splitlines()[1].split("  ")[-1].strip()
+    assert len(cell) <= ERROR_CHARS_IN_TABLE and cell.endswith(ELLIPSIS)
+    assert_whole_words(cell, row["error"])
