@@ -14,10 +14,11 @@ EMBEDDED_SCHEMES = ("chdb:",)
 SERVER_SCHEMES = ("http://", "https://", "clickhouse://", "clickhouses://")
 
 
-def connect(dsn: str, retries: int = 5) -> Sink:
-    """Open the target named by a DSN: chdb:///path (embedded) or http(s)://user@host:port/db (server)."""
+def connect(dsn: str, retries: int = 5, reader: bool = False) -> Sink:
+    """Open the target named by a DSN: chdb:///path (embedded) or http(s)://user@host:port/db (server).
+    A `reader` (status, query) of an embedded directory held by a `cdc2ch run --serve` goes through it."""
     if dsn.startswith(EMBEDDED_SCHEMES):
-        return embedded.connect(dsn, retries)
+        return embedded.connect(dsn, retries, via_service=reader)
     if dsn.startswith(SERVER_SCHEMES):
         return server.connect(dsn, retries)
     raise SinkError(
