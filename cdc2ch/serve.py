@@ -40,10 +40,10 @@ from cdc2ch.errors import ConfigError
 
 MAX_REQUEST = 64 << 20  # bytes of a request body, and of it decompressed
 IDLE_SECONDS = 30  # a connection waiting longer for its next request is closed
+MAX_QUERIES, QUEUE_SECONDS = 16, 10.0  # statements at once; how long one more waits for a turn
 # The HTTP status a real server gives some exception codes (ClickHouse's exceptionCodeToHTTPStatus); else 500.
 HTTP_STATUS = {516: 403, 192: 403, 193: 403, 497: 403, 194: 401, 6: 400, 27: 400, 36: 400, 53: 400, 62: 400,
-               46: 404, 47: 404, 60: 404, 73: 404, 81: 404, 115: 404, 159: 408, 209: 503, 373: 423,
-               164: 403}  # fmt: skip
+               46: 404, 47: 404, 60: 404, 73: 404, 81: 404, 115: 404, 159: 408, 209: 503}  # fmt: skip
 AUTH_FAILED = (
     "Code: 516. DB::Exception: {}: Authentication failed: password is incorrect, or there is no user with "
     "such name. (AUTHENTICATION_FAILED)"
@@ -221,9 +221,12 @@ class ClickHouseHTTP(HTTPService):
         password: str = "",
         tls: ssl.SSLContext | None = None,
         max_request: int = MAX_REQUEST,
+        max_queries: int = MAX_QUERIES,
     ):
         super().__init__(host, port, tls)
         self.engine, self.user, self.password, self.max_request = engine, user, password, max_request
+        self.max_queries = max_queries
+        self._queries = threading.BoundedSemaphore(max_queries)  # statements running at once
 
     @property
     def url(self) -> str:
@@ -275,7 +278,15 @@ class ClickHouseHTTP(HTTPService):
                 return self._error(h, error, headers, status)
             if not params.get("query") and not body:
                 return h.reply(200, b"Ok.\n", headers)
-            out, more = self.engine.execute(params.get("query", "").encode(), body, params)
+            if not self._queries.acquire(timeout=QUEUE_SECONDS):
+                raise RuntimeError(
+                    f"Code: 202. DB::Exception: Too many simultaneous queries. Maximum: {self.max_queries}. "
+                    f"(TOO_MANY_SIMULTANEOUS_QUERIES)"
+                )
+            try:
+                out, more = self.engine.execute(params.get("query", "").encode(), body, params)
+            finally:
+                self._queries.release()
         except Exception as exc:  # chdb's errors carry ClickHouse's own "Code: N. DB::Exception: ... (NAME)"
             return self._error(h, exc, headers)
         headers |= more
