@@ -73,8 +73,9 @@ def assert_replicated(spark, sink, path: str, target: TargetName, version: int |
     columns = spark.read.format("delta").load(path).columns
     expected = delta_rows(spark, path, version, columns)
     actual = clickhouse_rows(sink, target, columns)
-    missing = [r for r in expected if r not in set(actual)]
-    extra = [r for r in actual if r not in set(expected)]
+    expected_set, actual_set = set(expected), set(actual)
+    missing = [r for r in expected if r not in actual_set]
+    extra = [r for r in actual if r not in expected_set]
     assert not missing and not extra and len(expected) == len(actual), (
         f"{target} differs from Delta {path}@{version}: {len(expected)} vs {len(actual)} rows; "
         f"missing {missing[:5]}, extra {extra[:5]}"

@@ -140,7 +140,7 @@ def test_ctrl_c_while_spark_starts_and_while_idle(spark, cli, http_sink, clickho
 def test_ctrl_c_while_reading_and_while_inserting(spark, cli, http_sink, clickhouse_http, database, tmp_path):
     path = str(tmp_path / "big")
     create_table(spark, path, "id BIGINT, v STRING")
-    spark.range(200_000).selectExpr("id", "cast(id * 7 as string) as v").write.format("delta").mode(
+    spark.range(100_000).selectExpr("id", "cast(id * 7 as string) as v").write.format("delta").mode(
         "append"
     ).save(path)
     reading, inserting = TargetName(database, "reading"), TargetName(database, "inserting")
