@@ -5,40 +5,68 @@ imported inside the functions so that `cdc2ch --help` stays fast."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
 from contextlib import contextmanager
 
 import click
+import structlog
 
 from cdc2ch import log as logsetup
 from cdc2ch.config import ProcessOptions, RunConfig, TargetName, parse_duration
 from cdc2ch.errors import Cdc2chError, ConfigError, summarise
 from cdc2ch.options import Invocation, load_config, merge, process_options, resolve
 
+log = structlog.get_logger("cdc2ch")
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
 
 @contextmanager
-def stop_on_signals(stop: threading.Event):
-    """SIGTERM/SIGINT ask the loop to stop after the current batch instead of killing it mid-write."""
+def stop_on_signals():
+    """Yields an event that SIGTERM or SIGINT (Ctrl-C: sent to the whole process group, where the Spark JVM
+    ignores it and PySpark's workers are in a group of their own) set: the work stops after the current
+    batch, exit 0. A second signal means now (KeyboardInterrupt).
+
+    The handler may run between any two bytecodes of the main thread, inside a py4j call or a write to
+    stderr, or while that thread holds the event's lock: it takes no lock and writes nothing but one byte
+    to a pipe. A thread reads it, sets the event and logs the signal."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    read_end, write_end = os.pipe()
+    received: list[int] = []
 
     def handler(signum, frame):
-        if stop.is_set():  # a second signal means "now"
+        if received:
             raise KeyboardInterrupt
-        click.echo(
-            f"cdc2ch: {signal.Signals(signum).name} received, stopping after the current batch", err=True
-        )
-        stop.set()
+        received.append(signum)
+        os.write(write_end, bytes([signum]))
 
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    def announce() -> None:
+        signum = os.read(read_end, 1)[0]
+        if signum:
+            stop.set()
+            name = signal.Signals(signum).name
+            log.warning("signal_received", signal=name, action="stopping after the current batch")
+
+    watcher = threading.Thread(target=announce, name="cdc2ch-signals", daemon=True)
+    watcher.start()
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
     try:
-        yield
+        yield stop
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+        if not received:
+            os.write(write_end, b"\0")  # no signal came: let the watcher end
+        watcher.join(5)
+        os.close(read_end)
+        os.close(write_end)
 
 
 def _configured(invocation: Invocation) -> tuple[list[RunConfig], ProcessOptions]:
@@ -52,27 +80,28 @@ def _start_logging(process: ProcessOptions) -> None:
 
 @contextmanager
 def _target(cfg: RunConfig, retries: int, check_lock: bool):
-    """ClickHouse opened and signals handled: yields (sink, stop event). With `check_lock`, refuses early,
-    before Spark starts, if another runner has the pipeline; the job claims it itself once its inputs are
-    checked, so bad input writes nothing."""
+    """ClickHouse opened: yields the sink. With `check_lock`, refuses early, before Spark starts, if another
+    runner has the pipeline; the job claims it itself once its inputs are checked, so bad input writes
+    nothing."""
     from cdc2ch.clickhouse.dsn import connect
     from cdc2ch.clickhouse.lock import PipelineLock
 
-    stop = threading.Event()
-    with stop_on_signals(stop), connect(cfg.clickhouse_dsn, retries) as sink:
+    with connect(cfg.clickhouse_dsn, retries) as sink:
         if check_lock:
             PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl).check()
-        yield sink, stop
+        yield sink
 
 
 def run(invocation: Invocation) -> None:
     """`cdc2ch run`: replicate the pipelines of the flags or of the --config file."""
     configs, process = _configured(invocation)
+    check_serve(process)
     _start_logging(process)
-    run_pipelines(configs, process)
+    with stop_on_signals() as stop:
+        run_pipelines(configs, process, stop)
 
 
-def run_pipelines(configs: list[RunConfig], process: ProcessOptions) -> None:
+def run_pipelines(configs: list[RunConfig], process: ProcessOptions, stop: threading.Event) -> None:
     """One ClickHouse connection and one Spark session for all pipelines; see runner.Runner. With a config
     file a failing pipeline is one failure among others (`--once` then exits 1 with a summary)."""
     from cdc2ch.metrics import Metrics
@@ -83,11 +112,12 @@ def run_pipelines(configs: list[RunConfig], process: ProcessOptions) -> None:
     first = configs[0]
     metrics = Metrics()
     # A pipeline of a config that another runner holds is one failing pipeline, not a refusal of all.
-    with _target(first, max(c.retries for c in configs), check_lock=not isolate) as (sink, stop):
+    with _target(first, max(c.retries for c in configs), check_lock=not isolate) as sink, _serving(process):
         if process.metrics_port is not None:
             metrics.serve(process.metrics_port)
         try:
-            failed = Runner(configs, session(first.spark), sink, stop, metrics, isolate).run()
+            spark = None if stop.is_set() else session(first.spark)  # stopped already: no Spark needed
+            failed = Runner(configs, spark, sink, stop, metrics, isolate).run()
         finally:
             metrics.close()
     if failed and first.once:  # a service reports failures through status and metrics, and keeps going
@@ -110,6 +140,47 @@ def failure_summary(failed: list, total: int) -> str:
     )
 
 
+def check_serve(process: ProcessOptions) -> None:
+    """Refuse --serve options that cannot work, before anything starts."""
+    from cdc2ch import serve
+
+    if process.serve is None:
+        return
+    if not process.clickhouse_dsn.startswith("chdb:"):
+        raise ConfigError(
+            "--serve shares this process's embedded ClickHouse (--clickhouse chdb:///path); a ClickHouse server "
+            "serves its readers itself: point them at it, or drop --serve."
+        )
+    serve.parse_address(process.serve.address)
+    serve.tls_context(process.serve.tls_cert, process.serve.tls_key)
+
+
+@contextmanager
+def _serving(process: ProcessOptions):
+    """With --serve: the embedded engine over HTTP while the block runs, recorded in the data directory so
+    that `status` and `query` on that directory find it."""
+    from cdc2ch import serve
+    from cdc2ch.clickhouse import embedded
+
+    opts = process.serve
+    if opts is None:
+        yield
+        return
+    path = embedded.data_path(process.clickhouse_dsn)
+    server = serve.serve_engine(
+        str(path), opts.address, opts.user, opts.writable, opts.tls_cert, opts.tls_key
+    )
+    try:
+        embedded.announce_service(path, server.url, opts.tls_cert)
+        log.info("serving", url=server.url, writable=opts.writable, tls=server.tls is not None)
+        if not server.password:
+            log.warning("serving_without_password", url=server.url, hint=f"set {serve.PASSWORD_ENV}")
+        yield
+    finally:
+        embedded.withdraw_service(path)
+        server.stop()
+
+
 def snapshot(invocation: Invocation) -> None:
     """`cdc2ch snapshot`: load one table as of one version."""
     configs, process = _configured(invocation.with_values(once=True))
@@ -119,16 +190,17 @@ def snapshot(invocation: Invocation) -> None:
             f"with --pipeline NAME ({', '.join(c.pipeline for c in configs)})."
         )
     _start_logging(process)
-    load_snapshot(configs[0])
+    with stop_on_signals() as stop:
+        load_snapshot(configs[0], stop)
 
 
-def load_snapshot(cfg: RunConfig) -> None:
+def load_snapshot(cfg: RunConfig, stop: threading.Event) -> None:
     """Load the pipeline's table as of cfg.snapshot_version (default: the latest), resumably."""
     from cdc2ch.snapshot import Snapshotter
     from cdc2ch.source.delta import DeltaSource
     from cdc2ch.source.spark import session
 
-    with _target(cfg, cfg.retries, check_lock=True) as (sink, stop):
+    with _target(cfg, cfg.retries, check_lock=True) as sink:
         Snapshotter(cfg, DeltaSource(session(cfg.spark), cfg.table), sink, stop).run()
 
 
@@ -158,7 +230,7 @@ def status(invocation: Invocation, target: str | None, as_json: bool, max_lag: s
     limit = report.parse_max_lag(max_lag) if max_lag else None
     process = process_options(values)
     _start_logging(process)
-    with connect(process.clickhouse_dsn, create=False) as sink:
+    with connect(process.clickhouse_dsn, create=False, reader=True) as sink:
         rows = report.collect(
             sink,
             lambda: session(process.spark),
@@ -193,7 +265,7 @@ def query(sql: str, fmt: str, clickhouse_dsn: str) -> None:
     from cdc2ch.clickhouse.dsn import connect
 
     statement.output_format(sql, fmt)  # an empty statement is refused before ClickHouse is opened
-    with connect(clickhouse_dsn, retries=1, create=False) as sink:
+    with connect(clickhouse_dsn, retries=1, create=False, reader=True) as sink:
         out = statement.run(sink, sql, fmt)
     if out:
         click.echo(out.decode("utf-8", errors="replace"), nl=not out.endswith(b"\n"))

@@ -19,7 +19,8 @@ def _fail(exc: Cdc2chError) -> None:
 
 
 def handle_errors(fn):
-    """A Cdc2chError ends the command with its message and exit code instead of a traceback."""
+    """A Cdc2chError ends the command with its message and exit code instead of a traceback; so does an
+    interruption (exit 130)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -27,6 +28,9 @@ def handle_errors(fn):
             return fn(*args, **kwargs)
         except Cdc2chError as exc:
             _fail(exc)
+        except KeyboardInterrupt:  # a second SIGTERM/SIGINT while stopping (the first one stops cleanly)
+            click.echo("cdc2ch: interrupted; the range in flight will be replayed by the next run.", err=True)
+            sys.exit(130)
 
     return wrapper
 

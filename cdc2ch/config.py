@@ -188,6 +188,18 @@ class ProcessOptions:
     spark: SparkSettings = field(default_factory=SparkSettings)
     config_path: str | None = None
     metrics_port: int | None = None
+    serve: ServeOptions | None = None
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """`run --serve`: the embedded engine over the ClickHouse HTTP interface (password from the environment)."""
+
+    address: str
+    user: str = "default"
+    writable: bool = False
+    tls_cert: str | None = None
+    tls_key: str | None = None
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

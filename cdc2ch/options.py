@@ -23,6 +23,7 @@ from cdc2ch.config import (
     ConfigFile,
     ProcessOptions,
     RunConfig,
+    ServeOptions,
     SparkSettings,
     TargetName,
     default_dsn,
@@ -178,6 +179,20 @@ CATALOGUE: tuple[Option, ...] = (
     Option("metrics-port", RUN, PROCESS, type=click.IntRange(0, 65535),
            help="Serve Prometheus metrics on this port (path /metrics): rows, batches, bytes, batch "
            "seconds, versions and seconds behind, errors by kind, last success, per pipeline."),
+    Option("serve", RUN, PROCESS, metavar="HOST:PORT",
+           help="Serve the embedded ClickHouse over the ClickHouse HTTP interface while replicating, read-only "
+           "unless --serve-writable, so that `cdc2ch status/query` (which find it by themselves), "
+           "clickhouse-client, Grafana or clickhouse-connect can read the directory this process holds. "
+           "127.0.0.1:8123 for this host only. Password from CDC2CH_SERVE_PASSWORD."),
+    Option("serve-user", RUN, PROCESS, default="default", show_default=True,
+           help="The user name --serve accepts (with the password from CDC2CH_SERVE_PASSWORD)."),
+    Option("serve-writable", RUN, PROCESS, flag=True,
+           help="Let --serve clients write (INSERT, DDL, SET) too; by default every statement runs with "
+           "ClickHouse's readonly=1."),
+    Option("serve-tls-cert", RUN, PROCESS, type=click.Path(dir_okay=False), metavar="PEM",
+           help="Serve HTTPS with this certificate (chain) and --serve-tls-key."),
+    Option("serve-tls-key", RUN, PROCESS, type=click.Path(dir_okay=False), metavar="PEM",
+           help="The private key of --serve-tls-cert."),
     Option("table", PIPELINES, TABLE,
            help="The Delta table: a local path or a URI (s3a://, abfss://, gs://...). Required unless a "
            "--config file names the tables."),
@@ -325,6 +340,15 @@ def process_options(values: Mapping[str, Any]) -> ProcessOptions:
         spark=_spark(values),
         config_path=values.get("config_path"),
         metrics_port=values.get("metrics_port"),
+        serve=ServeOptions(
+            values["serve"],
+            values.get("serve_user") or "default",
+            bool(values.get("serve_writable")),
+            values.get("serve_tls_cert"),
+            values.get("serve_tls_key"),
+        )
+        if values.get("serve")
+        else None,
     )
 
 

@@ -95,6 +95,8 @@ class Runner:
             for slot in self.slots:
                 if slot.job is not None:
                     slot.job.close()
+                elif self.stop.is_set() and slot.error is None:  # stopped before it started
+                    log.info("stopped", pipeline=slot.cfg.pipeline, started=False)
         return [s for s in self.slots if s.error is not None]
 
     def _pause(self) -> float:

@@ -73,8 +73,9 @@ def assert_replicated(spark, sink, path: str, target: TargetName, version: int |
     columns = spark.read.format("delta").load(path).columns
     expected = delta_rows(spark, path, version, columns)
     actual = clickhouse_rows(sink, target, columns)
-    missing = [r for r in expected if r not in set(actual)]
-    extra = [r for r in actual if r not in set(expected)]
+    expected_set, actual_set = set(expected), set(actual)
+    missing = [r for r in expected if r not in actual_set]
+    extra = [r for r in actual if r not in expected_set]
     assert not missing and not extra and len(expected) == len(actual), (
         f"{target} differs from Delta {path}@{version}: {len(expected)} vs {len(actual)} rows; "
         f"missing {missing[:5]}, extra {extra[:5]}"
@@ -114,7 +115,8 @@ class SinkTap:
 class Proc:
     """A real `cdc2ch` process (own interpreter, own Spark), its output collected as it comes."""
 
-    def __init__(self, *args: str, env: dict | None = None, cwd: str | None = None):
+    def __init__(self, *args: str, env: dict | None = None, cwd: str | None = None, group: bool = False):
+        """`group`: in a process group of its own (with its JVM), for `interrupt` to signal as Ctrl-C does."""
         import os
         import subprocess
         import sys
@@ -130,6 +132,7 @@ class Proc:
             text=True,
             env={**os.environ, **(env or {})},
             cwd=cwd,
+            start_new_session=group,
         )
         self.pid = self.proc.pid
         self.stderr_lines: list[str] = []
@@ -186,6 +189,14 @@ class Proc:
         import os
 
         os.kill(self.pid, sig)
+
+    def interrupt(self) -> None:
+        """SIGINT to the whole process group, as a terminal's Ctrl-C (needs `group=True`)."""
+        import os
+        import signal
+
+        assert os.getpgid(self.pid) == self.pid, "started without group=True: would signal the tests"
+        os.killpg(self.pid, signal.SIGINT)
 
     def wait(self, timeout: float = 600) -> int:
         code = self.proc.wait(timeout)

@@ -14,11 +14,12 @@ EMBEDDED_SCHEMES = ("chdb:",)
 SERVER_SCHEMES = ("http://", "https://", "clickhouse://", "clickhouses://")
 
 
-def connect(dsn: str, retries: int = 5, create: bool = True) -> Sink:
+def connect(dsn: str, retries: int = 5, create: bool = True, reader: bool = False) -> Sink:
     """Open the target named by a DSN: chdb:///path (embedded) or http(s)://user@host:port/db (server).
-    `create` False: an embedded database must exist already (for commands that only read)."""
+    `create` False: an embedded database must exist already (for commands that work on one). A `reader`
+    (status, query) of an embedded directory held by a `cdc2ch run --serve` goes through that service."""
     if dsn.startswith(EMBEDDED_SCHEMES):
-        return embedded.connect(dsn, retries, create)
+        return embedded.connect(dsn, retries, create, via_service=reader)
     if dsn.startswith(SERVER_SCHEMES):
         return server.connect(dsn, retries)
     raise SinkError(

@@ -15,7 +15,7 @@ from pathlib import Path
 import clickhouse_connect
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from cdc2ch.clickhouse import codes
+from cdc2ch.clickhouse import codes, server
 from cdc2ch.clickhouse.lock import LockedError, command_name
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import default_data_dir
@@ -35,9 +35,11 @@ def data_path(dsn: str) -> Path:
     return Path(raw).expanduser().resolve()
 
 
-def connect(dsn: str, retries: int, create: bool = True) -> Sink:
+def connect(dsn: str, retries: int, create: bool = True, via_service: bool = False) -> Sink:
     """Open the engine on the DSN's directory. With `create` False (commands that work on an existing
-    database: status, query, compact) a directory holding none is an error, never a new database."""
+    database: status, query, compact) a directory holding none is an error, never a new database.
+    `via_service`: for readers (status, query); when another process holds the directory and serves it
+    (`cdc2ch run --serve`), connect to that service instead."""
     path = data_path(dsn)
     if not create and not _may_hold_database(path):
         raise SinkError(
@@ -55,11 +57,19 @@ def connect(dsn: str, retries: int, create: bool = True) -> Sink:
             client = clickhouse_connect.get_client(dsn=f"chdb://{path}")
     except ClickHouseError as exc:
         if _held_by_another_process(path):
+            service = _service(path)
+            if service and via_service:
+                return server.connect(service["url"], retries, served=True, ca_cert=service.get("tls_cert"))
+            served = (
+                f" It serves the database at {service['url']}: readers can use --clickhouse {service['url']}."
+                if service
+                else " To read while it runs, start it with --serve 127.0.0.1:8123."
+            )
             raise LockedError(
                 f"The embedded ClickHouse database at {path} is in use by {_holder(path)} (only one process "
                 f"can open it at a time). Wait for it to finish or stop it, or point this one at another "
                 f"directory with --clickhouse chdb:///other/path. For several pipelines on one embedded "
-                f"database, run them from one process, or use a ClickHouse server."
+                f"database, run them from one process, or use a ClickHouse server.{served}"
             ) from exc
         if _open_elsewhere_in_this_process(exc):
             raise SinkError(
@@ -157,6 +167,40 @@ def _write_holder(path: Path) -> None:
         (path / HOLDER_FILE).write_text(json.dumps(info))
     except OSError:
         pass
+
+
+def announce_service(path: Path, url: str, tls_cert: str | None) -> None:
+    """Record in the holder file that this process serves the directory at `url` (user in it, never the
+    password), for readers refused by the engine's lock."""
+    _update_holder(
+        path, serve={"url": url, **({"tls_cert": str(Path(tls_cert).resolve())} if tls_cert else {})}
+    )
+
+
+def withdraw_service(path: Path) -> None:
+    _update_holder(path, serve=None)
+
+
+def _update_holder(path: Path, **changes) -> None:
+    try:
+        info = json.loads((path / HOLDER_FILE).read_text())
+        if info.get("pid") != os.getpid():
+            return  # not ours (any more)
+        info = {k: v for k, v in {**info, **changes}.items() if v is not None}
+        tmp = path / f".{HOLDER_FILE}.{os.getpid()}"
+        tmp.write_text(json.dumps(info))
+        tmp.replace(path / HOLDER_FILE)
+    except (OSError, ValueError):
+        pass
+
+
+def _service(path: Path) -> dict | None:
+    """The service the holder of the directory announced, if any."""
+    try:
+        serve = json.loads((path / HOLDER_FILE).read_text()).get("serve")
+        return serve if isinstance(serve, dict) and serve.get("url") else None
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _holder(path: Path) -> str:

@@ -20,6 +20,7 @@ from cdc2ch.errors import ConfigError, SinkError, one_line, summarise
 
 PASSWORD_ENV = "CDC2CH_CLICKHOUSE_PASSWORD"
 PASSWORD_FILE_ENV = "CDC2CH_CLICKHOUSE_PASSWORD_FILE"
+SERVE_PASSWORD_ENV = "CDC2CH_SERVE_PASSWORD"  # `run --serve`'s password, also what its readers send
 
 
 def redact(dsn: str) -> str:
@@ -64,8 +65,11 @@ def _timeouts(query: str, display: str) -> dict[str, float]:
     return out
 
 
-def connect(dsn: str, retries: int) -> Sink:
+def connect(dsn: str, retries: int, served: bool = False, ca_cert: str | None = None) -> Sink:
+    """`served`: the ClickHouse HTTP interface of a `cdc2ch run --serve` (password from
+    CDC2CH_SERVE_PASSWORD; `ca_cert` its TLS certificate, trusted besides the system's)."""
     parts = urlsplit(dsn)
+    where = SERVE_PASSWORD_ENV if served else f"{PASSWORD_ENV} (or {PASSWORD_FILE_ENV})"
     if parts.password is not None:
         raise ConfigError(
             f"The ClickHouse DSN {redact(dsn)} contains a password. Remove it from the DSN and put it in the "
@@ -86,13 +90,14 @@ def connect(dsn: str, retries: int) -> Sink:
         host=parts.hostname,
         port=port,
         username=unquote(parts.username or "default"),
-        password=password(),
+        password=os.environ.get(SERVE_PASSWORD_ENV, "") if served else password(),
         database=unquote(parts.path.strip("/")) or "default",
         secure=secure,
         compress="lz4",
         # No server session: cdc2ch needs none, and without one calls from two threads never collide.
         autogenerate_session_id=False,
         **timeouts,
+        **({"ca_cert": ca_cert} if ca_cert else {}),
     )
 
     # A server that is restarting or briefly unreachable gets the same bounded backoff as any call.
@@ -103,7 +108,7 @@ def connect(dsn: str, retries: int) -> Sink:
         if code in codes.CREDENTIALS_REJECTED:
             raise SinkError(
                 f"ClickHouse at {display} rejected the credentials for user {parts.username or 'default'!r}. "
-                f"Check the user in the DSN and the password in {PASSWORD_ENV} (or {PASSWORD_FILE_ENV}).",
+                f"Check the user in the DSN and the password in {where}.",
                 code=code,
             ) from exc
         text = one_line(str(exc))

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from importlib import metadata
 from pathlib import Path
 
@@ -145,14 +146,44 @@ def _fetch_with_maven(tmp: Path) -> list[Path]:
     return sorted((tmp / "jars").glob("*.jar"))
 
 
+_started = None  # the session this module built, for later calls from any thread
+
+
 def session(settings: SparkSettings | None = None):
-    """The Spark session: reused when one is already running (tests, several pipelines, spark-submit)."""
+    """The Spark session: reused when one is already running (tests, several pipelines, spark-submit).
+
+    A new one is built on a helper thread: PySpark's SparkContext, created on the main thread, replaces the
+    process's SIGINT handler with its own (cancel all jobs, raise KeyboardInterrupt), which would turn
+    Ctrl-C into a py4j failure mid-read; cdc2ch's handler (stop after the current batch) stays in charge.
+    """
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    settings = settings or SparkSettings()
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    if _started is not None and SparkContext._active_spark_context is _started.sparkContext:
+        return _started  # built on the helper thread: not the active session of this one
+    outcome: dict = {}
+
+    def build() -> None:
+        try:
+            outcome["spark"] = _build(settings or SparkSettings())
+        except BaseException as exc:  # handed to the caller's thread
+            outcome["error"] = exc
+
+    helper = threading.Thread(target=build, name="cdc2ch-spark-start", daemon=True)
+    helper.start()
+    helper.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["spark"]
+
+
+def _build(settings: SparkSettings):
+    global _started
+    from pyspark.sql import SparkSession
+
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit already set master and jars
     master = settings.master or (None if under_submit else "local[*]")
     conf = dict(DELTA_CONF)
@@ -170,6 +201,8 @@ def session(settings: SparkSettings | None = None):
     if not under_submit and "spark.jars.packages" not in user and "spark.jars" not in user:
         conf["spark.jars"] = ",".join(delta_jars())
     conf.update(user)
+    if not under_submit:
+        _launch_jvm(conf, master)
     builder = SparkSession.builder.appName("cdc2ch")
     if master:
         builder = builder.master(master)
@@ -177,7 +210,40 @@ def session(settings: SparkSettings | None = None):
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("CDC2CH_SPARK_LOG_LEVEL", "ERROR"))
+    _started = spark
     return spark
+
+
+def _launch_jvm(conf: dict[str, str], master: str | None) -> None:
+    """Start the JVM as PySpark would (same spark-submit command and settings), but with its stdout and
+    stderr read by cdc2ch: each line goes on as a log line (JSON with --log-format json), so what the JVM
+    prints before its logging is set up (`WARNING: Using incubator modules`, ...) cannot break JSON logs."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:
+            return
+        spark_conf = SparkConf().setAll(list(conf.items())).setAppName("cdc2ch")
+        if master:
+            spark_conf.setMaster(master)
+        gateway = launch_gateway(spark_conf, {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT})
+        SparkContext._gateway, SparkContext._jvm = gateway, gateway.jvm
+    threading.Thread(
+        target=_relay, args=(gateway.proc.stdout,), name="cdc2ch-jvm-output", daemon=True
+    ).start()
+
+
+def _relay(stream) -> None:
+    """Pass on the JVM's output line by line until it exits (never stop reading: a full pipe blocks it)."""
+    from cdc2ch.log import relay
+
+    level = None
+    for raw in iter(stream.readline, b""):
+        try:
+            level = relay("spark", raw.decode("utf-8", "replace").rstrip("\r\n"), level)
+        except Exception:  # a line that cannot be shown must not stop the JVM
+            pass
 
 
 if __name__ == "__main__":

@@ -144,6 +144,11 @@ def test_config_file_keys_by_section():
         "metrics-port",
         "once",
         "poll-interval",
+        "serve",
+        "serve-user",
+        "serve-writable",
+        "serve-tls-cert",
+        "serve-tls-key",
     }
     assert ENTRY_KEYS == (FILE_KEYS - process) | {"name"}
     table = [o.name for o in CATALOGUE if o.scope == TABLE]
@@ -356,7 +361,7 @@ def test_run_once_sums_up_the_failed_pipelines(monkeypatch):
 
     def target(cfg, retries, check_lock):
         calls["check_lock"] = check_lock
-        return nullcontext((object(), threading.Event()))
+        return nullcontext(object())
 
     fakes = {
         "cdc2ch.runner": {"Runner": Runner},
@@ -371,7 +376,7 @@ def test_run_once_sums_up_the_failed_pipelines(monkeypatch):
     configs, process = _resolve(["--table", "/a", "--primary-key", "id", "--once"])
     configs = [configs[0], replace(configs[0], table="/b", pipeline="b")]
     with pytest.raises(Cdc2chError) as err:
-        app.run_pipelines(configs, replace(process, config_path="cdc2ch.toml"))
+        app.run_pipelines(configs, replace(process, config_path="cdc2ch.toml"), threading.Event())
     assert str(err.value) == (
         "1 of 2 pipelines failed, the others replicated: b (source): The table is gone. `cdc2ch status` shows "
         "each pipeline's whole last error; fix the cause and run again."
