@@ -49,7 +49,7 @@ def connect(dsn: str, retries: int, via_service: bool = False) -> Sink:
             served = (
                 f" It serves the database at {service['url']}: readers can use --clickhouse {service['url']}."
                 if service
-                else " To read while it runs, start it with --serve 127.0.0.1:8123."
+                else " (A `cdc2ch run` started with --serve HOST:PORT lets status, query and others read meanwhile.)"
             )
             raise SinkError(
                 f"The embedded ClickHouse database at {path} is in use by {_holder(path)} (only one process "
