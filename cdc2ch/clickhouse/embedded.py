@@ -63,7 +63,7 @@ def connect(dsn: str, retries: int, create: bool = True, via_service: bool = Fal
             served = (
                 f" It serves the database at {service['url']}: readers can use --clickhouse {service['url']}."
                 if service
-                else " To read while it runs, start it with --serve 127.0.0.1:8123."
+                else " (A `cdc2ch run` started with --serve HOST:PORT lets status, query and others read meanwhile.)"
             )
             raise LockedError(
                 f"The embedded ClickHouse database at {path} is in use by {_holder(path)} (only one process "
