@@ -43,13 +43,15 @@ def test_python_names_a_missing_table_and_a_directory_without_a_log(tmp_path):
         python_log(str(tmp_path / "plain"))
 
 
-def test_storage_python_cannot_reach_falls_back_to_spark(capsys):
+def test_storage_python_cannot_reach_falls_back_to_spark():
+    from structlog.testing import capture_logs
+
     class NoSpark(Exception):
         pass
 
     def spark_factory():
         raise NoSpark
 
-    with pytest.raises(NoSpark):  # the Spark path was taken
+    with capture_logs() as logs, pytest.raises(NoSpark):  # the Spark path was taken
         table_log("hdfs://namenode:8020/lake/t", spark_factory)
-    assert "status_reads_log_with_spark" in capsys.readouterr().out
+    assert [e["event"] for e in logs] == ["status_reads_log_with_spark"] and "hdfs" in logs[0]["reason"]
