@@ -8,13 +8,13 @@ import sys
 import click
 from click.core import ParameterSource
 
-from cdc2ch import __version__, app
+from cdc2ch import __version__, app, log
 from cdc2ch.errors import Cdc2chError
 from cdc2ch.options import Invocation, click_options
 
 
 def _fail(exc: Cdc2chError) -> None:
-    click.echo(f"cdc2ch: error: {exc}", err=True)
+    click.echo(log.final(str(exc), exc.exit_code), err=True)
     sys.exit(exc.exit_code)
 
 
@@ -29,7 +29,8 @@ def handle_errors(fn):
         except Cdc2chError as exc:
             _fail(exc)
         except KeyboardInterrupt:  # a second SIGTERM/SIGINT while stopping (the first one stops cleanly)
-            click.echo("cdc2ch: interrupted; the range in flight will be replayed by the next run.", err=True)
+            message = "the range in flight will be replayed by the next run."
+            click.echo(log.final(message, 130, kind="interrupted"), err=True)
             sys.exit(130)
 
     return wrapper

@@ -5,9 +5,11 @@ that with --log-format json every line on stderr is JSON."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import sys
+from datetime import datetime, timezone
 
 import structlog
 
@@ -72,3 +74,13 @@ def relay(source: str, line: str, previous: str | None = None) -> str | None:
     fields = {"logger": m.group(2), "message": m.group(3)} if m else {"message": line}
     getattr(structlog.get_logger(f"cdc2ch.{source}"), level)(f"{source}_output", **fields)
     return level
+
+
+def final(message: str, exit_code: int, kind: str = "error") -> str:
+    """cdc2ch's last line before it exits non-zero: `cdc2ch: error: …` on the console, an `error` event with
+    the whole message (and the exit code) with --log-format json, so that every line stays parseable."""
+    if _format != "json":
+        return f"cdc2ch: {kind}: {message}"
+    now = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+    event = {"event": kind, "message": message, "exit_code": exit_code, "level": "error", "timestamp": now}
+    return json.dumps(event, ensure_ascii=False)

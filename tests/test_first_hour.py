@@ -47,7 +47,13 @@ def test_a_second_process_on_an_embedded_directory_exits_75_with_one_clear_parag
             assert f"pid {holder.pid}" in err
             # Only cdc2ch's paragraph: not the engine's own `Code: 76. DB::Exception: Cannot lock file`.
             assert "DB::Exception" not in err and "Cannot lock file" not in err
-            assert len(_lines(err)) == 1 and err.startswith("cdc2ch: error: "), err
+            assert len(_lines(err)) == 1, err
+            if args[0] == "query":
+                assert err.startswith("cdc2ch: error: "), err
+            else:  # --log-format json: the same paragraph as one JSON event, so every line parses
+                event = json.loads(err)
+                assert event["event"] == "error" and event["exit_code"] == 75, event
+                assert event["message"].startswith("The embedded ClickHouse database at "), event
     finally:
         holder.kill()
         holder.wait()
