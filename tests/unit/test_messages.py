@@ -108,3 +108,18 @@ def test_the_status_table_shows_an_error_summarised_at_a_word():
     cell = render_table([row]).splitlines()[1].split("  ")[-1].strip()
     assert len(cell) <= ERROR_CHARS_IN_TABLE and cell.endswith(ELLIPSIS)
     assert_whole_words(cell, row["error"])
+
+
+def test_the_final_error_line_is_json_under_log_format_json():
+    from cdc2ch import log
+
+    message = 'Table "x" — refused.\nRun `cdc2ch snapshot`.'
+    try:
+        log.configure("json")
+        event = json.loads(log.final(message, 2))
+        assert event["event"] == "error" and event["message"] == message and event["exit_code"] == 2
+        assert json.loads(log.final("stopping", 130, kind="interrupted"))["event"] == "interrupted"
+        log.configure("console")
+        assert log.final(message, 2) == f"cdc2ch: error: {message}"
+    finally:
+        log.configure("console")
