@@ -145,11 +145,12 @@ def choose_writer(reader: str, wanted: str, remote_target: bool, local_master: b
     return wanted
 
 
-# Reader features (Delta protocol names) ClickHouse's own Delta reader (delta-kernel-rs, as in chdb 26.9) reads.
-# Log-level features need no refusal: v2 checkpoints (with sidecars), classic multi-part checkpoints, log
-# compaction files, in-commit timestamps (its _commit_timestamp is the in-commit timestamp) and a log whose
-# early commits were removed were each replicated by `--reader clickhouse` equal to Delta
-# (tests/test_table_history.py). Any other reader feature is refused before anything is written.
+# Reader features (Delta protocol names) that ClickHouse's Delta reader (delta-kernel-rs, in chdb 26.9) reads;
+# a table with any other reader feature is refused. Data features in this list that it reads wrongly get a
+# rule of their own in unsupported_by_clickhouse_reader. Log features need none: v2 checkpoints with sidecars,
+# classic multi-part checkpoints, log compaction files, in-commit timestamps (its _commit_timestamp is the
+# in-commit timestamp) and early commits removed after a checkpoint each replicate equal to Delta
+# (tests/test_table_history.py).
 CLICKHOUSE_READER_FEATURES = frozenset(
     {
         "v2Checkpoint",

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from cdc2ch.config import TargetName
+from cdc2ch.source.delta import DeltaSource
 from cdc2ch.source.log import python_log
 from tests.helpers import assert_replicated, committed_version
 
@@ -165,6 +166,7 @@ def test_v2_checkpoints_sidecars_and_log_compaction(spark, sink, cli, database, 
 
     log = python_log(path)
     assert log.versions() == [0, 1, 2, 3] and log.latest().version == 3
+    assert DeltaSource(spark, path).protocol()["readerFeatures"] == ["v2Checkpoint"]  # read by ClickHouse too
     for reader in ("spark", "clickhouse"):
         target = TargetName(database, reader)
         cli.replicate("run", path, target, "--once", "--reader", reader)
