@@ -87,6 +87,9 @@ class Replicator:
         writer = plan.choose_writer(cfg.reader, cfg.writer, self.ports.remote_target, self.ports.local_master)
         if writer == "clickhouse":
             pushdown.lake_function(uri)  # refuses a URI ClickHouse cannot read, before any write
+            unsupported = plan.unsupported_by_clickhouse_reader(source.protocol(), source.properties())
+            if unsupported:
+                raise plan.clickhouse_reader_refusal(unsupported, uri)
         return Inputs(start, stored, latest, writer)
 
     def initial_state(self, inputs: Inputs) -> PipelineState:

@@ -6,7 +6,7 @@ Nothing here reads or writes anything; the loop (pipeline.py) gathers the facts 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from cdc2ch.errors import ConfigError, SourceError, StateError, summarise
 from cdc2ch.offset import PipelineState
@@ -143,6 +143,45 @@ def choose_writer(reader: str, wanted: str, remote_target: bool, local_master: b
     if wanted == "auto":
         return "executors" if remote_target and not local_master else "driver"
     return wanted
+
+
+# Reader features (Delta protocol names) that ClickHouse's Delta reader (delta-kernel-rs, in chdb 26.9) reads;
+# a table with any other reader feature is refused. Data features in this list that it reads wrongly get a
+# rule of their own in unsupported_by_clickhouse_reader. Log features need none: v2 checkpoints with sidecars,
+# classic multi-part checkpoints, log compaction files, in-commit timestamps (its _commit_timestamp is the
+# in-commit timestamp) and early commits removed after a checkpoint each replicate equal to Delta
+# (tests/test_table_history.py).
+CLICKHOUSE_READER_FEATURES = frozenset(
+    {
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+        "timestampNtz",
+        "deletionVectors",
+        "columnMapping",
+        "typeWidening",
+        "typeWidening-preview",
+        "variantType",
+        "variantType-preview",
+    }
+)
+
+
+def unsupported_by_clickhouse_reader(protocol: Mapping, properties: Mapping[str, str]) -> list[str]:
+    """The table features of a table (its `protocol` action: minReaderVersion, readerFeatures; its table
+    `properties`) that `--reader clickhouse` cannot replicate, by name; empty when it can. Pure: the caller
+    reads the latest version's protocol and properties."""
+    found = [f for f in protocol.get("readerFeatures") or () if f not in CLICKHOUSE_READER_FEATURES]
+    return sorted(set(found))
+
+
+def clickhouse_reader_refusal(features: Collection[str], uri: str) -> ConfigError:
+    """The refusal of `--reader clickhouse` for a table with `features` (unsupported_by_clickhouse_reader)."""
+    names = ", ".join(sorted(features))
+    return ConfigError(
+        f"--reader clickhouse cannot replicate {uri}: ClickHouse's own Delta reader does not support its table "
+        f"feature{'s' if len(features) > 1 else ''} {names}, so nothing was written. Use --reader spark (the "
+        f"default), which reads every feature Delta Lake for Spark reads."
+    )
 
 
 def describe(commit: Commit) -> str:

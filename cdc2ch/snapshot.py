@@ -69,6 +69,12 @@ class Snapshotter:
                 f"Version {version} of {self.source.uri} is no longer in the Delta log (log retention). "
                 f"Snapshot a later version, e.g. the latest ({latest})."
             )
+        if cfg.reader == "clickhouse":
+            unsupported = plan.unsupported_by_clickhouse_reader(
+                self.source.protocol(), self.source.properties()
+            )
+            if unsupported:
+                raise plan.clickhouse_reader_refusal(unsupported, self.source.uri)
         stored = self.store.load(cfg.pipeline)
         if stored is None:
             plan.check_owner(cfg.pipeline, str(cfg.target), self.store.load_all())

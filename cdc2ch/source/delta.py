@@ -38,6 +38,12 @@ def normalize_uri(table: str) -> str:
 CDF_SCHEMA_CONF = {
     "spark.databricks.delta.changeDataFeed.allowTimeTravelOptionsForSchema": "true",
     "spark.databricks.delta.changeDataFeed.defaultSchemaModeForColumnMappingTable": "legacy",
+    # Delta refuses to read a version committed longer ago than delta.deletedFileRetentionDuration (CDF
+    # reads plan their start version as a time travel), although its change files may well still be there:
+    # a table whose commits are all older than that period could not be replicated at all. cdc2ch reads
+    # only change and data files: where VACUUM removed them the read fails with file-not-found, which
+    # `translate` turns into "resync with `cdc2ch snapshot`", so nothing is read wrong without the check.
+    "spark.databricks.delta.vacuum.enforceTimeTravelWithinDeletedFileRetentionDuration": "false",
 }
 
 _MISSING_CDF = re.compile(r"change data was not recorded for version \[?(\d+)\]?", re.I)
@@ -169,18 +175,34 @@ class DeltaSource:
         """The table properties of the latest version. Asks Delta's own log object (reads the checksum file
         or the log); DESCRIBE DETAIL would also size every file, 10 s on a cold JVM."""
         self._delta_table()
-        jvm = self.spark._jvm
         try:
-            log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, self.uri)
-            conf = (
-                log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
-                .metadata()
-                .configuration()
-            )
-            return dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(conf))
+            conf = self._jvm_snapshot().metadata().configuration()
+            return dict(self.spark._jvm.scala.jdk.javaapi.CollectionConverters.asJava(conf))
         except Exception:  # another Delta release with another internal signature: the documented way
             detail = self._delta_table().detail().select("properties").collect()[0]
             return dict(detail["properties"] or {})
+
+    def protocol(self) -> dict:
+        """The protocol of the latest version: minReaderVersion, minWriterVersion, readerFeatures (a list, or
+        None before table features). DESCRIBE DETAIL's lists mix reader and writer features."""
+        self._delta_table()
+        try:
+            proto = self._jvm_snapshot().protocol()
+            names = proto.readerFeatureNames()  # empty for tables without reader features
+            listed = sorted(self.spark._jvm.scala.jdk.javaapi.CollectionConverters.asJava(names))
+            return {
+                "minReaderVersion": proto.minReaderVersion(),
+                "minWriterVersion": proto.minWriterVersion(),
+                "readerFeatures": listed or None,
+            }
+        except Exception as exc:
+            raise self.translate(exc, "the table protocol", None, None) from exc
+
+    def _jvm_snapshot(self):
+        """Delta's own snapshot of the latest version (reads the checksum file or the log)."""
+        jvm = self.spark._jvm
+        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, self.uri)
+        return log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
 
     # -- data -------------------------------------------------------------------------------------
     def changes(self, start: int, end: int) -> "SparkChanges":

@@ -43,6 +43,7 @@ class FakeTable:
         self.versions: list[dict] = []  # {"commit", "changes", "schema", "rows"}
         self.rows: dict = {}
         self.first_retained = 0  # versions before it were removed from the log
+        self.protocol = {"minReaderVersion": 1, "minWriterVersion": 4, "readerFeatures": None}
         self.commit(operation="CREATE TABLE", metadata=True)
 
     @property
@@ -115,6 +116,12 @@ class FakeSource:
 
     def cdf_enabled_since(self) -> int:
         return 0
+
+    def protocol(self) -> dict:
+        return dict(self.table.protocol)
+
+    def properties(self) -> dict[str, str]:
+        return {"delta.enableChangeDataFeed": str(self.table.cdf).lower()}
 
     def schema_at(self, version: int) -> dict:
         return spark_schema(self.table.versions[version]["schema"])

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from structlog.testing import capture_logs
 
-from cdc2ch.errors import SourceError, StateError
+from cdc2ch import plan
+from cdc2ch.errors import ConfigError, SourceError, StateError
 from tests.unit.fakes import Crash, FakeTable, Harness
 
 pytestmark = pytest.mark.unit
@@ -67,3 +68,24 @@ def test_a_new_pipeline_checks_only_its_first_range_and_writes_it_once():
     assert h.writer.checked == [(0, 0)] and h.lock.acquired == 1
     rows = len(h.db.tables["db.t"]["rows"])
     assert rows == sum(len(v["changes"]) for v in h.table.versions)  # nothing written twice
+
+
+def test_clickhouse_reader_refuses_a_table_feature_it_cannot_read_before_writing():
+    t = history()
+    # A reader feature ClickHouse's Delta reader does not know (a catalog-managed table).
+    t.protocol = {
+        "minReaderVersion": 3,
+        "minWriterVersion": 7,
+        "readerFeatures": ["catalogManaged", "v2Checkpoint"],
+    }
+    h = Harness(t)
+    with pytest.raises(ConfigError) as err:
+        h.run(reader="clickhouse")
+    message = str(err.value)
+    assert "feature catalogManaged" in message and "v2Checkpoint" not in message
+    assert "--reader spark" in message and "/lake/t" in message
+    assert h.db.tables == {} and h.store.states == {} and h.lock.acquired == 0 and h.source.reads == []
+    # The features ClickHouse's reader does read pass; --reader spark replicates any.
+    assert plan.unsupported_by_clickhouse_reader({"readerFeatures": ["v2Checkpoint"]}, {}) == []
+    assert plan.unsupported_by_clickhouse_reader({"minReaderVersion": 1}, {}) == []
+    assert h.run().committed_version == t.latest and h.final() == h.expected()
