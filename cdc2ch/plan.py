@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection
 
+from cdc2ch import schema
 from cdc2ch.errors import ConfigError, SourceError, StateError, summarise
 from cdc2ch.offset import PipelineState
 from cdc2ch.source.log import Commit
@@ -143,6 +144,35 @@ def choose_writer(reader: str, wanted: str, remote_target: bool, local_master: b
     if wanted == "auto":
         return "executors" if remote_target and not local_master else "driver"
     return wanted
+
+
+def unsupported_by_clickhouse_reader(protocol: dict, properties: dict, schema_json: dict) -> list[str]:
+    """The features of a Delta table that `--reader clickhouse` cannot read correctly, in user words (empty:
+    it reads the table). `protocol`: minReaderVersion, minWriterVersion, readerFeatures, writerFeatures;
+    `properties`: the table properties; `schema_json`: the Spark JSON schema.
+
+    Measured with chdb 26.9 (delta-kernel-rs), table data and change data feed alike: deletion vectors,
+    column mapping (name and id), type widening, row tracking, liquid clustering and TIMESTAMP_NTZ are read
+    right (tests/test_table_features.py pins each); a VARIANT column is refused ("Unsupported Variant data
+    type"), at any depth."""
+    found = []
+    variants = [
+        f["name"] for f in schema.user_fields(schema_json) if schema.contains_type(f["type"], "variant")
+    ]
+    if variants:
+        found.append(f"VARIANT columns ({', '.join(variants)})")
+    return found
+
+
+def clickhouse_reader_error(
+    uri: str, features: list[str], outcome: str = "nothing was written"
+) -> ConfigError:
+    """The refusal of --reader clickhouse for a table with `features` (unsupported_by_clickhouse_reader)."""
+    return ConfigError(
+        f"{uri} uses {' and '.join(features)}, which ClickHouse's Delta reader (--reader clickhouse) cannot "
+        f"read, so {outcome}. Replicate this table with --reader spark (the default), which reads every "
+        f"table feature Spark reads."
+    )
 
 
 def describe(commit: Commit) -> str:

@@ -116,6 +116,12 @@ class FakeSource:
     def cdf_enabled_since(self) -> int:
         return 0
 
+    def properties(self) -> dict[str, str]:
+        return {"delta.enableChangeDataFeed": str(self.table.cdf).lower()}
+
+    def protocol(self) -> dict:
+        return {"minReaderVersion": 1, "minWriterVersion": 4, "readerFeatures": [], "writerFeatures": []}
+
     def schema_at(self, version: int) -> dict:
         return spark_schema(self.table.versions[version]["schema"])
 
