@@ -294,7 +294,7 @@ def _variant_table(spark, path):
     )
 
 
-def _assert_variants(spark, sink, path, target):
+def _assert_variants(spark, sink, path, target, updated_1=False):
     """The ClickHouse String holds each value's JSON text: equal to Delta's, as text and as JSON values
     (decimals exact), nested ones included."""
     want = {
@@ -323,6 +323,8 @@ def _assert_variants(spark, sink, path, target):
 
     expected = {i: value(j) for i, j in VARIANTS if i != 4}
     expected[2] = {"updated": [1, {"z": None}]}
+    if updated_1:
+        expected[1] = {"after": "snapshot"}
     assert {i: value(j) for i, (j, *_) in got.items()} == expected
     assert got[5][0] == "null" and got[6][0] is None  # a JSON null is not a missing value
     assert got[3][0] == "12345678901234567890.5" and got[2][1] == ['{"k":2}', '"s"']
@@ -342,7 +344,7 @@ def test_variant_as_json_text(spark, sink, cli, database, tmp_path):
         _assert_variants(spark, sink, path, f"{database}.var_{command}")
     _sql(spark, f"""UPDATE delta.`{path}` SET j = parse_json('{{"after": "snapshot"}}') WHERE id = 1""")
     cli.replicate("run", path, TargetName(database, "var_snapshot"), "--once")
-    _assert_variants(spark, sink, path, f"{database}.var_snapshot")
+    _assert_variants(spark, sink, path, f"{database}.var_snapshot", updated_1=True)
 
     for command in ("run", "snapshot"):
         target = TargetName(database, f"var_ch_{command}")
@@ -362,8 +364,15 @@ def test_variant_as_json_text(spark, sink, cli, database, tmp_path):
 
 
 def test_variant_added_later_stops_the_clickhouse_reader(spark, sink, cli, database, tmp_path):
-    """A pipeline on --reader clickhouse whose table gains a VARIANT column stops before that version,
-    with everything before it committed; --reader spark then goes on from there."""
+    """A pipeline on --reader clickhouse whose table gains a VARIANT column while it runs stops before that
+    version, with everything before it committed; a new start is refused; --reader spark then goes on."""
+    import threading
+
+    from cdc2ch.errors import ConfigError
+    from cdc2ch.pipeline import Replicator
+    from cdc2ch.source.delta import DeltaSource
+    from tests.helpers import job_config
+
     path = str(tmp_path / "var_later")
     _sql(
         spark,
@@ -371,21 +380,36 @@ def test_variant_added_later_stops_the_clickhouse_reader(spark, sink, cli, datab
         f"INSERT INTO delta.`{path}` VALUES (1, 'a'), (2, 'b')",
     )
     target = TargetName(database, "var_later")
-    cli.replicate("run", path, target, "--once", "--reader", "clickhouse")
-    _sql(
-        spark,
-        f"INSERT INTO delta.`{path}` VALUES (3, 'c')",  # v2
-        f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.feature.variantType' = 'supported')",
-        f"ALTER TABLE delta.`{path}` ADD COLUMNS (j VARIANT)",
-        f"""INSERT INTO delta.`{path}` VALUES (4, 'd', parse_json('{{"x": [1]}}'))""",
+    replicator = Replicator(
+        job_config(path, target, cli.dsn, reader="clickhouse"),
+        DeltaSource(spark, path),
+        sink,
+        threading.Event(),
     )
-    err = " ".join(
-        cli.replicate("run", path, target, "--once", "--reader", "clickhouse", expect=2).stderr.split()
-    )
+    try:
+        replicator.start()
+        replicator.step()
+        assert committed_version(sink, database, str(target)) == 1
+        _sql(
+            spark,
+            f"INSERT INTO delta.`{path}` VALUES (3, 'c')",  # v2
+            f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.feature.variantType' = 'supported')",
+            f"ALTER TABLE delta.`{path}` ADD COLUMNS (j VARIANT)",
+            f"""INSERT INTO delta.`{path}` VALUES (4, 'd', parse_json('{{"x": [1]}}'))""",
+        )
+        with pytest.raises(ConfigError) as refused:
+            replicator.step()
+    finally:
+        replicator.close()
+    err = " ".join(str(refused.value).split())
     assert "VARIANT columns (j)" in err and "--reader spark" in err, err
     assert "replication stopped before versions 4..5, with version 3 committed" in err, err
     assert committed_version(sink, database, str(target)) == 3
     assert "j" not in _columns(sink, target)
+    err = " ".join(
+        cli.replicate("run", path, target, "--once", "--reader", "clickhouse", expect=2).stderr.split()
+    )
+    assert "VARIANT columns (j)" in err and "replication stopped with version 3 committed" in err, err
     cli.replicate("run", path, target, "--once", "--reader", "spark")
     assert committed_version(sink, database, str(target)) == _log_version(path)
     assert sink.query_rows(f"SELECT id, v, j FROM {target} FINAL ORDER BY id") == [
