@@ -83,13 +83,19 @@ class Replicator:
         since = source.cdf_enabled_since()
         if start < since:
             raise plan.cdf_gap_error(since, start, uri, cfg.primary_key, str(cfg.target))
-        schema.column_types(source.schema_at(latest), cfg.primary_key)
+        latest_schema = source.schema_at(latest)
+        schema.column_types(latest_schema, cfg.primary_key)
         writer = plan.choose_writer(cfg.reader, cfg.writer, self.ports.remote_target, self.ports.local_master)
-        if writer == "clickhouse":
-            pushdown.lake_function(uri)  # refuses a URI ClickHouse cannot read, before any write
-            unsupported = plan.unsupported_by_clickhouse_reader(source.protocol(), source.properties())
-            if unsupported:
-                raise plan.clickhouse_reader_refusal(unsupported, uri)
+        if writer == "clickhouse":  # refuse what ClickHouse cannot read, before any write
+            pushdown.lake_function(uri)
+            found = plan.unsupported_by_clickhouse_reader(
+                source.protocol(), source.properties(), latest_schema
+            )
+            if found:
+                done = (
+                    f"replication stopped with version {stored.committed_version} committed" if stored else ""
+                )
+                raise plan.clickhouse_reader_error(uri, found, done or "nothing was written")
         return Inputs(start, stored, latest, writer)
 
     def initial_state(self, inputs: Inputs) -> PipelineState:
@@ -167,6 +173,7 @@ class Replicator:
             if self.stop.is_set():
                 break
             changes = self.source.changes(s, e)
+            self._check_reader(changes, state)
             if not self.claimed:
                 self.writer.check(changes)  # a new pipeline writes nothing before its rows are checked
                 self._claim_new(state)
@@ -189,6 +196,19 @@ class Replicator:
         if progress is not None:
             progress.done()
         return state
+
+    def _check_reader(self, changes, state: PipelineState) -> None:
+        """A range ClickHouse cannot read (a VARIANT column added since the start): stop before writing it."""
+        if self.writer.kind != "clickhouse":
+            return
+        found = plan.unsupported_by_clickhouse_reader({}, {}, changes.schema)
+        if found:
+            raise plan.clickhouse_reader_error(
+                self.source.uri,
+                found,
+                f"replication stopped before versions {changes.start}..{changes.end}, with version "
+                f"{state.committed_version} committed",
+            )
 
     def _schema_broken(
         self, state: PipelineState, commit: Commit | None, start: int, end: int, change: schema.SchemaDiff

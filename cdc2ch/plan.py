@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping
 
+from cdc2ch import schema
 from cdc2ch.errors import ConfigError, SourceError, StateError, summarise
 from cdc2ch.offset import PipelineState
 from cdc2ch.source.log import Commit
@@ -166,21 +167,38 @@ CLICKHOUSE_READER_FEATURES = frozenset(
 )
 
 
-def unsupported_by_clickhouse_reader(protocol: Mapping, properties: Mapping[str, str]) -> list[str]:
-    """The table features of a table (its `protocol` action: minReaderVersion, readerFeatures; its table
-    `properties`) that `--reader clickhouse` cannot replicate, by name; empty when it can. Pure: the caller
-    reads the latest version's protocol and properties."""
-    found = [f for f in protocol.get("readerFeatures") or () if f not in CLICKHOUSE_READER_FEATURES]
-    return sorted(set(found))
+def unsupported_by_clickhouse_reader(
+    protocol: Mapping, properties: Mapping[str, str], schema_json: dict | None = None
+) -> list[str]:
+    """The features of a Delta table that `--reader clickhouse` cannot read correctly, in user words (empty:
+    it reads the table). `protocol`: minReaderVersion, readerFeatures...; `properties`: the table properties;
+    `schema_json`: the Spark JSON schema. Pure: the caller reads the latest version's.
+
+    Measured with chdb 26.9 (delta-kernel-rs), table data and change data feed alike: any reader feature
+    outside CLICKHOUSE_READER_FEATURES is refused by name; deletion vectors, column mapping (name and id),
+    type widening, row tracking, liquid clustering and TIMESTAMP_NTZ are read right
+    (tests/test_table_features.py pins each); a VARIANT column is refused ("Unsupported Variant data
+    type"), at any depth."""
+    found = [
+        f"table feature {f}"
+        for f in sorted(set(protocol.get("readerFeatures") or ()))
+        if f not in CLICKHOUSE_READER_FEATURES
+    ]
+    fields = schema.user_fields(schema_json) if schema_json else []
+    variants = [f["name"] for f in fields if schema.contains_type(f["type"], "variant")]
+    if variants:
+        found.append(f"VARIANT columns ({', '.join(variants)})")
+    return found
 
 
-def clickhouse_reader_refusal(features: Collection[str], uri: str) -> ConfigError:
-    """The refusal of `--reader clickhouse` for a table with `features` (unsupported_by_clickhouse_reader)."""
-    names = ", ".join(sorted(features))
+def clickhouse_reader_error(
+    uri: str, features: list[str], outcome: str = "nothing was written"
+) -> ConfigError:
+    """The refusal of --reader clickhouse for a table with `features` (unsupported_by_clickhouse_reader)."""
     return ConfigError(
-        f"--reader clickhouse cannot replicate {uri}: ClickHouse's own Delta reader does not support its table "
-        f"feature{'s' if len(features) > 1 else ''} {names}, so nothing was written. Use --reader spark (the "
-        f"default), which reads every feature Delta Lake for Spark reads."
+        f"{uri} uses {' and '.join(features)}, which ClickHouse's Delta reader (--reader clickhouse) cannot "
+        f"read, so {outcome}. Replicate this table with --reader spark (the default), which reads every "
+        f"table feature Spark reads."
     )
 
 

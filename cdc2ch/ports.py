@@ -95,11 +95,12 @@ class ChangeSource(Protocol):
     def cdf_enabled_since(self) -> int:
         """The first version from which changes are recorded without a gap up to the latest."""
 
-    def protocol(self) -> dict:
-        """The latest version's protocol (Delta: minReaderVersion, readerFeatures). Read-only."""
-
     def properties(self) -> dict[str, str]:
-        """The latest version's table properties. Read-only."""
+        """The table properties of the latest version. Read-only."""
+
+    def protocol(self) -> dict:
+        """The latest version's protocol (minReaderVersion, minWriterVersion, readerFeatures,
+        writerFeatures). Read-only."""
 
     def schema_at(self, version: int) -> dict:
         """The table's Spark JSON schema as of `version`."""

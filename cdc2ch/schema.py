@@ -29,6 +29,8 @@ _PRIMITIVE = {
     "date": "Date32",
     "timestamp": "DateTime64(6, 'UTC')",
     "timestamp_ntz": "DateTime64(6)",
+    # VARIANT: its JSON text (Spark's to_json), which keeps every value; see README "Table features".
+    "variant": "String",
 }
 _DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
 _CHAR = re.compile(r"(?:var)?char\(\d+\)")
@@ -56,7 +58,7 @@ def clickhouse_type(spark_type: Any, nullable: bool, column: str = "?") -> str:
             raise SourceError(
                 f"Column {column!r} has Spark type {spark_type!r}, which cdc2ch cannot map to ClickHouse. "
                 f"Supported: boolean, integral and floating types, decimal, string, binary, date, timestamp, "
-                f"timestamp_ntz, array, map and struct. Cast or drop the column in a view of the table."
+                f"timestamp_ntz, variant, array, map and struct. Cast or drop the column in a view of the table."
             )
         return f"Nullable({base})" if nullable else base
     kind = spark_type.get("type")
@@ -76,6 +78,20 @@ def clickhouse_type(spark_type: Any, nullable: bool, column: str = "?") -> str:
     if kind == "udt" and "sqlType" in spark_type:
         return clickhouse_type(spark_type["sqlType"], nullable, column)
     raise SourceError(f"Column {column!r} has an unsupported Spark type {spark_type!r}.")
+
+
+def contains_type(spark_type: Any, name: str) -> bool:
+    """Whether a Spark type (JSON form) is, or holds at any depth, the primitive type `name`."""
+    if isinstance(spark_type, str):
+        return spark_type == name
+    kind = spark_type.get("type")
+    if kind == "array":
+        return contains_type(spark_type["elementType"], name)
+    if kind == "map":
+        return contains_type(spark_type["keyType"], name) or contains_type(spark_type["valueType"], name)
+    if kind == "struct":
+        return any(contains_type(f["type"], name) for f in spark_type["fields"])
+    return kind == "udt" and contains_type(spark_type.get("sqlType", ""), name)
 
 
 def user_fields(schema_json: dict) -> list[dict]:

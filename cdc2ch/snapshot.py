@@ -15,7 +15,6 @@ import hashlib
 import math
 import threading
 import time
-from urllib.parse import unquote, urlsplit
 
 import structlog
 
@@ -29,17 +28,24 @@ from cdc2ch.errors import SchemaChangeError, SourceError, StateError
 from cdc2ch.offset import PipelineState
 from cdc2ch.progress import Progress
 from cdc2ch.source.chunked import ChunkedFrame
+from cdc2ch.source.delta import variants_as_json
 from cdc2ch.source.log import Commit
 from cdc2ch.writers.driver import insert_rows
-from cdc2ch.writers.pushdown import insert_from_lake, insert_settings
+from cdc2ch.writers.pushdown import insert_from_lake, insert_settings, lake_function
 
 log = structlog.get_logger("cdc2ch.snapshot")
 
 
 def _file_path(spark_file: str) -> str:
-    """Spark's inputFiles() URI -> the _path ClickHouse reports for a local file."""
-    parts = urlsplit(spark_file)
-    return unquote(parts.path) if parts.scheme in ("", "file") else f"{parts.netloc}{unquote(parts.path)}"
+    """Spark's inputFiles() entry -> the _path ClickHouse reports for it. The entry is a Hadoop path, not
+    a URI: a partition directory keeps its own escapes (`p=2024-01-01 10%3A00%3A00`), which ClickHouse
+    reports as they are, so nothing is decoded here."""
+    scheme, sep, rest = spark_file.partition(":")
+    if not sep or "/" in scheme:  # no scheme at all
+        return spark_file
+    if scheme == "file":  # file:/x, file:///x
+        return "/" + rest.lstrip("/")
+    return rest[2:] if rest.startswith("//") else rest  # s3a://bucket/key -> bucket/key
 
 
 class Snapshotter:
@@ -70,11 +76,9 @@ class Snapshotter:
                 f"Snapshot a later version, e.g. the latest ({latest})."
             )
         if cfg.reader == "clickhouse":
-            unsupported = plan.unsupported_by_clickhouse_reader(
-                self.source.protocol(), self.source.properties()
+            self._check_reader(
+                self.source.schema_at(version), self.source.protocol(), self.source.properties()
             )
-            if unsupported:
-                raise plan.clickhouse_reader_refusal(unsupported, self.source.uri)
         stored = self.store.load(cfg.pipeline)
         if stored is None:
             plan.check_owner(cfg.pipeline, str(cfg.target), self.store.load_all())
@@ -103,6 +107,8 @@ class Snapshotter:
         commit = commit or self.source.commits(version, version)[0]
         ts_ms = int(commit.timestamp.timestamp() * 1000)
         table = self.source.snapshot(version)
+        if cfg.reader == "clickhouse":  # again for a resync, which comes here directly
+            self._check_reader(table.schema.jsonValue())
         types = schema.column_types(table.schema.jsonValue(), cfg.primary_key)
         change = self.tables.prepare(types, comment)
         if change.breaking:
@@ -119,10 +125,17 @@ class Snapshotter:
             self._sweep(version, ts_ms, list(types))
         return rows
 
+    def _check_reader(self, schema_json: dict, protocol: dict | None = None, properties: dict | None = None):
+        """Refuse, before anything is written, a table --reader clickhouse cannot read."""
+        lake_function(self.source.uri)
+        found = plan.unsupported_by_clickhouse_reader(protocol or {}, properties or {}, schema_json)
+        if found:
+            raise plan.clickhouse_reader_error(self.source.uri, found)
+
     # -- readers ----------------------------------------------------------------------------------
     def _spark_chunks(self, table, version: int, ts_ms: int, columns: list[str]) -> int | None:
         cfg = self.cfg
-        frame = ChunkedFrame(contract.spark_snapshot_rows(table, version, ts_ms))
+        frame = ChunkedFrame(contract.spark_snapshot_rows(variants_as_json(table), version, ts_ms))
         plan = "spark:" + frame.fingerprint()
         done = self.chunks.done(cfg.pipeline, version, plan)
         progress = Progress(f"snapshot v{version}", table.count(), frame.count, len(frame.files))

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import pyarrow as pa
 
-from cdc2ch import contract
+from cdc2ch import contract, schema
 from cdc2ch.errors import SourceError, summarise
 from cdc2ch.source.log import (
     Commit,
@@ -171,10 +171,16 @@ class DeltaSource:
     def cdf_enabled(self) -> bool:
         return self.properties().get("delta.enableChangeDataFeed", "false").lower() == "true"
 
-    def properties(self) -> dict[str, str]:
-        """The table properties of the latest version. Asks Delta's own log object (reads the checksum file
-        or the log); DESCRIBE DETAIL would also size every file, 10 s on a cold JVM."""
+    def _jvm_snapshot(self):
+        """The latest snapshot of Delta's own log object (reads the checksum file or the log); DESCRIBE
+        DETAIL would also size every file, 10 s on a cold JVM."""
         self._delta_table()
+        jvm = self.spark._jvm
+        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, self.uri)
+        return log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+
+    def properties(self) -> dict[str, str]:
+        """The table properties of the latest version."""
         try:
             conf = self._jvm_snapshot().metadata().configuration()
             return dict(self.spark._jvm.scala.jdk.javaapi.CollectionConverters.asJava(conf))
@@ -183,26 +189,26 @@ class DeltaSource:
             return dict(detail["properties"] or {})
 
     def protocol(self) -> dict:
-        """The protocol of the latest version: minReaderVersion, minWriterVersion, readerFeatures (a list, or
-        None before table features). DESCRIBE DETAIL's lists mix reader and writer features."""
-        self._delta_table()
+        """The latest version's protocol: minReaderVersion, minWriterVersion, readerFeatures and
+        writerFeatures (feature names as the log spells them)."""
         try:
             proto = self._jvm_snapshot().protocol()
-            names = proto.readerFeatureNames()  # empty for tables without reader features
-            listed = sorted(self.spark._jvm.scala.jdk.javaapi.CollectionConverters.asJava(names))
+            as_java = self.spark._jvm.scala.jdk.javaapi.CollectionConverters.asJava
             return {
-                "minReaderVersion": proto.minReaderVersion(),
-                "minWriterVersion": proto.minWriterVersion(),
-                "readerFeatures": listed or None,
+                "minReaderVersion": int(proto.minReaderVersion()),
+                "minWriterVersion": int(proto.minWriterVersion()),
+                "readerFeatures": sorted(as_java(proto.readerFeatureNames())),
+                "writerFeatures": sorted(as_java(proto.writerFeatureNames())),
             }
-        except Exception as exc:
-            raise self.translate(exc, "the table protocol", None, None) from exc
-
-    def _jvm_snapshot(self):
-        """Delta's own snapshot of the latest version (reads the checksum file or the log)."""
-        jvm = self.spark._jvm
-        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, self.uri)
-        return log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+        except Exception:  # another Delta release with another internal signature: the documented way
+            detail = self._delta_table().detail().collect()[0]
+            features = sorted(detail["tableFeatures"] or [])
+            return {
+                "minReaderVersion": int(detail["minReaderVersion"]),
+                "minWriterVersion": int(detail["minWriterVersion"]),
+                "readerFeatures": features,  # DESCRIBE DETAIL does not tell reader from writer features
+                "writerFeatures": features,
+            }
 
     # -- data -------------------------------------------------------------------------------------
     def changes(self, start: int, end: int) -> "SparkChanges":
@@ -293,6 +299,38 @@ class DeltaSource:
         return SourceError(f"Reading {what} for {span} of {self.uri} failed: {summarise(first, 500)}")
 
 
+def variants_as_json(frame):
+    """The frame with every VARIANT value, at any depth, as its JSON text (Spark's `to_json`): the form its
+    ClickHouse String column keeps (schema.py). Spark cannot hand VARIANT values to Arrow at all, and a
+    `CAST(v AS STRING)` would lose the quotes of a JSON string and turn a JSON null into NULL."""
+    fields = frame.schema.jsonValue()["fields"]
+    if not any(schema.contains_type(f["type"], "variant") for f in fields):
+        return frame
+    return frame.select(
+        *[_json_variants(contract.spark_col(f["name"]), f["type"]).alias(f["name"]) for f in fields]
+    )
+
+
+def _json_variants(col, spark_type):
+    from pyspark.sql import functions as F
+
+    if not schema.contains_type(spark_type, "variant"):
+        return col
+    if spark_type == "variant":
+        return F.to_json(col)
+    kind = spark_type["type"]
+    if kind == "array":
+        return F.transform(col, lambda x: _json_variants(x, spark_type["elementType"]))
+    if kind == "map":  # Spark allows no VARIANT map keys
+        return F.transform_values(col, lambda _, v: _json_variants(v, spark_type["valueType"]))
+    if kind == "struct":
+        fields = [
+            _json_variants(col.getField(f["name"]), f["type"]).alias(f["name"]) for f in spark_type["fields"]
+        ]
+        return F.when(col.isNull(), F.lit(None)).otherwise(F.struct(*fields))
+    return col
+
+
 class SparkChanges:
     """A version range of the Change Data Feed, read through Spark (the Changes port)."""
 
@@ -302,7 +340,7 @@ class SparkChanges:
         self.schema = frame.schema.jsonValue()
 
     def spark_rows(self, immutable_keys: bool):
-        return contract.spark_rows(self.frame, immutable_keys)
+        return contract.spark_rows(variants_as_json(self.frame), immutable_keys)
 
     def arrow_rows(self, immutable_keys: bool) -> pa.Table:
         return self.source.collect(

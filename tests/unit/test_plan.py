@@ -104,3 +104,33 @@ def test_repointed_keeps_rows_and_a_newer_stamp():
     assert (fresh.committed_version, fresh.pending_version, fresh.rows_written) == (9, 9, 13)
     assert fresh.updated_at > base.updated_at and fresh.interrupted_range is None
     assert plan.repointed(None, "p", "/t", "db.t", -1).rows_written == 0
+
+
+def test_clickhouse_reader_refuses_variant_at_any_depth():
+    from cdc2ch.plan import clickhouse_reader_error, unsupported_by_clickhouse_reader
+
+    def fields(**types):
+        return {
+            "type": "struct",
+            "fields": [{"name": n, "type": t, "nullable": True} for n, t in types.items()],
+        }
+
+    proto = {
+        "minReaderVersion": 3,
+        "minWriterVersion": 7,
+        "readerFeatures": ["deletionVectors", "columnMapping"],
+    }
+    plain = fields(id="integer", t="timestamp_ntz", _change_type="string")
+    assert unsupported_by_clickhouse_reader(proto, {"delta.enableDeletionVectors": "true"}, plain) == []
+    nested = fields(
+        id="integer",
+        j="variant",
+        arr={"type": "array", "elementType": "variant", "containsNull": True},
+        st={"type": "struct", "fields": [{"name": "x", "type": "variant", "nullable": True}]},
+        m={"type": "map", "keyType": "string", "valueType": "string", "valueContainsNull": True},
+    )
+    found = unsupported_by_clickhouse_reader(proto, {}, nested)
+    assert found == ["VARIANT columns (j, arr, st)"]
+    message = str(clickhouse_reader_error("/lake/t", found))
+    assert "/lake/t uses VARIANT columns (j, arr, st)" in message and "--reader spark" in message
+    assert "nothing was written" in message
