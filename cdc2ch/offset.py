@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 from cdc2ch.errors import StateError
+from cdc2ch.tableref import is_path, same_location
 
 
 def stamp_after(previous: datetime) -> datetime:
@@ -23,13 +24,36 @@ class PipelineState:
     pending_version: int
     rows_written: int
     updated_at: datetime
+    # Where the table's files were when last resolved: for a catalog name, what the catalog said (states
+    # recorded before names existed have "" here, and their `source` is the path).
+    location: str = ""
 
-    def check_matches(self, source: str, target: str) -> None:
-        if self.source != source or self.target != target:
+    @property
+    def recorded_location(self) -> str:
+        return self.location or (self.source if is_path(self.source) else "")
+
+    def check_matches(self, source: str, target: str, location: str = "") -> None:
+        """The stored offset is of this table and target. One table may be named by path or by catalog
+        name (the same location); a name now placed elsewhere is another table (dropped and recreated)."""
+        same_table = self.source == source or same_location(self.recorded_location, location)
+        if not same_table or self.target != target:
             raise StateError(
                 f"Pipeline {self.pipeline!r} replicates {self.source} into {self.target}, not {source} into "
                 f"{target}. Use another --pipeline name, or --reset to repoint it."
             )
+        moved = self.recorded_location and location and not same_location(self.recorded_location, location)
+        if moved:
+            raise StateError(
+                f"Pipeline {self.pipeline!r} replicated {self.source} from {self.recorded_location}, but the "
+                f"catalog now places it at {location}: the table was dropped and recreated, or the name points "
+                f"at another table. {self.target} holds the old table's rows, so cdc2ch will not mix the two. "
+                f"Load the new table with `cdc2ch snapshot --reset` (then `cdc2ch run` continues), or start "
+                f"over with `cdc2ch run --reset --from-version 0`."
+            )
+
+    def relabelled(self, source: str, location: str) -> "PipelineState":
+        """The same table under the name (or path) and location it was reached by now."""
+        return replace(self, source=source, location=location)
 
     @staticmethod
     def epoch() -> datetime:

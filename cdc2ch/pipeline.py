@@ -79,14 +79,16 @@ class Replicator:
         stored = self.ports.store.load(cfg.pipeline)
         if stored is None:  # a new pipeline: its target must not be another pipeline's
             plan.check_owner(cfg.pipeline, str(cfg.target), self.ports.store.load_all())
-        start = plan.start_version(cfg.pipeline, uri, str(cfg.target), stored, requested, latest, cfg.reset)
+        start = plan.start_version(
+            cfg.pipeline, uri, str(cfg.target), stored, requested, latest, cfg.reset, source.location
+        )
         since = source.cdf_enabled_since()
         if start < since:
             raise plan.cdf_gap_error(since, start, uri, cfg.primary_key, str(cfg.target))
         schema.column_types(source.schema_at(latest), cfg.primary_key)
         writer = plan.choose_writer(cfg.reader, cfg.writer, self.ports.remote_target, self.ports.local_master)
         if writer == "clickhouse":
-            pushdown.lake_function(uri)  # refuses a URI ClickHouse cannot read, before any write
+            pushdown.lake_function(source.location)  # refuses a URI ClickHouse cannot read, before any write
         return Inputs(start, stored, latest, writer)
 
     def initial_state(self, inputs: Inputs) -> PipelineState:
@@ -94,18 +96,43 @@ class Replicator:
         `start` that is claimed and recorded only when the first range passed its checks (`_claim_new`)."""
         cfg, store = self.cfg, self.ports.store
         if inputs.stored is None:
-            return plan.repointed(None, cfg.pipeline, self.source.uri, str(cfg.target), inputs.start - 1)
+            return plan.repointed(
+                None,
+                cfg.pipeline,
+                self.source.uri,
+                str(cfg.target),
+                inputs.start - 1,
+                location=self.source.location,
+            )
         self.ports.lock.acquire()  # inputs are fine: from here on this process writes
         self.claimed = True
         stored = store.load(cfg.pipeline)  # again, now that nobody else can move it
         store.ensure()
         if stored is not None and not cfg.reset:
-            return stored
+            return self._relabelled(stored)
         if stored is not None:
             self.log.warning("state_reset", was=stored.committed_version, now=inputs.start - 1)
-        fresh = plan.repointed(stored, cfg.pipeline, self.source.uri, str(cfg.target), inputs.start - 1)
+        fresh = plan.repointed(
+            stored,
+            cfg.pipeline,
+            self.source.uri,
+            str(cfg.target),
+            inputs.start - 1,
+            location=self.source.location,
+        )
         store.save(fresh)
         return fresh
+
+    def _relabelled(self, stored: PipelineState) -> PipelineState:
+        """The stored offset, recording the name and location the table was reached by this time (a path
+        now named through the catalog, or a state from before locations were recorded)."""
+        source, location = self.source.uri, self.source.location
+        if (stored.source, stored.location) == (source, location):
+            return stored
+        state = stored.relabelled(source, location)
+        self.ports.store.save(state)
+        self.log.info("source_recorded", source=source, location=location, was=stored.source)
+        return state
 
     def _claim_new(self, state: PipelineState) -> None:
         """A new pipeline's first range passed its checks: claim the pipeline and record its offset."""
@@ -131,6 +158,7 @@ class Replicator:
         self.log.info(
             "start",
             source=self.source.uri,
+            location=self.source.location,
             target=str(self.cfg.target),
             committed=self.state.committed_version,
         )

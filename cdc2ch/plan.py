@@ -77,6 +77,7 @@ def start_version(
     requested: int | None,
     latest: int,
     reset: bool,
+    location: str = "",
 ) -> int:
     """The first version to replicate: after the stored offset, else --from-version (default 0). Refuses a
     request beyond the latest version, a stored offset of another table or target, a request that
@@ -88,7 +89,7 @@ def start_version(
         )
     if stored is None or reset:
         return requested or 0
-    stored.check_matches(uri, target)
+    stored.check_matches(uri, target, location)
     if requested is not None and requested != stored.committed_version + 1:
         raise StateError(
             f"Pipeline {pipeline!r} has already replicated up to version {stored.committed_version} "
@@ -183,7 +184,13 @@ def cdf_disabled_error(uri: str) -> SourceError:
 
 
 def repointed(
-    base: PipelineState | None, pipeline: str, uri: str, target: str, version: int, rows: int = 0
+    base: PipelineState | None,
+    pipeline: str,
+    uri: str,
+    target: str,
+    version: int,
+    rows: int = 0,
+    location: str = "",
 ) -> PipelineState:
     """The state of a pipeline (re)pointed at `version`: a new pipeline, a --reset, or a snapshot handing
     over. Keeps the rows written so far and a stamp newer than the last saved one."""
@@ -195,4 +202,5 @@ def repointed(
         version,
         (base.rows_written if base else 0) + rows,
         base.updated_at if base else PipelineState.epoch(),
+        location,
     ).advanced(version, 0)

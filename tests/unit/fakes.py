@@ -89,7 +89,7 @@ class FakeSource:
     """The ChangeSource port over a FakeTable."""
 
     def __init__(self, table: FakeTable, uri: str = "/lake/t"):
-        self.table, self.uri = table, uri
+        self.table, self.uri, self.location = table, uri, uri
         self.reads: list[tuple[int, int]] = []
 
     def latest(self) -> Commit:
@@ -134,6 +134,7 @@ class FakeSource:
 class FakeChanges:
     def __init__(self, start: int, end: int, uri: str, columns: dict[str, str], rows: list[dict]):
         self.start, self.end, self.uri, self.columns, self.rows = start, end, uri, columns, rows
+        self.location = uri
         self.schema = spark_schema(columns)
 
     def arrow_rows(self, immutable_keys: bool) -> pa.Table:
