@@ -46,9 +46,9 @@ class PipelineState:
             raise StateError(
                 f"Pipeline {self.pipeline!r} replicated {self.source} from {self.recorded_location}, but the "
                 f"catalog now places it at {location}: the table was dropped and recreated, or the name points "
-                f"at another table. {self.target} holds the old table's rows, so cdc2ch will not mix the two. "
-                f"Load the new table with `cdc2ch snapshot --reset` (then `cdc2ch run` continues), or start "
-                f"over with `cdc2ch run --reset --from-version 0`."
+                f"at another table. {self.target} holds the old table's rows, so cdc2ch will not mix the two "
+                f"(the new table's versions would not supersede them). Drop {self.target}, then "
+                f"`cdc2ch run --reset` (or `cdc2ch snapshot --reset`) loads the new table."
             )
 
     def relabelled(self, source: str, location: str) -> "PipelineState":

@@ -130,7 +130,7 @@ def test_a_name_now_elsewhere_is_refused_not_mixed():
         plan.start_version("p", name, "cdc2ch.orders", _state(name, "/w/old"), None, 5, False, "/w/new")
     message = str(err.value)
     assert "/w/old" in message and "/w/new" in message and "dropped and recreated" in message
-    assert "snapshot --reset" in message
+    assert "Drop cdc2ch.orders, then `cdc2ch run --reset`" in message
     # --reset repoints it knowingly.
     assert plan.start_version("p", name, "cdc2ch.orders", _state(name, "/w/old"), 0, 5, True, "/w/new") == 0
     # Another table altogether is still another table.
