@@ -35,6 +35,7 @@ class Inputs:
     stored: PipelineState | None
     latest: int
     writer: str
+    table_id: str = ""  # the Delta table's id, recorded with the offset
 
 
 class Replicator:
@@ -79,8 +80,17 @@ class Replicator:
         stored = self.ports.store.load(cfg.pipeline)
         if stored is None:  # a new pipeline: its target must not be another pipeline's
             plan.check_owner(cfg.pipeline, str(cfg.target), self.ports.store.load_all())
+        table_id = source.table_id()
         start = plan.start_version(
-            cfg.pipeline, uri, str(cfg.target), stored, requested, latest, cfg.reset, source.location
+            cfg.pipeline,
+            uri,
+            str(cfg.target),
+            stored,
+            requested,
+            latest,
+            cfg.reset,
+            source.location,
+            table_id,
         )
         since = source.cdf_enabled_since()
         if start < since:
@@ -89,7 +99,7 @@ class Replicator:
         writer = plan.choose_writer(cfg.reader, cfg.writer, self.ports.remote_target, self.ports.local_master)
         if writer == "clickhouse":
             pushdown.lake_function(source.location)  # refuses a URI ClickHouse cannot read, before any write
-        return Inputs(start, stored, latest, writer)
+        return Inputs(start, stored, latest, writer, table_id)
 
     def initial_state(self, inputs: Inputs) -> PipelineState:
         """Where the pipeline stands: the stored offset (claimed now), or for a new pipeline an offset before
@@ -103,13 +113,14 @@ class Replicator:
                 str(cfg.target),
                 inputs.start - 1,
                 location=self.source.location,
+                table_id=inputs.table_id,
             )
         self.ports.lock.acquire()  # inputs are fine: from here on this process writes
         self.claimed = True
         stored = store.load(cfg.pipeline)  # again, now that nobody else can move it
         store.ensure()
         if stored is not None and not cfg.reset:
-            return self._relabelled(stored)
+            return self._relabelled(stored, inputs.table_id)
         if stored is not None:
             self.log.warning("state_reset", was=stored.committed_version, now=inputs.start - 1)
         fresh = plan.repointed(
@@ -119,17 +130,22 @@ class Replicator:
             str(cfg.target),
             inputs.start - 1,
             location=self.source.location,
+            table_id=inputs.table_id,
         )
         store.save(fresh)
         return fresh
 
-    def _relabelled(self, stored: PipelineState) -> PipelineState:
-        """The stored offset, recording the name and location the table was reached by this time (a path
-        now named through the catalog, or a state from before locations were recorded)."""
+    def _relabelled(self, stored: PipelineState, table_id: str) -> PipelineState:
+        """The stored offset, recording the name, location and table id the table was reached by this time
+        (a path now named through the catalog, or a state from before these were recorded)."""
         source, location = self.source.uri, self.source.location
-        if (stored.source, stored.location) == (source, location):
+        if (stored.source, stored.location, stored.table_id) == (
+            source,
+            location,
+            table_id or stored.table_id,
+        ):
             return stored
-        state = stored.relabelled(source, location)
+        state = stored.relabelled(source, location, table_id)
         self.ports.store.save(state)
         self.log.info("source_recorded", source=source, location=location, was=stored.source)
         return state

@@ -75,6 +75,10 @@ class ChangeSource(Protocol):
     uri: str  # the table's identity, recorded with the offset: its catalog name or its path
     location: str  # where its files are, recorded too (a name's location may change)
 
+    def table_id(self) -> str:
+        """The Delta table's id, recorded with the offset: another table under the same name or path has
+        another id. Read-only."""
+
     def latest(self) -> Commit:
         """The newest commit. Read-only."""
 

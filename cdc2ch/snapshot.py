@@ -73,7 +73,9 @@ class Snapshotter:
         if stored is None:
             plan.check_owner(cfg.pipeline, str(cfg.target), self.store.load_all())
         if stored and not cfg.reset:
-            stored.check_matches(self.source.uri, str(cfg.target), self.source.location)
+            stored.check_matches(
+                self.source.uri, str(cfg.target), self.source.location, self.source.table_id()
+            )
         t0 = time.monotonic()
         with self.lock:
             rows = self.load(version, commit[0])
@@ -211,6 +213,7 @@ class Snapshotter:
             version,
             rows,
             self.source.location,
+            self.source.table_id(),
         )
         self.store.save(state)
         return state

@@ -5,6 +5,7 @@ time, so the processes take turns. Also: state tables from before locations were
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -172,7 +173,16 @@ def test_names_in_the_sessions_catalog(spark, cli, sink, database, tmp_path):
     sink.command(f"DROP TABLE {schema.qualified(target)}")
     cli.replicate("run", name, target, "--once", "--reset")
     assert_replicated(spark, sink, str(second), target)
-    assert StateStore(sink, database).load(str(target)).location == str(second)
+    state = StateStore(sink, database).load(str(target))
+    assert state.location == str(second) and state.table_id
+
+    # Created again at the same place (as a metastore does with a managed table): another Delta table id.
+    shutil.rmtree(second)
+    create_table(spark, str(second), "id BIGINT, name STRING")
+    for i in range(3):
+        spark.sql(f"INSERT INTO delta.`{second}` VALUES ({10 + i}, 'n')")
+    refused = cli.replicate("run", name, target, "--once", expect=1).stderr
+    assert "dropped and recreated" in refused and state.table_id in refused
 
 
 def test_a_state_table_from_before_locations_gets_them(spark, cli, sink, database, tmp_path):

@@ -38,13 +38,14 @@ _ARROW_SCHEMA = pa.schema(
         ("rows_written", pa.uint64()),
         ("updated_at", pa.timestamp("ms", tz="UTC")),
         ("location", pa.string()),
+        ("table_id", pa.string()),
     ]
 )
 _COLUMNS = "pipeline, source, target, committed_version, pending_version, rows_written, updated_at"
 
 # Columns added to cdc2ch_state after its first release, with their definitions: `ensure` adds them to a
 # table created before (a default reads as "not recorded"); readers select them only where they exist.
-ADDED_STATE_COLUMNS = {"location": "String DEFAULT ''"}
+ADDED_STATE_COLUMNS = {"location": "String DEFAULT ''", "table_id": "String DEFAULT ''"}
 
 
 class ChunkStore:
@@ -158,6 +159,7 @@ class StateStore:
                     "rows_written": state.rows_written,
                     "updated_at": state.updated_at,
                     "location": state.location,
+                    "table_id": state.table_id,
                 }
             ],
             schema=_ARROW_SCHEMA,
@@ -166,9 +168,17 @@ class StateStore:
 
 
 def _state(row: tuple) -> PipelineState:
-    pipeline, source, target, version, pending, rows, updated, location = row
+    pipeline, source, target, version, pending, rows, updated, location, table_id = row
     return PipelineState(
-        pipeline, source, target, int(version), int(pending), int(rows), _utc(updated), location or ""
+        pipeline,
+        source,
+        target,
+        int(version),
+        int(pending),
+        int(rows),
+        _utc(updated),
+        location or "",
+        table_id or "",
     )
 
 

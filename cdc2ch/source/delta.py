@@ -167,22 +167,31 @@ class DeltaSource:
     def cdf_enabled(self) -> bool:
         return self.properties().get("delta.enableChangeDataFeed", "false").lower() == "true"
 
-    def properties(self) -> dict[str, str]:
-        """The table properties of the latest version. Asks Delta's own log object (reads the checksum file
-        or the log); DESCRIBE DETAIL would also size every file, 10 s on a cold JVM."""
+    def _metadata(self):
+        """The latest version's metaData action, from Delta's own log object (reads the checksum file or the
+        log); DESCRIBE DETAIL would also size every file, 10 s on a cold JVM. Raises on a Delta release with
+        another internal signature (callers then take the documented way)."""
         self._delta_table()
         jvm = self.spark._jvm
+        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, self.location)
+        return log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty()).metadata()
+
+    def properties(self) -> dict[str, str]:
+        """The table properties of the latest version."""
         try:
-            log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, self.location)
-            conf = (
-                log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
-                .metadata()
-                .configuration()
-            )
-            return dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(conf))
-        except Exception:  # another Delta release with another internal signature: the documented way
+            conf = self._metadata().configuration()
+            return dict(self.spark._jvm.scala.jdk.javaapi.CollectionConverters.asJava(conf))
+        except Exception:
             detail = self._delta_table().detail().select("properties").collect()[0]
             return dict(detail["properties"] or {})
+
+    def table_id(self) -> str:
+        """The Delta table's id (metaData.id): it stays for the table's life and a table created again, at
+        the same place or elsewhere, gets a new one."""
+        try:
+            return str(self._metadata().id())
+        except Exception:
+            return str(self._delta_table().detail().select("id").collect()[0]["id"] or "")
 
     # -- data -------------------------------------------------------------------------------------
     def changes(self, start: int, end: int) -> "SparkChanges":

@@ -110,6 +110,9 @@ class FakeSource:
     def version_at(self, ts: datetime) -> int:
         return next(v["commit"].version for v in self.table.versions if v["commit"].timestamp >= ts)
 
+    def table_id(self) -> str:
+        return "fake-table"
+
     def cdf_enabled(self) -> bool:
         return self.table.cdf
 

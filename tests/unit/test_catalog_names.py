@@ -108,9 +108,9 @@ def test_same_location_ignores_scheme_spelling():
     assert not same_location("/w/t", "/w/t2") and not same_location("", "/w/t")
 
 
-def _state(source: str, location: str = "") -> PipelineState:
+def _state(source: str, location: str = "", table_id: str = "") -> PipelineState:
     at = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    return PipelineState("cdc2ch.orders", source, "cdc2ch.orders", 3, 3, 10, at, location)
+    return PipelineState("cdc2ch.orders", source, "cdc2ch.orders", 3, 3, 10, at, location, table_id)
 
 
 def test_an_offset_follows_its_table_by_location():
@@ -140,8 +140,22 @@ def test_a_name_now_elsewhere_is_refused_not_mixed():
         )
 
 
+def test_a_table_created_again_in_the_same_place_is_refused():
+    """A managed table dropped and created again gets the same location but another Delta table id."""
+    name, where = "spark_catalog.sales.orders", "/w/sales.db/orders"
+    stored = _state(name, where, "id-1")
+    assert plan.start_version("p", name, "cdc2ch.orders", stored, None, 5, False, where, "id-1") == 4
+    assert (
+        plan.start_version("p", name, "cdc2ch.orders", _state(name, where), None, 5, False, where, "id-2")
+        == 4
+    )
+    with pytest.raises(StateError) as err:
+        plan.start_version("p", name, "cdc2ch.orders", stored, None, 5, False, where, "id-2")
+    assert "id-1" in str(err.value) and "id-2" in str(err.value) and "dropped and recreated" in str(err.value)
+
+
 def test_relabelled_keeps_the_offset():
-    moved = _state("/w/sales.db/orders").relabelled("spark_catalog.sales.orders", "/w/sales.db/orders")
+    moved = _state("/w/sales.db/orders").relabelled("spark_catalog.sales.orders", "/w/sales.db/orders", "")
     assert (moved.source, moved.location, moved.committed_version) == (
         "spark_catalog.sales.orders",
         "/w/sales.db/orders",
