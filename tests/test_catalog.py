@@ -185,16 +185,18 @@ def test_names_in_the_sessions_catalog(spark, cli, sink, database, tmp_path):
     assert "dropped and recreated" in refused and state.table_id in refused
 
 
+# The offsets table as releases before catalog names created it.
+OLD_STATE_DDL = """CREATE TABLE {table} (pipeline String, source String, target String, committed_version Int64,
+pending_version Int64, rows_written UInt64, updated_at DateTime64(3, 'UTC'))
+ENGINE = ReplacingMergeTree(updated_at) ORDER BY pipeline"""
+
+
 def test_a_state_table_from_before_locations_gets_them(spark, cli, sink, database, tmp_path):
-    """An offsets table created without `location` is read as is (status reads without changing it) and
-    gains the column when a run next claims it; the run records the location."""
+    """An offsets table without `location` and `table_id` is read as is (status reads without changing it)
+    and gains the columns when a run next claims the pipeline; the run records them."""
     store = StateStore(sink, database)
     sink.ensure_database(database)
-    old = schema.state_table_ddl(database, STATE_TABLE).replace(
-        ",\n    `location`          String DEFAULT ''", ""
-    )
-    assert "location" not in old
-    sink.command(old)
+    sink.command(OLD_STATE_DDL.format(table=f"{schema.quote(database)}.{STATE_TABLE}"))
     assert store.load_all() == []
     path = str(tmp_path / "old")
     create_table(spark, path, "id BIGINT, name STRING")
@@ -208,8 +210,8 @@ def test_a_state_table_from_before_locations_gets_them(spark, cli, sink, databas
     assert store.load(str(target)).location == ""  # read as "not recorded"
     cli.replicate("run", path, target, "--once")
     state = StateStore(sink, database).load(str(target))
-    assert (state.committed_version, state.location, state.source) == (1, path, path)
-    assert "location" in sink.table_columns(TargetName(database, STATE_TABLE))
+    assert (state.committed_version, state.location, state.source) == (1, path, path) and state.table_id
+    assert {"location", "table_id"} <= set(sink.table_columns(TargetName(database, STATE_TABLE)))
 
 
 @pytest.mark.parametrize("text", ["orders", "a.b.c.d"])
