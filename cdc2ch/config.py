@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from cdc2ch.errors import ConfigError
+from cdc2ch.tableref import parse_table
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -58,10 +59,10 @@ class TargetName:
         )
 
     @classmethod
-    def for_source(cls, table_uri: str) -> "TargetName":
-        """Default target: the last path segment of the Delta table, in the default database."""
-        name = table_uri.rstrip("/").rsplit("/", 1)[-1] or "table"
-        return cls(DEFAULT_DATABASE, name)
+    def for_source(cls, table: str) -> "TargetName":
+        """Default target: the table's own name (the last path segment, or the last part of a catalog
+        name: sales.orders -> cdc2ch.orders), in the default database."""
+        return cls(DEFAULT_DATABASE, parse_table(table).last)
 
     def __str__(self) -> str:
         return f"{self.database}.{self.table}"
@@ -97,10 +98,24 @@ def _split_dotted(text: str) -> list[str]:
     return parts
 
 
+_SECRET_KEY = re.compile(
+    r"token|secret|password|credential|access[._-]?key|account\.key|(^|\.)sas(\.|$)", re.I
+)
+
+
+def is_secret_key(key: str) -> bool:
+    """A Spark setting whose value must not be shown (a catalog token, a storage key...)."""
+    return bool(_SECRET_KEY.search(key))
+
+
 @dataclass(frozen=True)
 class SparkSettings:
     master: str | None = None
     conf: tuple[tuple[str, str], ...] = ()
+
+    def __repr__(self) -> str:
+        shown = tuple((k, "***" if is_secret_key(k) else v) for k, v in self.conf)
+        return f"SparkSettings(master={self.master!r}, conf={shown!r})"
 
     @staticmethod
     def parse_conf(items: tuple[str, ...] | list[str]) -> tuple[tuple[str, str], ...]:

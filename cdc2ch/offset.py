@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 from cdc2ch.errors import StateError
+from cdc2ch.tableref import is_path, same_location
 
 
 def stamp_after(previous: datetime) -> datetime:
@@ -23,13 +24,43 @@ class PipelineState:
     pending_version: int
     rows_written: int
     updated_at: datetime
+    # Where the table's files were when last resolved: for a catalog name, what the catalog said (states
+    # recorded before names existed have "" here, and their `source` is the path).
+    location: str = ""
+    table_id: str = ""  # the Delta table's id (metaData.id); "" where not recorded
 
-    def check_matches(self, source: str, target: str) -> None:
-        if self.source != source or self.target != target:
+    @property
+    def recorded_location(self) -> str:
+        return self.location or (self.source if is_path(self.source) else "")
+
+    def check_matches(self, source: str, target: str, location: str = "", table_id: str = "") -> None:
+        """The stored offset is of this table and target. One table may be named by path or by catalog
+        name (the same location); a name now placed elsewhere is another table (dropped and recreated)."""
+        same_table = self.source == source or same_location(self.recorded_location, location)
+        if not same_table or self.target != target:
             raise StateError(
                 f"Pipeline {self.pipeline!r} replicates {self.source} into {self.target}, not {source} into "
                 f"{target}. Use another --pipeline name, or --reset to repoint it."
             )
+        was = self.recorded_location
+        if was and location and not same_location(was, location):
+            raise self._other_table(f"from {was}, but the catalog now places it at {location}")
+        if self.table_id and table_id and self.table_id != table_id:
+            raise self._other_table(
+                f"(Delta table id {self.table_id}), but {location or source} now holds table {table_id}"
+            )
+
+    def _other_table(self, what: str) -> StateError:
+        return StateError(
+            f"Pipeline {self.pipeline!r} replicated {self.source} {what}: the table was dropped and recreated, "
+            f"or the name points at another table. {self.target} holds the old table's rows, so cdc2ch will not "
+            f"mix the two (the new table's versions would not supersede them). Drop {self.target}, then "
+            f"`cdc2ch run --reset` (or `cdc2ch snapshot --reset`) loads the new table."
+        )
+
+    def relabelled(self, source: str, location: str, table_id: str) -> "PipelineState":
+        """The same table under the name (or path), location and id it was reached by now."""
+        return replace(self, source=source, location=location, table_id=table_id or self.table_id)
 
     @staticmethod
     def epoch() -> datetime:

@@ -29,6 +29,7 @@ from cdc2ch.config import (
     default_dsn,
 )
 from cdc2ch.errors import ConfigError
+from cdc2ch.tableref import parse_table
 
 # Where an option may be set besides the command line and the environment.
 PROCESS = "process"  # concerns the whole process: a config file's top level only
@@ -194,13 +195,14 @@ CATALOGUE: tuple[Option, ...] = (
     Option("serve-tls-key", RUN, PROCESS, type=click.Path(dir_okay=False), metavar="PEM",
            help="The private key of --serve-tls-cert."),
     Option("table", PIPELINES, TABLE,
-           help="The Delta table: a local path or a URI (s3a://, abfss://, gs://...). Required unless a "
+           help="The Delta table: a path or URI (./orders, /lake/orders, s3a://...), or a catalog name "
+           "(schema.table or catalog.schema.table, found through Spark's catalog). Required unless a "
            "--config file names the tables."),
     Option("primary-key", PIPELINES, TABLE,
            help="Column(s) identifying a row, comma-separated: id or tenant,id. Becomes the ORDER BY key. "
            "Required with --table."),
     Option("target", PIPELINES, TABLE,
-           help="ClickHouse table as database.table. Default: cdc2ch.<last path segment of --table>."),
+           help="ClickHouse table as database.table. Default: cdc2ch.<last path segment, or name part, of --table>."),
     Option("pipeline", PIPELINES, PIPELINE,
            help="Name under which the offset is stored. Default: the target name. With --config: run only "
            "the pipeline of that name."),
@@ -369,6 +371,7 @@ def build_config(values: Mapping[str, Any]) -> RunConfig:
             f"with --primary-key (e.g. --table s3a://lake/orders --primary-key id), or pass --config with a "
             f"cdc2ch.toml that lists pipelines."
         )
+    parse_table(table)  # a path or a catalog name, else refused here, before anything starts
     target_name = TargetName.parse(target) if target else TargetName.for_source(table)
     return RunConfig(
         table=table,

@@ -35,6 +35,7 @@ class Inputs:
     stored: PipelineState | None
     latest: int
     writer: str
+    table_id: str = ""  # the Delta table's id, recorded with the offset
 
 
 class Replicator:
@@ -79,7 +80,18 @@ class Replicator:
         stored = self.ports.store.load(cfg.pipeline)
         if stored is None:  # a new pipeline: its target must not be another pipeline's
             plan.check_owner(cfg.pipeline, str(cfg.target), self.ports.store.load_all())
-        start = plan.start_version(cfg.pipeline, uri, str(cfg.target), stored, requested, latest, cfg.reset)
+        table_id = source.table_id()
+        start = plan.start_version(
+            cfg.pipeline,
+            uri,
+            str(cfg.target),
+            stored,
+            requested,
+            latest,
+            cfg.reset,
+            source.location,
+            table_id,
+        )
         since = source.cdf_enabled_since()
         if start < since:
             raise plan.cdf_gap_error(since, start, uri, cfg.primary_key, str(cfg.target))
@@ -87,7 +99,7 @@ class Replicator:
         schema.column_types(latest_schema, cfg.primary_key)
         writer = plan.choose_writer(cfg.reader, cfg.writer, self.ports.remote_target, self.ports.local_master)
         if writer == "clickhouse":  # refuse what ClickHouse cannot read, before any write
-            pushdown.lake_function(uri)
+            pushdown.lake_function(source.location)
             found = plan.unsupported_by_clickhouse_reader(
                 source.protocol(), source.properties(), latest_schema
             )
@@ -96,25 +108,56 @@ class Replicator:
                     f"replication stopped with version {stored.committed_version} committed" if stored else ""
                 )
                 raise plan.clickhouse_reader_error(uri, found, done or "nothing was written")
-        return Inputs(start, stored, latest, writer)
+        return Inputs(start, stored, latest, writer, table_id)
 
     def initial_state(self, inputs: Inputs) -> PipelineState:
         """Where the pipeline stands: the stored offset (claimed now), or for a new pipeline an offset before
         `start` that is claimed and recorded only when the first range passed its checks (`_claim_new`)."""
         cfg, store = self.cfg, self.ports.store
         if inputs.stored is None:
-            return plan.repointed(None, cfg.pipeline, self.source.uri, str(cfg.target), inputs.start - 1)
+            return plan.repointed(
+                None,
+                cfg.pipeline,
+                self.source.uri,
+                str(cfg.target),
+                inputs.start - 1,
+                location=self.source.location,
+                table_id=inputs.table_id,
+            )
         self.ports.lock.acquire()  # inputs are fine: from here on this process writes
         self.claimed = True
         stored = store.load(cfg.pipeline)  # again, now that nobody else can move it
         store.ensure()
         if stored is not None and not cfg.reset:
-            return stored
+            return self._relabelled(stored, inputs.table_id)
         if stored is not None:
             self.log.warning("state_reset", was=stored.committed_version, now=inputs.start - 1)
-        fresh = plan.repointed(stored, cfg.pipeline, self.source.uri, str(cfg.target), inputs.start - 1)
+        fresh = plan.repointed(
+            stored,
+            cfg.pipeline,
+            self.source.uri,
+            str(cfg.target),
+            inputs.start - 1,
+            location=self.source.location,
+            table_id=inputs.table_id,
+        )
         store.save(fresh)
         return fresh
+
+    def _relabelled(self, stored: PipelineState, table_id: str) -> PipelineState:
+        """The stored offset, recording the name, location and table id the table was reached by this time
+        (a path now named through the catalog, or a state from before these were recorded)."""
+        source, location = self.source.uri, self.source.location
+        if (stored.source, stored.location, stored.table_id) == (
+            source,
+            location,
+            table_id or stored.table_id,
+        ):
+            return stored
+        state = stored.relabelled(source, location, table_id)
+        self.ports.store.save(state)
+        self.log.info("source_recorded", source=source, location=location, was=stored.source)
+        return state
 
     def _claim_new(self, state: PipelineState) -> None:
         """A new pipeline's first range passed its checks: claim the pipeline and record its offset."""
@@ -140,6 +183,7 @@ class Replicator:
         self.log.info(
             "start",
             source=self.source.uri,
+            location=self.source.location,
             target=str(self.cfg.target),
             committed=self.state.committed_version,
         )

@@ -78,6 +78,8 @@ def start_version(
     requested: int | None,
     latest: int,
     reset: bool,
+    location: str = "",
+    table_id: str = "",
 ) -> int:
     """The first version to replicate: after the stored offset, else --from-version (default 0). Refuses a
     request beyond the latest version, a stored offset of another table or target, a request that
@@ -89,7 +91,7 @@ def start_version(
         )
     if stored is None or reset:
         return requested or 0
-    stored.check_matches(uri, target)
+    stored.check_matches(uri, target, location, table_id)
     if requested is not None and requested != stored.committed_version + 1:
         raise StateError(
             f"Pipeline {pipeline!r} has already replicated up to version {stored.committed_version} "
@@ -240,7 +242,14 @@ def cdf_disabled_error(uri: str) -> SourceError:
 
 
 def repointed(
-    base: PipelineState | None, pipeline: str, uri: str, target: str, version: int, rows: int = 0
+    base: PipelineState | None,
+    pipeline: str,
+    uri: str,
+    target: str,
+    version: int,
+    rows: int = 0,
+    location: str = "",
+    table_id: str = "",
 ) -> PipelineState:
     """The state of a pipeline (re)pointed at `version`: a new pipeline, a --reset, or a snapshot handing
     over. Keeps the rows written so far and a stamp newer than the last saved one."""
@@ -252,4 +261,6 @@ def repointed(
         version,
         (base.rows_written if base else 0) + rows,
         base.updated_at if base else PipelineState.epoch(),
+        location,
+        table_id,
     ).advanced(version, 0)

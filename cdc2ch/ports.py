@@ -35,7 +35,8 @@ class Changes(Protocol):
 
     start: int
     end: int
-    uri: str
+    uri: str  # the table's identity (for messages)
+    location: str  # where its files are (what a reader that reads files itself opens)
     schema: dict  # Spark JSON schema of the rows: user columns and CDF columns
 
     def arrow_rows(self, immutable_keys: bool) -> pa.Table:
@@ -71,7 +72,12 @@ class RangeResult:
 
 
 class ChangeSource(Protocol):
-    uri: str  # the table's identity, recorded with the offset
+    uri: str  # the table's identity, recorded with the offset: its catalog name or its path
+    location: str  # where its files are, recorded too (a name's location may change)
+
+    def table_id(self) -> str:
+        """The Delta table's id, recorded with the offset: another table under the same name or path has
+        another id. Read-only."""
 
     def latest(self) -> Commit:
         """The newest commit. Read-only."""

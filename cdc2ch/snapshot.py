@@ -83,7 +83,9 @@ class Snapshotter:
         if stored is None:
             plan.check_owner(cfg.pipeline, str(cfg.target), self.store.load_all())
         if stored and not cfg.reset:
-            stored.check_matches(self.source.uri, str(cfg.target))
+            stored.check_matches(
+                self.source.uri, str(cfg.target), self.source.location, self.source.table_id()
+            )
         t0 = time.monotonic()
         with self.lock:
             rows = self.load(version, commit[0])
@@ -186,7 +188,7 @@ class Snapshotter:
             with self.sink.reads_files():
                 self.sink.command(
                     insert_from_lake(
-                        self.table_sql, self.source.uri, columns, meta, f" WHERE _path IN ({paths})"
+                        self.table_sql, self.source.location, columns, meta, f" WHERE _path IN ({paths})"
                     ),
                     what=f"load snapshot chunk {chunk}",
                     settings={
@@ -223,7 +225,14 @@ class Snapshotter:
             self.log.info("offset_kept", committed=current.committed_version, snapshot=version)
             return current
         state = plan.repointed(
-            current or stored, self.cfg.pipeline, self.source.uri, str(self.cfg.target), version, rows
+            current or stored,
+            self.cfg.pipeline,
+            self.source.uri,
+            str(self.cfg.target),
+            version,
+            rows,
+            self.source.location,
+            self.source.table_id(),
         )
         self.store.save(state)
         return state

@@ -13,6 +13,7 @@ from cdc2ch.config import TargetName, parse_duration
 from cdc2ch.errors import Cdc2chError, ConfigError, summarise
 from cdc2ch.source.delta import DeltaSource
 from cdc2ch.source.log import python_log
+from cdc2ch.tableref import is_path
 
 log = structlog.get_logger("cdc2ch.status")
 
@@ -26,6 +27,9 @@ TABLE_COLUMNS = (
     ("behind_s", "seconds_behind"),
     ("rows_written", "rows_written"),
     ("last_success", "last_success"),
+    # Shown when some pipeline names its table through a catalog: the name and where it was found.
+    ("source", "source"),
+    ("location", "location"),
     ("error", "error"),
 )
 ERROR_CHARS_IN_TABLE = 160
@@ -72,6 +76,9 @@ def _row(state: PipelineState | None, health: Health | None, spark_factory) -> d
         "pipeline": first.pipeline,
         "target": first.target,
         "source": first.source or None,
+        # A catalog name's full name and its location as last resolved (a path is its own location).
+        "name": first.source if first.source and not is_path(first.source) else None,
+        "location": (state.recorded_location if state else "") or None,
         "committed_version": state.committed_version if state and state.committed_version >= 0 else None,
         "latest_version": None,
         "versions_behind": None,
@@ -89,7 +96,7 @@ def _row(state: PipelineState | None, health: Health | None, spark_factory) -> d
         row["error"] = row["error"] or "has not run yet"
         return row
     try:
-        log = table_log(first.source, spark_factory)
+        log = table_log(row["location"] or first.source, spark_factory)
         latest = log.latest()
         versions, seconds = log.lag(state.committed_version if state else -1, latest)
         row.update(latest_version=latest.version, versions_behind=versions, seconds_behind=seconds)
@@ -100,7 +107,10 @@ def _row(state: PipelineState | None, health: Health | None, spark_factory) -> d
 
 def table_log(uri: str, spark_factory):
     """The table's log, read by Python where it can reach the storage (no JVM: status answers in a moment),
-    through Spark otherwise (its connectors and credentials), saying so."""
+    through Spark otherwise (its connectors and credentials), saying so. A catalog name with no recorded
+    location (a pipeline that failed before its first offset) is looked up through Spark's catalog."""
+    if not is_path(uri):
+        return DeltaSource(spark_factory(), uri)
     try:
         return python_log(uri)
     except (ValueError, OSError) as exc:
@@ -166,5 +176,7 @@ def _cell(key: str, value):
 def render_table(rows: list[dict]) -> str:
     if not rows:
         return "No pipelines found."
-    cols = [(h, k) for h, k in TABLE_COLUMNS if k != "error" or any(r["error"] for r in rows)]
+    named = any(r.get("name") for r in rows)
+    shown = {"error": any(r["error"] for r in rows), "source": named, "location": named}
+    cols = [(h, k) for h, k in TABLE_COLUMNS if shown.get(k, True)]
     return "\n".join(aligned([h for h, _ in cols], [[_cell(k, r[k]) for _, k in cols] for r in rows]))

@@ -61,14 +61,15 @@ def check(configs: list[RunConfig], spark_factory) -> list[Finding]:
             return [Finding("ClickHouse", False, str(exc))]
         spark = spark_factory()
         for cfg in configs:
-            source = DeltaSource(spark, cfg.table)
             try:
+                source = DeltaSource(spark, cfg.table)  # a catalog name is resolved here
                 inputs = Replicator(cfg, source, sink).check_inputs()
                 duplicates = source.duplicate_keys(cfg.primary_key, inputs.latest)
             except Cdc2chError as exc:
                 findings.append(Finding(cfg.pipeline, False, f"{cfg.table} -> {cfg.target}: {exc}"))
                 continue
             start, latest = inputs.start, inputs.latest
+            found = f"{source.name} at {source.location}, " if source.name else ""
             where = (
                 f"resumes at version {start}"
                 if inputs.stored and not cfg.reset
@@ -78,7 +79,7 @@ def check(configs: list[RunConfig], spark_factory) -> list[Finding]:
                 Finding(
                     cfg.pipeline,
                     True,
-                    f"{cfg.table} -> {cfg.target}: latest version {latest}, {where}, key "
+                    f"{cfg.table} -> {cfg.target}: {found}latest version {latest}, {where}, key "
                     f"{','.join(cfg.primary_key)}, writer {inputs.writer}",
                 )
             )

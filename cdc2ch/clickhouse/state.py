@@ -37,8 +37,15 @@ _ARROW_SCHEMA = pa.schema(
         ("pending_version", pa.int64()),
         ("rows_written", pa.uint64()),
         ("updated_at", pa.timestamp("ms", tz="UTC")),
+        ("location", pa.string()),
+        ("table_id", pa.string()),
     ]
 )
+_COLUMNS = "pipeline, source, target, committed_version, pending_version, rows_written, updated_at"
+
+# Columns added to cdc2ch_state after its first release, with their definitions: `ensure` adds them to a
+# table created before (a default reads as "not recorded"); readers select them only where they exist.
+ADDED_STATE_COLUMNS = {"location": "String DEFAULT ''", "table_id": "String DEFAULT ''"}
 
 
 class ChunkStore:
@@ -90,32 +97,51 @@ class StateStore:
         self.database = database
         self._table = f"{schema.quote(database)}.{schema.quote(STATE_TABLE)}"
         self.chunks = ChunkStore(sink, database)
+        self._columns: str | None = None  # the select list, once the table's columns are known
 
     def ensure(self) -> None:
-        """Create the offsets table and the snapshot progress table."""
+        """Create the offsets table (adding the columns of later releases to an older one) and the snapshot
+        progress table."""
         self.sink.ensure_database(self.database)
         self.sink.command(schema.state_table_ddl(self.database, STATE_TABLE), what="create the state table")
+        for column, definition in ADDED_STATE_COLUMNS.items():
+            self.sink.command(
+                f"ALTER TABLE {self._table} ADD COLUMN IF NOT EXISTS {schema.quote(column)} {definition}",
+                what="add a column to the state table",
+            )
+        self._columns = None
         self.chunks.ensure()
 
     def exists(self) -> bool:
         return self.sink.table_exists(TargetName(self.database, STATE_TABLE))
 
+    def _select(self) -> str | None:
+        """The columns to read (an older table, which only a writer upgrades, lacks the added ones); None
+        when there is no state table."""
+        if self._columns is None:
+            present = self.sink.table_columns(TargetName(self.database, STATE_TABLE))
+            if present is None:
+                return None
+            added = [c if c in present else f"'' AS {c}" for c in ADDED_STATE_COLUMNS]
+            self._columns = ", ".join([_COLUMNS, *added])
+        return self._columns
+
     def load_all(self) -> list[PipelineState]:
-        if not self.exists():
+        columns = self._select()
+        if columns is None:
             return []
         rows = self.sink.query_rows(
-            f"SELECT pipeline, source, target, committed_version, pending_version, rows_written, updated_at "
-            f"FROM {self._table} FINAL ORDER BY pipeline",
+            f"SELECT {columns} FROM {self._table} FINAL ORDER BY pipeline",
             what="read replication offsets",
         )
         return [_state(r) for r in rows]
 
     def load(self, pipeline: str) -> PipelineState | None:
-        if not self.exists():
+        columns = self._select()
+        if columns is None:
             return None
         rows = self.sink.query_rows(
-            f"SELECT pipeline, source, target, committed_version, pending_version, rows_written, updated_at "
-            f"FROM {self._table} FINAL WHERE pipeline = {{p:String}}",
+            f"SELECT {columns} FROM {self._table} FINAL WHERE pipeline = {{p:String}}",
             {"p": pipeline},
             what="read the replication offset",
         )
@@ -132,6 +158,8 @@ class StateStore:
                     "pending_version": state.pending_version,
                     "rows_written": state.rows_written,
                     "updated_at": state.updated_at,
+                    "location": state.location,
+                    "table_id": state.table_id,
                 }
             ],
             schema=_ARROW_SCHEMA,
@@ -140,8 +168,18 @@ class StateStore:
 
 
 def _state(row: tuple) -> PipelineState:
-    pipeline, source, target, version, pending, rows, updated = row
-    return PipelineState(pipeline, source, target, int(version), int(pending), int(rows), _utc(updated))
+    pipeline, source, target, version, pending, rows, updated, location, table_id = row
+    return PipelineState(
+        pipeline,
+        source,
+        target,
+        int(version),
+        int(pending),
+        int(rows),
+        _utc(updated),
+        location or "",
+        table_id or "",
+    )
 
 
 def databases_with_state(sink: Sink) -> list[str]:

@@ -21,18 +21,9 @@ from cdc2ch.source.log import (
     missing_table,
     not_a_delta_table,
 )
+from cdc2ch.tableref import normalize_uri, parse_table
 
 __all__ = ["Commit", "DeltaSource", "normalize_uri"]
-
-
-def normalize_uri(table: str) -> str:
-    """Local paths become absolute (so the pipeline's identity does not depend on the cwd); URIs stay."""
-    if urlsplit(table).scheme in ("", "file"):
-        path = table[len("file:") :] if table.startswith("file:") else table
-        while path.startswith("//"):
-            path = path[1:]
-        return os.path.abspath(os.path.expanduser(path))
-    return table
 
 
 CDF_SCHEMA_CONF = {
@@ -50,11 +41,22 @@ _MISSING_CDF = re.compile(r"change data was not recorded for version \[?(\d+)\]?
 
 
 class DeltaSource:
-    """One Delta table, read through a Spark session."""
+    """One Delta table, read through a Spark session. `table` is a path/URI or a catalog name (see
+    tableref): a name is resolved through the session's catalog once, here, and the table is then read at
+    its location like a path. `uri` is the table's identity (its full name, or its normalized path),
+    `name` the full name (None for a path), `location` where its files are."""
 
     def __init__(self, spark, table: str):
         self.spark = spark
-        self.uri = normalize_uri(table)
+        ref = parse_table(table)
+        if ref.is_name:
+            from cdc2ch.source.catalog import resolve
+
+            found = resolve(spark, ref)
+            self.name, self.uri, self.location = found.name, found.name, normalize_uri(found.location)
+        else:
+            self.name, self.uri = None, normalize_uri(table)
+            self.location = self.uri
         self._checked = False
         self._log_reader: DeltaLog | None = None
         # CDF reads use the schema of their end version (versionAsOf), for tables with and without
@@ -68,18 +70,18 @@ class DeltaSource:
         from delta.tables import DeltaTable
 
         if not self._checked:
-            scheme = urlsplit(self.uri).scheme
-            if scheme == "" and not os.path.exists(self.uri):
-                raise missing_table(self.uri)
-            if not DeltaTable.isDeltaTable(self.spark, self.uri):
-                raise not_a_delta_table(self.uri)
+            scheme = urlsplit(self.location).scheme
+            if scheme == "" and not os.path.exists(self.location):
+                raise missing_table(self.location, self.name)
+            if not DeltaTable.isDeltaTable(self.spark, self.location):
+                raise not_a_delta_table(self.location, self.name)
             self._checked = True
-        return DeltaTable.forPath(self.spark, self.uri)
+        return DeltaTable.forPath(self.spark, self.location)
 
     def _log(self) -> DeltaLog:
         if self._log_reader is None:
             self._delta_table()
-            self._log_reader = DeltaLog(HadoopLogFiles(self.spark, self.uri))
+            self._log_reader = DeltaLog(HadoopLogFiles(self.spark, self.location))
         return self._log_reader
 
     def commits(self, start: int = 0, end: int | None = None) -> list[Commit]:
@@ -176,7 +178,7 @@ class DeltaSource:
         DETAIL would also size every file, 10 s on a cold JVM."""
         self._delta_table()
         jvm = self.spark._jvm
-        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, self.uri)
+        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, self.location)
         return log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
 
     def properties(self) -> dict[str, str]:
@@ -210,6 +212,14 @@ class DeltaSource:
                 "writerFeatures": features,
             }
 
+    def table_id(self) -> str:
+        """The Delta table's id (metaData.id): it stays for the table's life and a table created again, at
+        the same place or elsewhere, gets a new one."""
+        try:
+            return str(self._jvm_snapshot().metadata().id())
+        except Exception:
+            return str(self._delta_table().detail().select("id").collect()[0]["id"] or "")
+
     # -- data -------------------------------------------------------------------------------------
     def changes(self, start: int, end: int) -> "SparkChanges":
         """The Change Data Feed for versions [start, end] (lazy; the schema is that of version `end`)."""
@@ -221,7 +231,7 @@ class DeltaSource:
                 .option("startingVersion", int(start))
                 .option("endingVersion", int(end))
                 .option("versionAsOf", int(end))
-                .load(self.uri)
+                .load(self.location)
             )
         except Exception as exc:  # Delta checks the range when the read is planned
             raise self.translate(exc, "the change data feed", start, end) from exc
@@ -241,7 +251,7 @@ class DeltaSource:
 
     def snapshot(self, version: int):
         self._delta_table()
-        return self.spark.read.format("delta").option("versionAsOf", int(version)).load(self.uri)
+        return self.spark.read.format("delta").option("versionAsOf", int(version)).load(self.location)
 
     def duplicate_keys(self, primary_key: tuple[str, ...], version: int) -> tuple[int, int, dict] | None:
         """(keys, rows, an example key) of the keys more than one row of the table holds at `version`, or
@@ -336,7 +346,7 @@ class SparkChanges:
 
     def __init__(self, source: DeltaSource, frame, start: int, end: int):
         self.source, self.frame, self.start, self.end = source, frame, start, end
-        self.uri = source.uri
+        self.uri, self.location = source.uri, source.location
         self.schema = frame.schema.jsonValue()
 
     def spark_rows(self, immutable_keys: bool):

@@ -104,14 +104,24 @@ def estimate_rows(adds: list[dict], removes: list[dict], cdcs: list[dict]) -> in
     return total + sum(rows(r) for r in removed.values())
 
 
-def missing_table(uri: str) -> SourceError:
+def missing_table(uri: str, name: str | None = None) -> SourceError:
+    if name:
+        return SourceError(
+            f"The catalog places table {name} at {uri}, which does not exist: the table's files were removed "
+            f"or the catalog entry is stale. Check the table in its catalog."
+        )
     return SourceError(
         f"The Delta table path {uri} does not exist. Check --table (a local path or a "
         f"URI such as s3a://bucket/path)."
     )
 
 
-def not_a_delta_table(uri: str) -> SourceError:
+def not_a_delta_table(uri: str, name: str | None = None) -> SourceError:
+    if name:
+        return SourceError(
+            f"The catalog places table {name} at {uri}, which holds no Delta table (no readable _delta_log). "
+            f"Check the table in its catalog."
+        )
     return SourceError(
         f"{uri} is not a Delta table (it has no readable _delta_log). Point --table at the "
         f"directory that contains _delta_log."

@@ -17,7 +17,7 @@ import threading
 from importlib import metadata
 from pathlib import Path
 
-from cdc2ch.config import SparkSettings
+from cdc2ch.config import SparkSettings, is_secret_key
 from cdc2ch.errors import ConfigError
 
 DELTA_CONF = {
@@ -224,7 +224,10 @@ def _launch_jvm(conf: dict[str, str], master: str | None) -> None:
     with SparkContext._lock:
         if SparkContext._gateway is not None:
             return
-        spark_conf = SparkConf().setAll(list(conf.items())).setAppName("cdc2ch")
+        # spark-submit gets its settings as --conf arguments, which `ps` shows to every user: secrets (a
+        # catalog token, a storage key) reach the JVM through the session builder instead (see _build).
+        shown = [(k, v) for k, v in conf.items() if not is_secret_key(k)]
+        spark_conf = SparkConf().setAll(shown).setAppName("cdc2ch")
         if master:
             spark_conf.setMaster(master)
         gateway = launch_gateway(spark_conf, {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT})

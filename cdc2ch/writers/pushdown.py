@@ -84,7 +84,7 @@ class PushdownWriter:
         before = self.to.sink.row_count(self.to.table_sql)
         sql = insert_from_lake(
             self.to.table_sql,
-            rng.uri,
+            rng.location,
             columns,
             contract.sql_change_meta(),
             contract.sql_change_filter(cfg.immutable_keys),
@@ -120,7 +120,7 @@ class PushdownWriter:
 
     def _null_keys_in_lake(self, rng: Changes) -> SourceError | None:
         """The insert failed on a null: count the null keys (on this error path only) to say where."""
-        lake = lake_function(rng.uri)
+        lake = lake_function(rng.location)
         for key in self.cfg.primary_key:
             with self.to.sink.reads_files():
                 nulls, version = self.to.sink.query_rows(

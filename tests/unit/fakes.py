@@ -90,7 +90,7 @@ class FakeSource:
     """The ChangeSource port over a FakeTable."""
 
     def __init__(self, table: FakeTable, uri: str = "/lake/t"):
-        self.table, self.uri = table, uri
+        self.table, self.uri, self.location = table, uri, uri
         self.reads: list[tuple[int, int]] = []
 
     def latest(self) -> Commit:
@@ -110,6 +110,9 @@ class FakeSource:
 
     def version_at(self, ts: datetime) -> int:
         return next(v["commit"].version for v in self.table.versions if v["commit"].timestamp >= ts)
+
+    def table_id(self) -> str:
+        return "fake-table"
 
     def cdf_enabled(self) -> bool:
         return self.table.cdf
@@ -141,6 +144,7 @@ class FakeSource:
 class FakeChanges:
     def __init__(self, start: int, end: int, uri: str, columns: dict[str, str], rows: list[dict]):
         self.start, self.end, self.uri, self.columns, self.rows = start, end, uri, columns, rows
+        self.location = uri
         self.schema = spark_schema(columns)
 
     def arrow_rows(self, immutable_keys: bool) -> pa.Table:
