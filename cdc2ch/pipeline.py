@@ -11,11 +11,10 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-import structlog
-
 from cdc2ch import plan, schema
 from cdc2ch.config import RunConfig
 from cdc2ch.errors import SchemaChangeError, StateError
+from cdc2ch.log import get_logger
 from cdc2ch.metrics import Metrics, PipelineMetrics
 from cdc2ch.offset import PipelineState
 from cdc2ch.ports import ChangeSource, Ports, RangeWriter
@@ -24,7 +23,7 @@ from cdc2ch.resync import Resync
 from cdc2ch.source.log import Commit
 from cdc2ch.writers import pushdown
 
-log = structlog.get_logger("cdc2ch.pipeline")
+log = get_logger("cdc2ch.pipeline")
 
 
 @dataclass(frozen=True)
@@ -60,6 +59,7 @@ class Replicator:
         self.ports = ports
         self.log = log.bind(pipeline=cfg.pipeline)
         self.state: PipelineState | None = None
+        self.started: PipelineState | None = None
         self.writer: RangeWriter | None = None
         # Whether this runner holds the pipeline and its offset is recorded. A new pipeline claims itself
         # only once its first range is read and checked: refused input leaves no table and no offset.
@@ -128,6 +128,7 @@ class Replicator:
         state = self.initial_state(inputs)
         # A new pipeline is claimed once its first range passed the checks (catch_up, `claimed`).
         self.state = self.resync.recover(state) if self.claimed else state
+        self.started = self.state  # where this runner took over (what the Python API reports from)
         self.log.info(
             "start",
             source=self.source.uri,

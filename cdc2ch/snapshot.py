@@ -17,8 +17,6 @@ import threading
 import time
 from urllib.parse import unquote, urlsplit
 
-import structlog
-
 from cdc2ch import contract, plan, schema
 from cdc2ch.clickhouse.ddl import TargetTables
 from cdc2ch.clickhouse.lock import PipelineLock
@@ -26,6 +24,7 @@ from cdc2ch.clickhouse.state import StateStore
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import RunConfig
 from cdc2ch.errors import SchemaChangeError, SourceError, StateError
+from cdc2ch.log import get_logger
 from cdc2ch.offset import PipelineState
 from cdc2ch.progress import Progress
 from cdc2ch.source.chunked import ChunkedFrame
@@ -33,7 +32,7 @@ from cdc2ch.source.log import Commit
 from cdc2ch.writers.driver import insert_rows
 from cdc2ch.writers.pushdown import insert_from_lake, insert_settings
 
-log = structlog.get_logger("cdc2ch.snapshot")
+log = get_logger("cdc2ch.snapshot")
 
 
 def _file_path(spark_file: str) -> str:
@@ -54,6 +53,7 @@ class Snapshotter:
         self.chunks = self.store.chunks
         self.lock = PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl)
         self.log = log.bind(pipeline=cfg.pipeline)
+        self.loaded: tuple[int, int] | None = None  # (version, rows) of a finished run
 
     def run(self) -> PipelineState | None:
         cfg = self.cfg
@@ -81,6 +81,7 @@ class Snapshotter:
                 self.log.warning("snapshot_interrupted", version=version)
                 return None
             state = self._hand_over(stored, version, rows)
+        self.loaded = (version, rows)
         self.log.info(
             "snapshot_done",
             version=version,

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import time
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
@@ -35,10 +36,33 @@ def normalize_uri(table: str) -> str:
     return table
 
 
+# Session settings of cdc2ch's CDF reads, applied only while a read is planned (`session_conf`): CDF reads
+# use the schema of their end version (versionAsOf), for tables with and without column mapping alike; by
+# default Delta reads old versions with the latest schema and refuses any range older than a schema change,
+# even an added column.
 CDF_SCHEMA_CONF = {
     "spark.databricks.delta.changeDataFeed.allowTimeTravelOptionsForSchema": "true",
     "spark.databricks.delta.changeDataFeed.defaultSchemaModeForColumnMappingTable": "legacy",
 }
+
+
+@contextmanager
+def session_conf(spark, conf: dict[str, str]):
+    """`conf` set on the session for the block, then each key back to its previous value (or unset): the
+    session may be the caller's (the Python API), which must find it as it was. Delta reads these settings
+    when a read is planned (`load`), which builds the relation the later actions run."""
+    previous = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
 
 _MISSING_CDF = re.compile(r"change data was not recorded for version \[?(\d+)\]?", re.I)
 
@@ -51,11 +75,6 @@ class DeltaSource:
         self.uri = normalize_uri(table)
         self._checked = False
         self._log_reader: DeltaLog | None = None
-        # CDF reads use the schema of their end version (versionAsOf), for tables with and without
-        # column mapping alike; by default Delta reads old versions with the latest schema and refuses
-        # any range older than a schema change, even an added column.
-        for key, value in CDF_SCHEMA_CONF.items():
-            spark.conf.set(key, value)
 
     # -- log --------------------------------------------------------------------------------------
     def _delta_table(self):
@@ -187,14 +206,15 @@ class DeltaSource:
         """The Change Data Feed for versions [start, end] (lazy; the schema is that of version `end`)."""
         self._delta_table()
         try:
-            frame = (
-                self.spark.read.format("delta")
-                .option("readChangeFeed", "true")
-                .option("startingVersion", int(start))
-                .option("endingVersion", int(end))
-                .option("versionAsOf", int(end))
-                .load(self.uri)
-            )
+            with session_conf(self.spark, CDF_SCHEMA_CONF):
+                frame = (
+                    self.spark.read.format("delta")
+                    .option("readChangeFeed", "true")
+                    .option("startingVersion", int(start))
+                    .option("endingVersion", int(end))
+                    .option("versionAsOf", int(end))
+                    .load(self.uri)
+                )
         except Exception as exc:  # Delta checks the range when the read is planned
             raise self.translate(exc, "the change data feed", start, end) from exc
         return SparkChanges(self, frame, start, end)
