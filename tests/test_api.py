@@ -140,7 +140,7 @@ def test_bad_input_raises_the_commands_error_and_creates_nothing(
     assert _tables(sink, database) == []  # no target, no offset, no lock or health table
 
     for options, message in (
-        ({"batchsize": 5}, "replicate() has no option 'batchsize'.* batch_size,"),
+        ({"batchsize": 5}, r"replicate\(\) has no option 'batchsize'.* batch_size,"),
         ({"log_level": "debug"}, "set its level with logging"),
         ({"batch_size": 0}, r"--batch-size must be at least 1 \(got 0\)"),
         ({"writer": "nope"}, "replicate\\(writer='nope'\\): 'nope' is not one of"),
