@@ -249,7 +249,7 @@ def _values(command: str, function: str, keywords: dict[str, Any]) -> dict[str, 
             values[option.param] = catalogue.convert(option, value)
         except click.BadParameter as exc:
             raise ConfigError(
-                f"cdc2ch.{function}({key}={value!r}): {exc.format_message()} It takes what "
+                f"cdc2ch.{function}({key}={value!r}): {exc.message} It takes what "
                 f"--{option.name} takes on the command line."
             ) from None
     return values
