@@ -12,14 +12,14 @@ import threading
 from contextlib import contextmanager
 
 import click
-import structlog
 
 from cdc2ch import log as logsetup
 from cdc2ch.config import ProcessOptions, RunConfig, TargetName, parse_duration
 from cdc2ch.errors import Cdc2chError, ConfigError, summarise
+from cdc2ch.log import get_logger
 from cdc2ch.options import Invocation, load_config, merge, process_options, resolve
 
-log = structlog.get_logger("cdc2ch")
+log = get_logger("cdc2ch")
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)

@@ -42,15 +42,14 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 
-import structlog
-
 from cdc2ch import schema
 from cdc2ch.clickhouse.lock import LockedError, PipelineLock
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import TargetName
 from cdc2ch.errors import ConfigError, SinkError, summarise
+from cdc2ch.log import get_logger
 
-log = structlog.get_logger("cdc2ch.compact")
+log = get_logger("cdc2ch.compact")
 
 SIDE_SUFFIX = "__cdc2ch_compact"
 VIEW_SUFFIX = "__cdc2ch_compact_mv"

@@ -1,7 +1,11 @@
 """structlog set-up: readable lines on a terminal, JSON lines for machines (--log-format json).
 
 Output of other programs running for cdc2ch (the Spark JVM and its Python workers) goes through `relay`, so
-that with --log-format json every line on stderr is JSON."""
+that with --log-format json every line on stderr is JSON.
+
+Modules log through `get_logger`: structlog as configured (the CLI's `configure`), or while a call of the
+Python API runs (`api_call`), records of the stdlib `logging` loggers `cdc2ch.*`, so that the caller's
+handlers, levels and format apply and cdc2ch configures and prints nothing itself."""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ import json
 import logging
 import re
 import sys
+import threading
+from contextlib import contextmanager
 from datetime import datetime, timezone
 
 import structlog
@@ -84,3 +90,70 @@ def final(message: str, exit_code: int, kind: str = "error") -> str:
     now = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
     event = {"event": kind, "message": message, "exit_code": exit_code, "level": "error", "timestamp": now}
     return json.dumps(event, ensure_ascii=False)
+
+
+# -- the Python API: the caller's logging ---------------------------------------------------------------
+_api_calls = 0
+_api_lock = threading.Lock()
+
+
+@contextmanager
+def api_call():
+    """While this runs (API calls may overlap on several threads), cdc2ch's events are stdlib records and
+    cdc2ch draws nothing on the terminal. Nothing global is configured: structlog's set-up stays as it was."""
+    global _api_calls
+    with _api_lock:
+        _api_calls += 1
+    try:
+        yield
+    finally:
+        with _api_lock:
+            _api_calls -= 1
+
+
+def in_api_call() -> bool:
+    """Whether a Python API call is running: the process and its terminal are the caller's."""
+    return _api_calls > 0
+
+
+def _stdlib_record(logger, method: str, event_dict: dict) -> dict:
+    """The stdlib call for one event: a message `event key=value ...`, the event's name and fields as the
+    record's `event` and `fields` attributes (for structured handlers), and its exception if any."""
+    event = str(event_dict.pop("event", ""))
+    exc_info = event_dict.pop("exc_info", None)
+    words = [event] + [f"{k}={_text(v)}" for k, v in event_dict.items()]
+    return {"msg": " ".join(words), "exc_info": exc_info, "extra": {"event": event, "fields": event_dict}}
+
+
+def _text(value) -> str:
+    text = str(value)
+    return json.dumps(text) if not text or any(c.isspace() or c in '"=' for c in text) else text
+
+
+class Logger:
+    """A cdc2ch logger that picks its route at each call: structlog as configured, or the stdlib logger of
+    the same name during an API call. `bind` keeps the context for either route."""
+
+    def __init__(self, name: str, context: dict | None = None):
+        self._name, self._context = name, context or {}
+
+    def bind(self, **values) -> "Logger":
+        return Logger(self._name, {**self._context, **values})
+
+    def _route(self):
+        if in_api_call():
+            logger = structlog.wrap_logger(
+                logging.getLogger(self._name),
+                processors=[structlog.stdlib.filter_by_level, _stdlib_record],
+                wrapper_class=structlog.stdlib.BoundLogger,
+            )
+        else:
+            logger = structlog.get_logger(self._name)
+        return logger.bind(**self._context)
+
+    def __getattr__(self, method: str):  # info, warning, error, exception, debug
+        return getattr(self._route(), method)
+
+
+def get_logger(name: str) -> Logger:
+    return Logger(name)

@@ -266,22 +266,28 @@ def _click_option(option: Option) -> click.Option:
 
 
 def from_toml(option: Option, value: Any, where: str) -> Any:
-    """A config file's value as the option would have parsed it from the command line: a list is
-    comma-joined (primary-key = ["tenant", "id"]), a table becomes key=value items ([spark-conf]), a date
-    or time its ISO text. `where` names the place in the file for errors."""
+    """A config file's value as the option would have parsed it from the command line. `where` names the
+    place in the file for errors."""
+    try:
+        return convert(option, value)
+    except click.BadParameter as exc:
+        raise ConfigError(f"Config file {where}: {value!r} is not valid: {exc.format_message()}") from None
+
+
+def convert(option: Option, value: Any) -> Any:
+    """A Python value (a config file's, a keyword argument of the Python API) as the option would have parsed
+    it from the command line: a list is comma-joined (primary-key = ["tenant", "id"]), a table becomes
+    key=value items ([spark-conf]), a date or time its ISO text. Raises click.BadParameter."""
     if isinstance(value, dict) and option.multiple:
         value = [f"{k}={v}" for k, v in value.items()]
-    elif isinstance(value, list) and not option.multiple:
+    elif isinstance(value, (list, tuple)) and not option.multiple:
         value = ",".join(str(v) for v in value)
     elif isinstance(value, str) and option.multiple:
         value = [value]
     elif isinstance(value, datetime):
         value = value.isoformat()
-    try:
-        converted = _click_option(option).type_cast_value(None, value)
-        return option.parse(converted) if option.parse else converted
-    except click.BadParameter as exc:
-        raise ConfigError(f"Config file {where}: {value!r} is not valid: {exc.format_message()}") from None
+    converted = _click_option(option).type_cast_value(None, value)
+    return option.parse(converted) if option.parse else converted
 
 
 @dataclass(frozen=True)

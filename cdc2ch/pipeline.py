@@ -11,11 +11,10 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-import structlog
-
 from cdc2ch import plan, schema
 from cdc2ch.config import RunConfig
 from cdc2ch.errors import SchemaChangeError, StateError
+from cdc2ch.log import get_logger
 from cdc2ch.metrics import Metrics, PipelineMetrics
 from cdc2ch.offset import PipelineState
 from cdc2ch.ports import ChangeSource, Ports, RangeWriter
@@ -24,7 +23,7 @@ from cdc2ch.resync import Resync
 from cdc2ch.source.log import Commit
 from cdc2ch.writers import pushdown
 
-log = structlog.get_logger("cdc2ch.pipeline")
+log = get_logger("cdc2ch.pipeline")
 
 
 @dataclass(frozen=True)
@@ -61,6 +60,7 @@ class Replicator:
         self.ports = ports
         self.log = log.bind(pipeline=cfg.pipeline)
         self.state: PipelineState | None = None
+        self.started: PipelineState | None = None
         self.writer: RangeWriter | None = None
         # Whether this runner holds the pipeline and its offset is recorded. A new pipeline claims itself
         # only once its first range is read and checked: refused input leaves no table and no offset.
@@ -82,16 +82,8 @@ class Replicator:
             plan.check_owner(cfg.pipeline, str(cfg.target), self.ports.store.load_all())
         table_id = source.table_id()
         start = plan.start_version(
-            cfg.pipeline,
-            uri,
-            str(cfg.target),
-            stored,
-            requested,
-            latest,
-            cfg.reset,
-            source.location,
-            table_id,
-        )
+            cfg.pipeline, uri, str(cfg.target), stored, requested, latest, cfg.reset, source.location, table_id
+        )  # fmt: skip
         since = source.cdf_enabled_since()
         if start < since:
             raise plan.cdf_gap_error(since, start, uri, cfg.primary_key, str(cfg.target))
@@ -103,10 +95,8 @@ class Replicator:
             found = plan.unsupported_by_clickhouse_reader(
                 source.protocol(), source.properties(), latest_schema
             )
+            done = f"replication stopped with version {stored.committed_version} committed" if stored else ""
             if found:
-                done = (
-                    f"replication stopped with version {stored.committed_version} committed" if stored else ""
-                )
                 raise plan.clickhouse_reader_error(uri, found, done or "nothing was written")
         return Inputs(start, stored, latest, writer, table_id)
 
@@ -116,14 +106,9 @@ class Replicator:
         cfg, store = self.cfg, self.ports.store
         if inputs.stored is None:
             return plan.repointed(
-                None,
-                cfg.pipeline,
-                self.source.uri,
-                str(cfg.target),
-                inputs.start - 1,
-                location=self.source.location,
-                table_id=inputs.table_id,
-            )
+                None, cfg.pipeline, self.source.uri, str(cfg.target), inputs.start - 1,
+                location=self.source.location, table_id=inputs.table_id,
+            )  # fmt: skip
         self.ports.lock.acquire()  # inputs are fine: from here on this process writes
         self.claimed = True
         stored = store.load(cfg.pipeline)  # again, now that nobody else can move it
@@ -180,6 +165,7 @@ class Replicator:
         state = self.initial_state(inputs)
         # A new pipeline is claimed once its first range passed the checks (catch_up, `claimed`).
         self.state = self.resync.recover(state) if self.claimed else state
+        self.started = self.state  # where this runner took over (what the Python API reports from)
         self.log.info(
             "start",
             source=self.source.uri,
@@ -217,7 +203,8 @@ class Replicator:
             if self.stop.is_set():
                 break
             changes = self.source.changes(s, e)
-            self._check_reader(changes, state)
+            if self.writer.kind == "clickhouse":
+                check_range_for_clickhouse(self.source.uri, changes, state)
             if not self.claimed:
                 self.writer.check(changes)  # a new pipeline writes nothing before its rows are checked
                 self._claim_new(state)
@@ -240,19 +227,6 @@ class Replicator:
         if progress is not None:
             progress.done()
         return state
-
-    def _check_reader(self, changes, state: PipelineState) -> None:
-        """A range ClickHouse cannot read (a VARIANT column added since the start): stop before writing it."""
-        if self.writer.kind != "clickhouse":
-            return
-        found = plan.unsupported_by_clickhouse_reader({}, {}, changes.schema)
-        if found:
-            raise plan.clickhouse_reader_error(
-                self.source.uri,
-                found,
-                f"replication stopped before versions {changes.start}..{changes.end}, with version "
-                f"{state.committed_version} committed",
-            )
 
     def _schema_broken(
         self, state: PipelineState, commit: Commit | None, start: int, end: int, change: schema.SchemaDiff
@@ -308,3 +282,15 @@ class Replicator:
         finally:
             self.close()
         return self.state
+
+
+def check_range_for_clickhouse(uri: str, changes, state: PipelineState) -> None:
+    """A range ClickHouse cannot read (a VARIANT column added since the start): stop before writing it."""
+    found = plan.unsupported_by_clickhouse_reader({}, {}, changes.schema)
+    if found:
+        raise plan.clickhouse_reader_error(
+            uri,
+            found,
+            f"replication stopped before versions {changes.start}..{changes.end}, with version "
+            f"{state.committed_version} committed",
+        )

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 import time
 
-import structlog
+from cdc2ch.log import get_logger, in_api_call
 
-log = structlog.get_logger("cdc2ch.progress")
+log = get_logger("cdc2ch.progress")
 
 
 class Progress:
@@ -32,7 +32,8 @@ class Progress:
         self._last_log = self.started
         self._interval = interval
         self._stream = stream or sys.stderr
-        self._tty = self._stream.isatty()
+        # Under the Python API the terminal is the caller's: log lines only.
+        self._tty = self._stream.isatty() and not in_api_call()
 
     def advance(self, rows: int, chunks: int = 0) -> None:
         self.rows += rows

@@ -10,17 +10,16 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-import structlog
-
 from cdc2ch.clickhouse.state import Health, HealthStore
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import RunConfig
 from cdc2ch.errors import Cdc2chError, SinkError, summarise
+from cdc2ch.log import get_logger
 from cdc2ch.metrics import Metrics, PipelineMetrics, error_kind
 from cdc2ch.pipeline import Replicator
 from cdc2ch.source.delta import DeltaSource
 
-log = structlog.get_logger("cdc2ch.runner")
+log = get_logger("cdc2ch.runner")
 
 MAX_BACKOFF = 300.0
 HEALTH_EVERY = 60.0  # seconds between health writes while all is well (each write is an insert)

@@ -16,8 +16,6 @@ import math
 import threading
 import time
 
-import structlog
-
 from cdc2ch import contract, plan, schema
 from cdc2ch.clickhouse.ddl import TargetTables
 from cdc2ch.clickhouse.lock import PipelineLock
@@ -25,6 +23,7 @@ from cdc2ch.clickhouse.state import StateStore
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import RunConfig
 from cdc2ch.errors import SchemaChangeError, SourceError, StateError
+from cdc2ch.log import get_logger
 from cdc2ch.offset import PipelineState
 from cdc2ch.progress import Progress
 from cdc2ch.source.chunked import ChunkedFrame
@@ -33,7 +32,7 @@ from cdc2ch.source.log import Commit
 from cdc2ch.writers.driver import insert_rows
 from cdc2ch.writers.pushdown import insert_from_lake, insert_settings, lake_function
 
-log = structlog.get_logger("cdc2ch.snapshot")
+log = get_logger("cdc2ch.snapshot")
 
 
 def _file_path(spark_file: str) -> str:
@@ -60,6 +59,7 @@ class Snapshotter:
         self.chunks = self.store.chunks
         self.lock = PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl)
         self.log = log.bind(pipeline=cfg.pipeline)
+        self.loaded: tuple[int, int] | None = None  # (version, rows) of a finished run
 
     def run(self) -> PipelineState | None:
         cfg = self.cfg
@@ -93,6 +93,7 @@ class Snapshotter:
                 self.log.warning("snapshot_interrupted", version=version)
                 return None
             state = self._hand_over(stored, version, rows)
+        self.loaded = (version, rows)
         self.log.info(
             "snapshot_done",
             version=version,

@@ -5,17 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-import structlog
-
 from cdc2ch.clickhouse.state import Health, HealthStore, PipelineState, StateStore, databases_with_state
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import TargetName, parse_duration
 from cdc2ch.errors import Cdc2chError, ConfigError, summarise
+from cdc2ch.log import get_logger
 from cdc2ch.source.delta import DeltaSource
 from cdc2ch.source.log import python_log
 from cdc2ch.tableref import is_path
 
-log = structlog.get_logger("cdc2ch.status")
+log = get_logger("cdc2ch.status")
 
 # Terminal columns: (heading, row key).
 TABLE_COLUMNS = (

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import threading
 
-import structlog
-
 from cdc2ch.clickhouse.ddl import TargetTables
 from cdc2ch.clickhouse.lock import PipelineLock
 from cdc2ch.clickhouse.state import StateStore
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import RunConfig
+from cdc2ch.log import get_logger
 from cdc2ch.metrics import PipelineMetrics
 from cdc2ch.ports import Ports
 from cdc2ch.snapshot import Snapshotter
@@ -20,7 +19,7 @@ from cdc2ch.writers.driver import DriverWriter
 from cdc2ch.writers.executors import ExecutorWriter
 from cdc2ch.writers.pushdown import PushdownWriter
 
-log = structlog.get_logger("cdc2ch.pipeline")
+log = get_logger("cdc2ch.pipeline")
 
 
 def clickhouse_ports(

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import structlog
-
 from cdc2ch import schema
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import TargetName
+from cdc2ch.log import get_logger
 
-log = structlog.get_logger("cdc2ch.clickhouse.ddl")
+log = get_logger("cdc2ch.clickhouse.ddl")
 
 
 def create_target(

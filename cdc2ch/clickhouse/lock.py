@@ -20,14 +20,13 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-import structlog
-
 from cdc2ch import schema
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import TargetName
 from cdc2ch.errors import Cdc2chError, SinkError, summarise
+from cdc2ch.log import get_logger, in_api_call
 
-log = structlog.get_logger("cdc2ch.lock")
+log = get_logger("cdc2ch.lock")
 
 LOCK_TABLE = "cdc2ch_locks"
 DEFAULT_TTL = 60.0
@@ -67,6 +66,8 @@ def _process_gone(pid: int) -> bool:
 
 def command_name() -> str:
     """`cdc2ch run`, `cdc2ch snapshot`...: what the holder is doing, without any argument values."""
+    if in_api_call():  # the process's arguments are the caller's
+        return "cdc2ch Python API"
     args = [a for a in sys.argv[1:2] if not a.startswith("-")]
     return " ".join(["cdc2ch", *args])
 

@@ -15,15 +15,15 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 
 import pyarrow as pa
-import structlog
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from cdc2ch import retry, schema
 from cdc2ch.clickhouse import codes
 from cdc2ch.config import TargetName
 from cdc2ch.errors import SinkError, summarise
+from cdc2ch.log import get_logger
 
-log = structlog.get_logger("cdc2ch.clickhouse")
+log = get_logger("cdc2ch.clickhouse")
 T = TypeVar("T")
 
 MAX_DETAIL = 400  # characters of ClickHouse's own message kept in ours

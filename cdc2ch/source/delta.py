@@ -6,6 +6,7 @@ import json
 import os
 import re
 import time
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
@@ -26,6 +27,10 @@ from cdc2ch.tableref import normalize_uri, parse_table
 __all__ = ["Commit", "DeltaSource", "normalize_uri"]
 
 
+# Session settings of cdc2ch's CDF reads, applied only while a read is planned (`session_conf`): CDF reads
+# use the schema of their end version (versionAsOf), for tables with and without column mapping alike; by
+# default Delta reads old versions with the latest schema and refuses any range older than a schema change,
+# even an added column.
 CDF_SCHEMA_CONF = {
     "spark.databricks.delta.changeDataFeed.allowTimeTravelOptionsForSchema": "true",
     "spark.databricks.delta.changeDataFeed.defaultSchemaModeForColumnMappingTable": "legacy",
@@ -36,6 +41,25 @@ CDF_SCHEMA_CONF = {
     # `translate` turns into "resync with `cdc2ch snapshot`", so nothing is read wrong without the check.
     "spark.databricks.delta.vacuum.enforceTimeTravelWithinDeletedFileRetentionDuration": "false",
 }
+
+
+@contextmanager
+def session_conf(spark, conf: dict[str, str]):
+    """`conf` set on the session for the block, then each key back to its previous value (or unset): the
+    session may be the caller's (the Python API), which must find it as it was. Delta reads these settings
+    when a read is planned (`load`), which builds the relation the later actions run."""
+    previous = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
 
 _MISSING_CDF = re.compile(r"change data was not recorded for version \[?(\d+)\]?", re.I)
 
@@ -59,11 +83,6 @@ class DeltaSource:
             self.location = self.uri
         self._checked = False
         self._log_reader: DeltaLog | None = None
-        # CDF reads use the schema of their end version (versionAsOf), for tables with and without
-        # column mapping alike; by default Delta reads old versions with the latest schema and refuses
-        # any range older than a schema change, even an added column.
-        for key, value in CDF_SCHEMA_CONF.items():
-            spark.conf.set(key, value)
 
     # -- log --------------------------------------------------------------------------------------
     def _delta_table(self):
@@ -193,24 +212,7 @@ class DeltaSource:
     def protocol(self) -> dict:
         """The latest version's protocol: minReaderVersion, minWriterVersion, readerFeatures and
         writerFeatures (feature names as the log spells them)."""
-        try:
-            proto = self._jvm_snapshot().protocol()
-            as_java = self.spark._jvm.scala.jdk.javaapi.CollectionConverters.asJava
-            return {
-                "minReaderVersion": int(proto.minReaderVersion()),
-                "minWriterVersion": int(proto.minWriterVersion()),
-                "readerFeatures": sorted(as_java(proto.readerFeatureNames())),
-                "writerFeatures": sorted(as_java(proto.writerFeatureNames())),
-            }
-        except Exception:  # another Delta release with another internal signature: the documented way
-            detail = self._delta_table().detail().collect()[0]
-            features = sorted(detail["tableFeatures"] or [])
-            return {
-                "minReaderVersion": int(detail["minReaderVersion"]),
-                "minWriterVersion": int(detail["minWriterVersion"]),
-                "readerFeatures": features,  # DESCRIBE DETAIL does not tell reader from writer features
-                "writerFeatures": features,
-            }
+        return _protocol(self)
 
     def table_id(self) -> str:
         """The Delta table's id (metaData.id): it stays for the table's life and a table created again, at
@@ -225,14 +227,15 @@ class DeltaSource:
         """The Change Data Feed for versions [start, end] (lazy; the schema is that of version `end`)."""
         self._delta_table()
         try:
-            frame = (
-                self.spark.read.format("delta")
-                .option("readChangeFeed", "true")
-                .option("startingVersion", int(start))
-                .option("endingVersion", int(end))
-                .option("versionAsOf", int(end))
-                .load(self.location)
-            )
+            with session_conf(self.spark, CDF_SCHEMA_CONF):
+                frame = (
+                    self.spark.read.format("delta")
+                    .option("readChangeFeed", "true")
+                    .option("startingVersion", int(start))
+                    .option("endingVersion", int(end))
+                    .option("versionAsOf", int(end))
+                    .load(self.location)
+                )
         except Exception as exc:  # Delta checks the range when the read is planned
             raise self.translate(exc, "the change data feed", start, end) from exc
         return SparkChanges(self, frame, start, end)
@@ -251,7 +254,8 @@ class DeltaSource:
 
     def snapshot(self, version: int):
         self._delta_table()
-        return self.spark.read.format("delta").option("versionAsOf", int(version)).load(self.location)
+        with session_conf(self.spark, CDF_SCHEMA_CONF):  # a version older than the retention period too
+            return self.spark.read.format("delta").option("versionAsOf", int(version)).load(self.location)
 
     def duplicate_keys(self, primary_key: tuple[str, ...], version: int) -> tuple[int, int, dict] | None:
         """(keys, rows, an example key) of the keys more than one row of the table holds at `version`, or
@@ -307,6 +311,27 @@ class DeltaSource:
             )
         first = next((ln for ln in text.splitlines() if ln.strip()), text)
         return SourceError(f"Reading {what} for {span} of {self.uri} failed: {summarise(first, 500)}")
+
+
+def _protocol(source: DeltaSource) -> dict:
+    try:
+        proto = source._jvm_snapshot().protocol()
+        as_java = source.spark._jvm.scala.jdk.javaapi.CollectionConverters.asJava
+        return {
+            "minReaderVersion": int(proto.minReaderVersion()),
+            "minWriterVersion": int(proto.minWriterVersion()),
+            "readerFeatures": sorted(as_java(proto.readerFeatureNames())),
+            "writerFeatures": sorted(as_java(proto.writerFeatureNames())),
+        }
+    except Exception:  # another Delta release with another internal signature: the documented way
+        detail = source._delta_table().detail().collect()[0]
+        features = sorted(detail["tableFeatures"] or [])
+        return {
+            "minReaderVersion": int(detail["minReaderVersion"]),
+            "minWriterVersion": int(detail["minWriterVersion"]),
+            "readerFeatures": features,  # DESCRIBE DETAIL does not tell reader from writer features
+            "writerFeatures": features,
+        }
 
 
 def variants_as_json(frame):

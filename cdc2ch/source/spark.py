@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
@@ -261,10 +262,18 @@ def positional_columns(df):
     return df.toDF(*[f"_c{i}" for i in range(len(names))]), names
 
 
-def ship_by_value(*modules) -> None:
-    """Let Spark tasks call functions of these (self-contained) modules on executors where cdc2ch is not
-    installed: cloudpickle sends their code instead of a reference to import."""
+@contextmanager
+def shipped_by_value(*modules):
+    """While the block builds and runs Spark tasks, let them call functions of these (self-contained) modules
+    on executors where cdc2ch is not installed: cloudpickle sends their code instead of a reference to
+    import. Afterwards the process's pickler is as it was (the session may be the caller's)."""
     from pyspark import cloudpickle
 
-    for module in modules:
+    added = [m for m in modules if m.__name__ not in cloudpickle.list_registry_pickle_by_value()]
+    for module in added:
         cloudpickle.register_pickle_by_value(module)
+    try:
+        yield
+    finally:
+        for module in added:
+            cloudpickle.unregister_pickle_by_value(module)

@@ -40,9 +40,8 @@ def write_partitions(
     """Insert `df` (rows in the target layout) from the executors. Returns one result per partition."""
     from pyspark.sql import functions as F
 
-    from cdc2ch.source.spark import positional_columns, ship_by_value
+    from cdc2ch.source.spark import positional_columns, shipped_by_value
 
-    ship_by_value(contract, retry)  # the task below calls them; executors need not have cdc2ch installed
     safe, names = positional_columns(df)
     keys = [f"_c{names.index(k)}" for k in primary_key]
     version = f"_c{names.index('_version')}"
@@ -93,7 +92,9 @@ def write_partitions(
             client.close()
         yield result(written, count)
 
-    return [r.asDict() for r in safe.mapInArrow(write, RESULT_SCHEMA).collect()]
+    # The task calls contract and retry: shipped by value, executors need not have cdc2ch installed.
+    with shipped_by_value(contract, retry):
+        return [r.asDict() for r in safe.mapInArrow(write, RESULT_SCHEMA).collect()]
 
 
 class ExecutorWriter:

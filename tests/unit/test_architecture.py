@@ -86,13 +86,31 @@ def test_no_import_cycles():
 
 
 def test_the_clickhouse_package_depends_only_on_its_foundations():
-    allowed = {"cdc2ch.errors", "cdc2ch.config", "cdc2ch.schema", "cdc2ch.retry", "cdc2ch.offset"}
+    allowed = {
+        "cdc2ch.errors",
+        "cdc2ch.config",
+        "cdc2ch.schema",
+        "cdc2ch.retry",
+        "cdc2ch.offset",
+        "cdc2ch.log",
+    }
     graph = import_graph()
     for name, deps in graph.items():
         if name.startswith("cdc2ch.clickhouse"):
             outside = {m for m in deps if not m.startswith("cdc2ch.clickhouse")}
             assert outside <= allowed, (name, outside - allowed)
     assert graph["cdc2ch.clickhouse"] == set()  # the package itself: docstring only
+
+
+def test_modules_log_through_cdc2ch_log():
+    """cdc2ch.log.get_logger routes events to the caller's logging during Python API calls; a structlog
+    logger taken directly would print on its own there."""
+    direct = [
+        name
+        for name, path in modules().items()
+        if name != "cdc2ch.log" and "structlog.get_logger(" in path.read_text()
+    ]
+    assert direct == []
 
 
 def test_no_module_or_class_too_large():
