@@ -7,7 +7,14 @@ from datetime import datetime
 
 import structlog
 
-from cdc2ch.clickhouse.state import Health, HealthStore, PipelineState, StateStore, databases_with_state
+from cdc2ch.clickhouse.state import (
+    Health,
+    HealthStore,
+    PipelineState,
+    StateStore,
+    VerifyStore,
+    databases_with_state,
+)
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import TargetName, parse_duration
 from cdc2ch.errors import Cdc2chError, ConfigError, summarise
@@ -26,6 +33,7 @@ TABLE_COLUMNS = (
     ("behind_s", "seconds_behind"),
     ("rows_written", "rows_written"),
     ("last_success", "last_success"),
+    ("verified", "verified"),
     ("error", "error"),
 )
 ERROR_CHARS_IN_TABLE = 160
@@ -62,7 +70,18 @@ def collect(
         keys = sorted(records)
         if target:
             keys = [k for k in keys if (records[k][0] or records[k][1]).target == str(target)]
-    return [_row(records[k][0], records[k][1], spark_factory) for k in keys]
+    rows = [_row(records[k][0], records[k][1], spark_factory) for k in keys]
+    verified = {(db, name): v for db in databases for name, v in VerifyStore(sink, db).load_all().items()}
+    for key, row in zip(keys, rows):
+        with_verify(row, verified.get(key))
+    return rows
+
+
+def with_verify(row: dict, verified) -> None:
+    """The pipeline's last `cdc2ch verify`: its summary and time; `verified` is ok/DIFFERS and when."""
+    row["last_verify"] = verified.summary if verified else None
+    row["last_verify_at"] = _iso(verified.finished_at) if verified else None
+    row["verified"] = f"{'ok' if verified.ok else 'DIFFERS'} {row['last_verify_at']}" if verified else None
 
 
 def _row(state: PipelineState | None, health: Health | None, spark_factory) -> dict:
@@ -166,5 +185,5 @@ def _cell(key: str, value):
 def render_table(rows: list[dict]) -> str:
     if not rows:
         return "No pipelines found."
-    cols = [(h, k) for h, k in TABLE_COLUMNS if k != "error" or any(r["error"] for r in rows)]
-    return "\n".join(aligned([h for h, _ in cols], [[_cell(k, r[k]) for _, k in cols] for r in rows]))
+    cols = [(h, k) for h, k in TABLE_COLUMNS if k not in ("error", "verified") or any(r.get(k) for r in rows)]
+    return "\n".join(aligned([h for h, _ in cols], [[_cell(k, r.get(k)) for _, k in cols] for r in rows]))

@@ -4,7 +4,6 @@ ellipsis), never cut inside a word; the whole text stays in `cdc2ch status --jso
 from __future__ import annotations
 
 import json
-
 import re
 
 import pytest
