@@ -98,6 +98,11 @@ class PipelineStatus:
     last_error_kind: str | None
     last_error_at: str | None
     error: str | None  # why the pipeline is failing or cannot be read now
+    name: str | None = None  # the catalog name, for a table named through a catalog
+    location: str | None = None  # where the table was found
+    last_verify: str | None = None  # the summary of the last `cdc2ch verify`
+    last_verify_at: str | None = None
+    verified: str | None = None  # ok/DIFFERS and when
 
 
 def replicate(

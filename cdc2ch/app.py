@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 from contextlib import contextmanager
+from dataclasses import replace
 
 import click
 
@@ -216,6 +217,35 @@ def validate(invocation: Invocation) -> None:
     click.echo("\n".join(aligned(["", "", ""], [[f.verdict, f.subject, f.detail] for f in findings])[1:]))
     if not all(f.ok for f in findings):
         sys.exit(ConfigError.exit_code)
+
+
+def verify(invocation: Invocation, repair: bool, as_json: bool) -> None:
+    """`cdc2ch verify`: compare each pipeline's target with its Delta table at the committed version; with
+    `repair`, mend what differs and verify again. Exit 1 when a pipeline differs."""
+    from cdc2ch.clickhouse.state import StateStore, VerifyStore
+    from cdc2ch.source.delta import DeltaSource
+    from cdc2ch.source.spark import session
+    from cdc2ch.verify import Verifier, check_target, render
+
+    configs, process = _configured(invocation.with_values(once=True))
+    _start_logging(process)
+    reports = []
+    with stop_on_signals() as stop, _target(configs[0], max(c.retries for c in configs), False) as sink:
+        for cfg in configs:
+            check_target(sink, cfg)
+            store = StateStore(sink, cfg.target.database)
+            verifier = Verifier(cfg, DeltaSource(session(cfg.spark), cfg.table), sink, store,
+                                logsetup.get_logger("cdc2ch.verify").bind(pipeline=cfg.pipeline), stop)  # fmt: skip
+            report = verifier.run(repair=repair)
+            if repair and not report.ok:
+                repaired = report.repaired
+                report = Verifier(cfg, verifier.source, sink, store, verifier.log, stop).run()
+                report = replace(report, repaired=repaired)
+            VerifyStore(sink, cfg.target.database).record(report)
+            reports.append(report)
+    click.echo(json.dumps([r.as_dict() for r in reports], indent=2) if as_json else render(reports, repair))
+    if not all(r.ok for r in reports):
+        sys.exit(1)
 
 
 def status(invocation: Invocation, target: str | None, as_json: bool, max_lag: str | None) -> None:

@@ -5,6 +5,8 @@ Each change row becomes one target row versioned `_commit_version * 4 + rank`:
     insert, update_postimage, snapshot row  -> live row   (_is_deleted = 0), rank 3
     delete                                  -> tombstone  (_is_deleted = 1), rank 2
     update_preimage                         -> tombstone  (_is_deleted = 1), rank 1
+    repair, repair_delete (verify --repair) -> live row / tombstone, rank 4: above every row of its
+                                               commit, below every row of the next (ranks 1-3)
 
 ReplacingMergeTree(_version, _is_deleted) then keeps, per key, the state after the last commit that
 touched it: a key deleted and re-inserted in one commit is alive, the old key of a key-changing UPDATE
@@ -35,16 +37,24 @@ WRITTEN_META = ("_commit_version", "_commit_timestamp", "_change_type", "_is_del
 META_COLUMNS = ("_is_deleted", "_version", "_synced_at")
 
 SNAPSHOT = "snapshot"  # the _change_type of rows written by a snapshot
+# Rows `verify --repair` writes as of a committed version V: above every row of V (whatever its rank) and
+# below every row of V + 1 (whose ranks start at 1), so later changes still win.
+REPAIR, REPAIR_DELETE = "repair", "repair_delete"
+SLOTS = 4  # ranks per commit version: _version = _commit_version * SLOTS + rank
 RANK = {"insert": 3, "update_postimage": 3, SNAPSHOT: 3, "delete": 2, "update_preimage": 1}
+REPAIR_RANK = SLOTS  # = rank 0 of the next commit, which no change type has
 DELETED = ("delete", "update_preimage")
 LIVE_RANK = RANK["insert"]  # the rank of any change type not listed (none today)
-SLOTS = 4  # ranks per commit version: _version = _commit_version * SLOTS + rank
 PREIMAGE = "update_preimage"  # dropped with --immutable-keys
 
 
 def version(commit_version: int, change_type: str) -> int:
     """The merge version of a row of `change_type` written at `commit_version`."""
-    return int(commit_version) * SLOTS + RANK.get(change_type, LIVE_RANK)
+    return int(commit_version) * SLOTS + _rank(change_type)
+
+
+def _rank(change_type: str) -> int:
+    return REPAIR_RANK if change_type in (REPAIR, REPAIR_DELETE) else RANK.get(change_type, LIVE_RANK)
 
 
 def first_version(commit_version: int) -> int:
@@ -52,8 +62,23 @@ def first_version(commit_version: int) -> int:
     return int(commit_version) * SLOTS
 
 
+def sql_before(commit_version: int) -> str:
+    """Rows written for commits before `commit_version` (repair rows of earlier commits included)."""
+    return f"_commit_version < {int(commit_version)}"
+
+
+def sql_version() -> str:
+    """The merge version a target row must have, from its _commit_version and _change_type."""
+    return _sql_version({**RANK, REPAIR: REPAIR_RANK, REPAIR_DELETE: REPAIR_RANK})
+
+
+def _sql_version(ranks: dict[str, int]) -> str:
+    cases = ", ".join(f"_change_type = {sql_literal(t)}, {r}" for t, r in ranks.items() if r != LIVE_RANK)
+    return f"toUInt64(_commit_version) * {SLOTS} + multiIf({cases}, {LIVE_RANK})"
+
+
 def is_deleted(change_type: str) -> bool:
-    return change_type in DELETED
+    return change_type in DELETED or change_type == REPAIR_DELETE
 
 
 # -- Spark form ------------------------------------------------------------------------------------------
@@ -92,17 +117,18 @@ def spark_rows(cdf, immutable_keys: bool = False):
     )
 
 
-def spark_snapshot_rows(snapshot, commit_version: int, timestamp_ms: int):
-    """Spark DataFrame of a table at `commit_version` -> target layout: live rows at that version."""
+def spark_snapshot_rows(snapshot, commit_version: int, timestamp_ms: int, change_type: str = SNAPSHOT):
+    """Spark DataFrame of a table at `commit_version` -> target layout: live rows at that version (written
+    by a snapshot, or by a repair)."""
     from pyspark.sql import functions as F
 
     return snapshot.select(
         *[spark_col(c) for c in snapshot.columns],
         F.lit(int(commit_version)).cast("long").alias("_commit_version"),
         F.timestamp_millis(F.lit(int(timestamp_ms))).alias("_commit_timestamp"),
-        F.lit(SNAPSHOT).alias("_change_type"),
+        F.lit(change_type).alias("_change_type"),
         F.lit(0).cast("byte").alias("_is_deleted"),
-        F.lit(version(commit_version, SNAPSHOT)).cast("long").alias("_version"),
+        F.lit(version(commit_version, change_type)).cast("long").alias("_version"),
     )
 
 
@@ -115,14 +141,13 @@ def sql_literal(value: str) -> str:
 def sql_change_meta() -> list[str]:
     """The WRITTEN_META expressions over a change data feed read by ClickHouse (columns _change_type,
     _commit_version, _commit_timestamp)."""
-    ranks = ", ".join(f"_change_type = {sql_literal(t)}, {r}" for t, r in RANK.items() if r != LIVE_RANK)
     deleted = ", ".join(sql_literal(t) for t in DELETED)
     return [
         "toUInt64(_commit_version)",
         "toDateTime64(_commit_timestamp, 3, 'UTC')",
         "_change_type",
         f"toUInt8(_change_type IN ({deleted}))",
-        f"toUInt64(_commit_version) * {SLOTS} + multiIf({ranks}, {LIVE_RANK})",
+        _sql_version(RANK),
     ]
 
 
@@ -231,6 +256,10 @@ def snapshot_chunk_token(pipeline: str, version_: int, plan: str, chunk: int) ->
 
 def sweep_token(pipeline: str, version_: int) -> str:
     return f"{pipeline}:sweep{version_}"
+
+
+def repair_token(pipeline: str, version_: int, batch) -> str:
+    return f"{pipeline}:repair{version_}:{digest(batch)}"
 
 
 def batch_index(token: str) -> int | None:

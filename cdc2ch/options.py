@@ -38,7 +38,7 @@ TABLE = "table"  # one table's identity: in the file, never a flag or variable t
 COMMAND = "command"  # one command's invocation: never in a config file
 
 RUN = frozenset({"run", "validate"})  # validate checks exactly what run would do, so it has run's options
-PIPELINES = RUN | {"snapshot"}
+PIPELINES = RUN | {"snapshot", "verify"}
 WITH_CONFIG = PIPELINES | {"status"}
 WITH_LOGS = WITH_CONFIG | {"compact", "demo"}
 WITH_CLICKHOUSE = WITH_CONFIG | {"compact", "query"}
@@ -123,6 +123,12 @@ CATALOGUE: tuple[Option, ...] = (
            help="Exit with code 2 when any pipeline is behind by more than this: a number of versions (10) "
            "or a time between the latest Delta commit and the last replicated one (90s, 15m, 2h, 1d); stderr "
            "names those behind. A pipeline whose table cannot be read counts as behind. For monitoring checks."),
+    Option("repair", {"verify"}, COMMAND, flag=True,
+           help="Re-send the keys found different as of the committed version (rows, or tombstones for keys "
+           "Delta does not have), versioned so later changes still win; then verify again. Safe while `run` "
+           "replicates."),
+    Option("json", {"verify"}, COMMAND, param="as_json", flag=True,
+           help="Print one JSON object per pipeline instead of a summary."),
     Option("target", {"compact"}, COMMAND, required=True,
            help="The cdc2ch target table to compact, as database.table."),
     Option("older-than", {"compact"}, COMMAND, metavar="DURATION",

@@ -211,7 +211,7 @@ class Snapshotter:
         meta = contract.sql_fixed_meta(version, ts_ms, "delete")
         self.sink.command(
             f"INSERT INTO {self.table_sql} ({cols}, {', '.join(contract.WRITTEN_META)}) SELECT {cols}, "
-            f"{', '.join(meta)} FROM {self.table_sql} FINAL WHERE _version < {contract.first_version(version)}",
+            f"{', '.join(meta)} FROM {self.table_sql} FINAL WHERE {contract.sql_before(version)}",
             what="tombstone keys missing from the snapshot",
             settings={
                 "insert_deduplicate": 1,

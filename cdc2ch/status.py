@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from cdc2ch.clickhouse.state import Health, HealthStore, PipelineState, StateStore, databases_with_state
+from cdc2ch.clickhouse.state import (
+    Health,
+    HealthStore,
+    PipelineState,
+    StateStore,
+    VerifyStore,
+    databases_with_state,
+)
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import TargetName, parse_duration
 from cdc2ch.errors import Cdc2chError, ConfigError, summarise
@@ -26,6 +33,7 @@ TABLE_COLUMNS = (
     ("behind_s", "seconds_behind"),
     ("rows_written", "rows_written"),
     ("last_success", "last_success"),
+    ("verified", "verified"),
     # Shown when some pipeline names its table through a catalog: the name and where it was found.
     ("source", "source"),
     ("location", "location"),
@@ -65,7 +73,18 @@ def collect(
         keys = sorted(records)
         if target:
             keys = [k for k in keys if (records[k][0] or records[k][1]).target == str(target)]
-    return [_row(records[k][0], records[k][1], spark_factory) for k in keys]
+    rows = [_row(records[k][0], records[k][1], spark_factory) for k in keys]
+    verified = {(db, name): v for db in databases for name, v in VerifyStore(sink, db).load_all().items()}
+    for key, row in zip(keys, rows):
+        with_verify(row, verified.get(key))
+    return rows
+
+
+def with_verify(row: dict, verified) -> None:
+    """The pipeline's last `cdc2ch verify`: its summary and time; `verified` is ok/DIFFERS and when."""
+    row["last_verify"] = verified.summary if verified else None
+    row["last_verify_at"] = _iso(verified.finished_at) if verified else None
+    row["verified"] = f"{'ok' if verified.ok else 'DIFFERS'} {row['last_verify_at']}" if verified else None
 
 
 def _row(state: PipelineState | None, health: Health | None, spark_factory) -> dict:
@@ -176,6 +195,7 @@ def render_table(rows: list[dict]) -> str:
     if not rows:
         return "No pipelines found."
     named = any(r.get("name") for r in rows)
-    shown = {"error": any(r["error"] for r in rows), "source": named, "location": named}
+    shown = {"error": any(r.get("error") for r in rows), "source": named, "location": named}
+    shown["verified"] = any(r.get("verified") for r in rows)
     cols = [(h, k) for h, k in TABLE_COLUMNS if shown.get(k, True)]
-    return "\n".join(aligned([h for h, _ in cols], [[_cell(k, r[k]) for _, k in cols] for r in rows]))
+    return "\n".join(aligned([h for h, _ in cols], [[_cell(k, r.get(k)) for _, k in cols] for r in rows]))

@@ -265,3 +265,58 @@ class HealthStore:
             self._table,
             pa.table(row, schema=pa.schema([*_HEALTH_FIELDS, ("updated_at", pa.timestamp("ms", tz="UTC"))])),
         )
+
+
+VERIFY_TABLE = "cdc2ch_verify"
+_VERIFY_FIELDS = [
+    ("pipeline", pa.string()),
+    ("version", pa.int64()),
+    ("ok", pa.uint8()),
+    ("missing", pa.uint64()),
+    ("extra", pa.uint64()),
+    ("differing", pa.uint64()),
+    ("repaired", pa.uint64()),
+    ("summary", pa.string()),
+    ("finished_at", pa.timestamp("ms", tz="UTC")),
+]
+
+
+@dataclass(frozen=True)
+class Verified:
+    """The last `cdc2ch verify` of a pipeline."""
+
+    pipeline: str
+    version: int
+    ok: bool
+    summary: str
+    finished_at: datetime
+
+
+class VerifyStore:
+    def __init__(self, sink: Sink, database: str):
+        self.sink = sink
+        self.database = database
+        self._table = f"{schema.quote(database)}.{schema.quote(VERIFY_TABLE)}"
+
+    def record(self, report) -> None:
+        self.sink.ensure_database(self.database)
+        self.sink.command(
+            schema.state_table_ddl(self.database, VERIFY_TABLE, "create_verify_table.sql"),
+            what="create the verify results table",
+        )
+        values = {**report.counts, "pipeline": report.pipeline, "version": report.version, "ok": int(report.ok),
+                  "repaired": report.repaired, "summary": report.summary(),
+                  "finished_at": datetime.now(timezone.utc)}  # fmt: skip
+        self.sink.insert_arrow(
+            self._table,
+            pa.table({n: [values[n]] for n, _ in _VERIFY_FIELDS}, schema=pa.schema(_VERIFY_FIELDS)),
+        )
+
+    def load_all(self) -> dict[str, Verified]:
+        if not self.sink.table_exists(TargetName(self.database, VERIFY_TABLE)):
+            return {}
+        rows = self.sink.query_rows(
+            f"SELECT pipeline, version, ok, summary, finished_at FROM {self._table} FINAL",
+            what="read verify results",
+        )
+        return {r[0]: Verified(r[0], int(r[1]), bool(r[2]), r[3], _utc(r[4])) for r in rows}

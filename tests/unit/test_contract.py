@@ -98,3 +98,16 @@ def test_null_keys_are_found_and_refused():
         SourceError, match=r"2 row\(s\) in here have a null in primary-key column 'id' \(first at version 4\)"
     ):
         contract.check_keys(rows, ("id",), "here")
+
+
+def test_repair_rows_sit_between_their_commit_and_the_next():
+    assert contract.version(7, contract.REPAIR) == contract.version(7, contract.REPAIR_DELETE) == 32
+    assert (
+        max(contract.version(7, t) for t in contract.RANK)
+        < 32
+        < min(contract.version(8, t) for t in contract.RANK)
+    )
+    assert contract.is_deleted(contract.REPAIR_DELETE) and not contract.is_deleted(contract.REPAIR)
+    assert "_change_type = 'repair', 4" in contract.sql_version()
+    assert "repair" not in contract.sql_change_meta()[-1]  # a change feed never carries repair rows
+    assert contract.sql_fixed_meta(7, 0, contract.REPAIR_DELETE)[3:] == ["toUInt8(1)", "toUInt64(32)"]
