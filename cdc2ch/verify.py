@@ -169,11 +169,15 @@ class Verifier:
         return keyed.join(wanted, "__cdc2ch_wanted", "left_semi").drop("__cdc2ch_wanted")
 
     def _target_keys(self, sides: Sides, where: str) -> dict[str, tuple[int, int, bool, dict]]:
-        """{key text: (row hash, commit version, deleted, key)} of the target's FINAL rows in `where`."""
+        """{key text: (row hash, newest commit version, deleted, key)} of the keys in `where`: the row FINAL
+        would keep, read from all rows (FINAL may leave tombstones out, and a key deleted after the version
+        being verified must show as changed, not missing)."""
         names = [f["name"] for f in sides.keys]
+        keys = ", ".join(f"any({schema.quote(n)})" for n in names)
         rows = self.sink.query_rows(
-            f"SELECT {sides.key(CLICKHOUSE)} AS __cdc2ch_k, {sides.hash(CLICKHOUSE)}, _commit_version, _is_deleted, "
-            f"{', '.join(schema.quote(n) for n in names)} FROM {self.table_sql} FINAL WHERE {where}",
+            f"SELECT {sides.key(CLICKHOUSE)} AS __cdc2ch_k, argMax({sides.hash(CLICKHOUSE)}, _version), "
+            f"max(_commit_version), argMax(_is_deleted, _version), {keys} FROM {self.table_sql} "
+            f"WHERE {where} GROUP BY __cdc2ch_k",
             what="read keys of the target table",
         )
         return {r[0]: (int(r[1]), int(r[2]), bool(r[3]), dict(zip(names, map(_show, r[4:])))) for r in rows}

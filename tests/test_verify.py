@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -164,7 +165,7 @@ def test_verify_is_exact_while_run_replicates(spark, sink, cli, database, tmp_pa
     ).option("delta.enableChangeDataFeed", "true").save(path)
     target = TargetName(database, "busy")
     cli.replicate("run", path, target, "--once")
-    cfg = job_config(path, target, chdb_dsn, once=False, poll_interval=0.1)
+    cfg = replace(job_config(path, target, chdb_dsn, poll_interval=0.1), once=False)
     stop = threading.Event()
     runner = threading.Thread(target=lambda: Runner([cfg], spark, sink, stop, Metrics(), False).run())
     runner.start()
