@@ -68,6 +68,15 @@ class Metrics:
             p,
             registry=r,
         )
+        self.verify_ok = Gauge(
+            "cdc2ch_verify_ok",
+            "1 when the last `cdc2ch verify` found the target equal, 0 when not.",
+            p,
+            registry=r,
+        )
+        self.last_verify = Gauge(
+            "cdc2ch_last_verify_timestamp_seconds", "Unix time of the last `cdc2ch verify`.", p, registry=r
+        )
         self._server = None
 
     def serve(self, port: int, address: str = "0.0.0.0") -> None:
@@ -115,6 +124,10 @@ class PipelineMetrics:
 
     def success(self) -> None:
         self._m.last_success.labels(self.name).set(time.time())
+
+    def verified(self, ok: bool, at: float) -> None:
+        self._m.verify_ok.labels(self.name).set(1 if ok else 0)
+        self._m.last_verify.labels(self.name).set(at)
 
     def error(self, exc: BaseException) -> None:
         self._m.errors.labels(self.name, error_kind(exc)).inc()

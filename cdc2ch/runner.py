@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from cdc2ch.clickhouse.state import Health, HealthStore
+from cdc2ch.clickhouse.state import Health, HealthStore, VerifyStore
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import RunConfig
 from cdc2ch.errors import Cdc2chError, SinkError, summarise
@@ -169,6 +169,10 @@ class Runner:
         try:
             self._health_store(slot.cfg.target.database).save(slot.health)
             slot.saved_at = time.monotonic()
+            # `cdc2ch verify` runs in another process; its last result reaches the metrics from ClickHouse.
+            verified = VerifyStore(self.sink, slot.cfg.target.database).load_all().get(slot.cfg.pipeline)
+            if verified is not None:
+                slot.metrics.verified(verified.ok, verified.finished_at.timestamp())
         except SinkError as exc:
             log.warning("health_not_saved", pipeline=slot.cfg.pipeline, error=summarise(str(exc), 300))
 

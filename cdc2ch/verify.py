@@ -20,6 +20,7 @@ from cdc2ch.canonical import CLICKHOUSE, SPARK
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import RunConfig
 from cdc2ch.errors import Cdc2chError, SourceError
+from cdc2ch.progress import Progress
 
 ROWS_PER_BUCKET = 2_000  # narrowing a mismatching bucket reads about this many keys on each side
 MAX_BUCKETS = 1 << 16
@@ -217,9 +218,18 @@ class Verifier:
             "verify_digests", mismatched_buckets=len(mismatched), seconds=round(time.monotonic() - t0, 3)
         )
         per_pass = max(1, NARROW_KEYS // ROWS_PER_BUCKET)
-        for i in range(0, len(mismatched), per_pass):
+        groups = range(0, len(mismatched), per_pass)
+        progress = (
+            Progress(f"verify {self.cfg.pipeline}", None, len(groups), unit="bucket group")
+            if groups
+            else None
+        )
+        for i in groups:
             group = ", ".join(str(b) for b in mismatched[i : i + per_pass])
             report = self._narrow(report, df, sides, version, group, repair)
+            progress.advance(0, 1)
+        if progress is not None:
+            progress.done()
         report = self._check_versions(report, sides, version, repair)
         return replace(report, seconds=time.monotonic() - t0)
 

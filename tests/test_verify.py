@@ -194,3 +194,11 @@ def test_verify_is_exact_while_run_replicates(spark, sink, cli, database, tmp_pa
         stop.set()
         runner.join(60)
     assert_replicated(spark, sink, path, target)
+    # A running `run` exposes the last verify's result and time as Prometheus gauges.
+    metrics = Metrics()
+    Runner([job_config(path, target, chdb_dsn)], spark, sink, threading.Event(), metrics, False).run()
+    labels = {"pipeline": str(target)}
+    assert metrics.registry.get_sample_value("cdc2ch_verify_ok", labels) == 1
+    assert (
+        time.time() - metrics.registry.get_sample_value("cdc2ch_last_verify_timestamp_seconds", labels) < 600
+    )
