@@ -376,9 +376,7 @@ def _show(value):
 
 
 def check_target(sink: Sink, cfg: RunConfig) -> None:
-    from cdc2ch.config import TargetName
-
-    if not sink.table_exists(TargetName(cfg.target.database, cfg.target.table)):
+    if not sink.table_exists(cfg.target):
         raise SourceError(
             f"The target table {cfg.target} does not exist, so there is nothing to verify. Run `cdc2ch run "
             f"--once` (or `cdc2ch snapshot`) for pipeline {cfg.pipeline!r} first."
