@@ -116,7 +116,9 @@ def test_type_mapping():
         "valueType": {"type": "array", "elementType": "timestamp", "containsNull": False},
     }
     assert clickhouse_type(nested, True) == "Map(String, Array(DateTime64(6, 'UTC')))"
-    assert clickhouse_type("variant", True, "v") == "Nullable(String)"  # its JSON text (README: Table features)
+    assert (
+        clickhouse_type("variant", True, "v") == "Nullable(String)"
+    )  # its JSON text (README: Table features)
     with pytest.raises(SourceError, match="interval day to second"):
         clickhouse_type("interval day to second", True, "v")
     schema = {
