@@ -169,7 +169,7 @@ def snapshot(
     from cdc2ch.clickhouse.dsn import connect
     from cdc2ch.clickhouse.lock import PipelineLock
     from cdc2ch.snapshot import Snapshotter
-    from cdc2ch.source.delta import DeltaSource
+    from cdc2ch.source import open_source
 
     with api_call():
         t0 = time.monotonic()
@@ -180,7 +180,7 @@ def snapshot(
         cfg = _config("snapshot", "snapshot", {**given, **options}, once=True)
         with connect(cfg.clickhouse_dsn, cfg.retries) as sink:
             PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl).check()
-            job = Snapshotter(cfg, DeltaSource(spark, cfg.table), sink, stop)
+            job = Snapshotter(cfg, open_source(spark, cfg.table), sink, stop)
             state = job.run()
         loaded_version, rows = job.loaded or (None, None)
         return SnapshotResult(

@@ -198,11 +198,11 @@ def snapshot(invocation: Invocation) -> None:
 def load_snapshot(cfg: RunConfig, stop: threading.Event) -> None:
     """Load the pipeline's table as of cfg.snapshot_version (default: the latest), resumably."""
     from cdc2ch.snapshot import Snapshotter
-    from cdc2ch.source.delta import DeltaSource
+    from cdc2ch.source import open_source
     from cdc2ch.source.spark import session
 
     with _target(cfg, cfg.retries, check_lock=True) as sink:
-        Snapshotter(cfg, DeltaSource(session(cfg.spark), cfg.table), sink, stop).run()
+        Snapshotter(cfg, open_source(lambda: session(cfg.spark), cfg.table), sink, stop).run()
 
 
 def validate(invocation: Invocation) -> None:
@@ -223,7 +223,7 @@ def verify(invocation: Invocation, repair: bool, as_json: bool) -> None:
     """`cdc2ch verify`: compare each pipeline's target with its Delta table at the committed version; with
     `repair`, mend what differs and verify again. Exit 1 when a pipeline differs."""
     from cdc2ch.clickhouse.state import StateStore, VerifyStore
-    from cdc2ch.source.delta import DeltaSource
+    from cdc2ch.source import open_source
     from cdc2ch.source.spark import session
     from cdc2ch.verify import Verifier, check_target, render
 
@@ -234,7 +234,7 @@ def verify(invocation: Invocation, repair: bool, as_json: bool) -> None:
         for cfg in configs:
             check_target(sink, cfg)
             store = StateStore(sink, cfg.target.database)
-            verifier = Verifier(cfg, DeltaSource(session(cfg.spark), cfg.table), sink, store,
+            verifier = Verifier(cfg, open_source(session(cfg.spark), cfg.table), sink, store,
                                 logsetup.get_logger("cdc2ch.verify").bind(pipeline=cfg.pipeline), stop)  # fmt: skip
             report = verifier.run(repair=repair)
             if repair and not report.ok:

@@ -383,7 +383,9 @@ def build_config(values: Mapping[str, Any]) -> RunConfig:
             f"with --primary-key (e.g. --table s3a://lake/orders --primary-key id), or pass --config with a "
             f"cdc2ch.toml that lists pipelines."
         )
-    parse_table(table)  # a path or a catalog name, else refused here, before anything starts
+    ref = parse_table(table)  # a path, a catalog name or a share, else refused here, before anything starts
+    if ref.is_shared:
+        check_shared(ref, values)
     target_name = TargetName.parse(target) if target else TargetName.for_source(table)
     return RunConfig(
         table=table,
@@ -393,6 +395,19 @@ def build_config(values: Mapping[str, Any]) -> RunConfig:
         spark=_spark(values),
         **{k: v for k, v in values.items() if k in _RUN_FIELDS},
     )
+
+
+def check_shared(ref, values: Mapping[str, Any]) -> None:
+    """A Delta Sharing table: its profile readable and current, and a reader that can read it."""
+    from cdc2ch.source.sharing import load_profile
+
+    load_profile(ref.profile)
+    if values.get("reader") == "clickhouse" or values.get("writer") == "clickhouse":
+        raise ConfigError(
+            f"--reader clickhouse has ClickHouse read the Delta table's own files, which a Delta Sharing "
+            f"recipient cannot reach: {ref.text} is read through the share's pre-signed file URLs by Spark. "
+            f"Drop --reader clickhouse (the default, --reader spark, reads shares)."
+        )
 
 
 def resolve(invocation: Invocation, file: ConfigFile | None) -> tuple[list[RunConfig], ProcessOptions]:

@@ -27,11 +27,14 @@ def call(
     base: float = 0.5,
     max_wait: float = 10.0,
     sleep: Callable[[float], None] = time.sleep,
+    hint: Callable[[BaseException], float | None] | None = None,
 ) -> T:
     """Call `fn` up to `attempts` times (at least once) while it raises an exception `retry_if` accepts.
 
     Before each new attempt, `on_retry(attempt, exception, wait)` is told of the failed attempt and the
-    pause that follows it. The last exception, or the first one `retry_if` refuses, propagates unchanged.
+    pause that follows it. `hint(exception)` may give the wait the other side asked for (an HTTP
+    Retry-After): it is honoured up to `max_wait`, never shorter than the backoff. The last exception, or
+    the first one `retry_if` refuses, propagates unchanged.
     """
     attempts = max(1, attempts)
     attempt = 1
@@ -42,6 +45,9 @@ def call(
             if attempt >= attempts or not retry_if(exc):
                 raise
             wait = backoff(attempt, base, max_wait)
+            asked = hint(exc) if hint is not None else None
+            if asked is not None:
+                wait = min(max(wait, asked), max_wait)
             if on_retry is not None:
                 on_retry(attempt, exc, wait)
             sleep(wait)

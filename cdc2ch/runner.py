@@ -17,7 +17,7 @@ from cdc2ch.errors import Cdc2chError, SinkError, summarise
 from cdc2ch.log import get_logger
 from cdc2ch.metrics import Metrics, PipelineMetrics, error_kind
 from cdc2ch.pipeline import Replicator
-from cdc2ch.source.delta import DeltaSource
+from cdc2ch.source import open_source
 
 log = get_logger("cdc2ch.runner")
 
@@ -107,7 +107,7 @@ class Runner:
         try:
             if job is None:
                 job = Replicator(
-                    slot.cfg, DeltaSource(self.spark, slot.cfg.table), self.sink, self.stop, slot.metrics
+                    slot.cfg, open_source(self.spark, slot.cfg.table), self.sink, self.stop, slot.metrics
                 )
                 job.start()
                 slot.job = job

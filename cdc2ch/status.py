@@ -17,9 +17,8 @@ from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import TargetName, parse_duration
 from cdc2ch.errors import Cdc2chError, ConfigError, summarise
 from cdc2ch.log import get_logger
-from cdc2ch.source.delta import DeltaSource
 from cdc2ch.source.log import python_log
-from cdc2ch.tableref import is_path
+from cdc2ch.tableref import is_path, is_shared
 
 log = get_logger("cdc2ch.status")
 
@@ -95,7 +94,9 @@ def _row(state: PipelineState | None, health: Health | None, spark_factory) -> d
         "target": first.target,
         "source": first.source or None,
         # A catalog name's full name and its location as last resolved (a path is its own location).
-        "name": first.source if first.source and not is_path(first.source) else None,
+        "name": first.source
+        if first.source and not is_path(first.source) and not is_shared(first.source)
+        else None,
         "location": (state.recorded_location if state else "") or None,
         "committed_version": state.committed_version if state and state.committed_version >= 0 else None,
         "latest_version": None,
@@ -114,7 +115,9 @@ def _row(state: PipelineState | None, health: Health | None, spark_factory) -> d
         row["error"] = row["error"] or "has not run yet"
         return row
     try:
-        log = table_log(row["location"] or first.source, spark_factory)
+        log = table_log(
+            first.source if is_shared(first.source) else row["location"] or first.source, spark_factory
+        )
         latest = log.latest()
         versions, seconds = log.lag(state.committed_version if state else -1, latest)
         row.update(latest_version=latest.version, versions_behind=versions, seconds_behind=seconds)
@@ -126,14 +129,19 @@ def _row(state: PipelineState | None, health: Health | None, spark_factory) -> d
 def table_log(uri: str, spark_factory):
     """The table's log, read by Python where it can reach the storage (no JVM: status answers in a moment),
     through Spark otherwise (its connectors and credentials), saying so. A catalog name with no recorded
-    location (a pipeline that failed before its first offset) is looked up through Spark's catalog."""
+    location (a pipeline that failed before its first offset) is looked up through Spark's catalog. A Delta
+    Sharing table answers from its server, without a JVM."""
+    from cdc2ch.source import open_source
+
+    if is_shared(uri):
+        return open_source(None, uri)
     if not is_path(uri):
-        return DeltaSource(spark_factory(), uri)
+        return open_source(spark_factory, uri)
     try:
         return python_log(uri)
     except (ValueError, OSError) as exc:
         log.info("status_reads_log_with_spark", source=uri, reason=" ".join(str(exc).split()))
-        return DeltaSource(spark_factory(), uri)
+        return open_source(spark_factory, uri)
 
 
 def parse_max_lag(text: str) -> tuple[int | None, float | None]:

@@ -1,7 +1,11 @@
-"""What `--table` names: a catalog table (`schema.table`, `catalog.schema.table`) or a path/URI.
+"""What `--table` names: a catalog table (`schema.table`, `catalog.schema.table`), a path/URI, or a Delta
+Sharing table (`<profile file>#<share>.<schema>.<table>`).
 
 The rule, decided on the text alone so that it never depends on what exists on disk or in a catalog:
 
+0. Text with a `#` and no `/` after its last `#` is a Delta Sharing table, as every Delta Sharing client
+   writes it: the profile file before the last `#`, `<share>.<schema>.<table>` after it (schema and table
+   names hold no dots; the share is everything before them). A malformed name there is refused.
 1. A URI (a scheme followed by `:/`, as in `s3a://bucket/t`, `file:/data/t`) is a path.
 2. Text containing `/` or `\\`, or starting with `.` or `~`, is a path (`./orders`, `/lake/orders`).
 3. Two or three dot-separated identifiers are a catalog name. An identifier is letters, digits and `_`
@@ -31,16 +35,29 @@ class TableRef:
 
     text: str
     parts: tuple[str, ...] | None = None
+    profile: str | None = None  # a Delta Sharing table: its profile file (absolute) ...
+    shared: tuple[str, str, str] | None = None  # ... and (share, schema, table)
 
     @property
     def is_name(self) -> bool:
         return self.parts is not None
 
     @property
+    def is_shared(self) -> bool:
+        return self.shared is not None
+
+    @property
+    def uri(self) -> str:
+        """A shared table's identity: `<absolute profile path>#share.schema.table`."""
+        return f"{self.profile}#{'.'.join(self.shared or ())}"
+
+    @property
     def last(self) -> str:
         """The table's own name: the last name part, or the last path segment."""
         if self.parts is not None:
             return self.parts[-1]
+        if self.shared is not None:
+            return self.shared[-1]
         return self.text.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1] or "table"
 
     def sql(self) -> str:
@@ -66,6 +83,32 @@ def is_path(text: str) -> bool:
     return bool(_URI.match(t)) or "/" in t or "\\" in t or t.startswith((".", "~"))
 
 
+def is_shared(text: str) -> bool:
+    t = text.strip()
+    return "#" in t and "/" not in t.rpartition("#")[2]
+
+
+def _shared(text: str) -> TableRef:
+    profile, _, name = text.rpartition("#")
+    parts = name.rsplit(".", 2)
+    bad = [
+        p for p in parts if not p or p != p.strip() or any(c in p for c in " /\x7f") or not p.isprintable()
+    ]
+    if not profile.strip() or len(parts) != 3 or bad:
+        why = (
+            "no profile file before the `#`"
+            if not profile.strip()
+            else f"{name!r} is not <share>.<schema>.<table>"
+        )
+        raise ConfigError(
+            f"--table {text!r} reads as a Delta Sharing table, but {why}. Write the profile file the data "
+            f"provider gave you, a `#`, and the shared table's three-part name: "
+            f"--table ./config.share#my_share.sales.orders (names without spaces or slashes; schema and "
+            f"table without dots)."
+        )
+    return TableRef(text, profile=os.path.abspath(os.path.expanduser(profile)), shared=tuple(parts))
+
+
 def parse_table(text: str) -> TableRef:
     """Apply the rule above; ConfigError, with what to write instead, for text that is neither."""
     t = (text or "").strip()
@@ -74,6 +117,8 @@ def parse_table(text: str) -> TableRef:
             "--table is empty. Give a Delta table's path or URI (/lake/orders, s3a://bucket/orders) or its "
             "catalog name (sales.orders or catalog.sales.orders)."
         )
+    if is_shared(t):
+        return _shared(t)
     if is_path(t):
         return TableRef(t)
     try:

@@ -11,7 +11,7 @@ from cdc2ch.clickhouse import embedded
 from cdc2ch.clickhouse.dsn import connect
 from cdc2ch.config import RunConfig
 from cdc2ch.errors import Cdc2chError
-from cdc2ch.source.delta import DeltaSource
+from cdc2ch.source import open_source
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def check(configs: list[RunConfig], spark_factory) -> list[Finding]:
         spark = spark_factory()
         for cfg in configs:
             try:
-                source = DeltaSource(spark, cfg.table)  # a catalog name is resolved here
+                source = open_source(spark, cfg.table)  # a catalog name is resolved here
                 inputs = Replicator(cfg, source, sink).check_inputs()
                 duplicates = source.duplicate_keys(cfg.primary_key, inputs.latest)
             except Cdc2chError as exc:

@@ -1,1 +1,20 @@
-"""The Delta side: a Spark session with Delta enabled, and reads of versions, changes and snapshots."""
+"""The source side: a Spark session with Delta enabled, Delta tables read through it, and tables shared
+through Delta Sharing. `open_source` picks the one `--table` names."""
+
+from __future__ import annotations
+
+
+def open_source(spark, table: str):
+    """The ChangeSource for `table`: a SharedSource for `<profile>#<share>.<schema>.<table>`, else a
+    DeltaSource. `spark` is a session or a function returning one: a share calls it only when rows are
+    read (`status` needs no JVM)."""
+    from cdc2ch.tableref import parse_table
+
+    if parse_table(table).is_shared:
+        from cdc2ch.log import get_logger
+        from cdc2ch.source.shared import SharedSource
+
+        return SharedSource(spark, table, get_logger("cdc2ch.sharing"))
+    from cdc2ch.source.delta import DeltaSource
+
+    return DeltaSource(spark if spark is None or hasattr(spark, "sparkContext") else spark(), table)
