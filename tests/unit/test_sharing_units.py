@@ -1,0 +1,153 @@
+"""Delta Sharing without a JVM or a server: profiles, `--table` references, the file plan and the task-side
+reader (over file:// URLs), Retry-After."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from cdc2ch import retry
+from cdc2ch.errors import ConfigError
+from cdc2ch.source import sharefiles
+from cdc2ch.source.sharing import load_profile, retry_after
+from cdc2ch.tableref import parse_table
+
+pytestmark = pytest.mark.unit
+TOKEN = "dapi-very-secret-token"
+
+
+def _profile(tmp_path, **fields):
+    path = tmp_path / "config.share"
+    path.write_text(json.dumps(fields))
+    return str(path)
+
+
+def test_bearer_profile_is_read_and_its_token_kept_out_of_repr(tmp_path):
+    later = (datetime.now(timezone.utc) + timedelta(days=1)).isoformat()
+    path = _profile(tmp_path, shareCredentialsVersion=1, endpoint="https://h/ds/", bearerToken=TOKEN,
+                    expirationTime=later)  # fmt: skip
+    p = load_profile(path)
+    assert p.endpoint == "https://h/ds" and p.bearer_token == TOKEN and p.expiration is not None
+    assert TOKEN not in repr(p)
+
+
+def test_oauth_client_credentials_profile(tmp_path):
+    path = _profile(tmp_path, shareCredentialsVersion=2, type="oauth_client_credentials", endpoint="https://h/ds",
+                    tokenEndpoint="https://idp/token/", clientId="c", clientSecret=TOKEN, scope="s")  # fmt: skip
+    p = load_profile(path)
+    assert (p.token_endpoint, p.client_id, p.scope) == ("https://idp/token", "c", "s")
+    assert TOKEN not in repr(p)
+
+
+@pytest.mark.parametrize(
+    "fields, says",
+    [
+        (None, "does not exist"),
+        ("not json", "is not a JSON object"),
+        ({"endpoint": "https://h"}, "shareCredentialsVersion"),
+        ({"shareCredentialsVersion": 1, "endpoint": "ftp://h", "bearerToken": TOKEN}, "http(s) endpoint"),
+        ({"shareCredentialsVersion": 1, "endpoint": "https://h"}, "no bearerToken"),
+        ({"shareCredentialsVersion": 3, "endpoint": "https://h", "bearerToken": TOKEN}, "does not read"),
+        ({"shareCredentialsVersion": 2, "type": "oauth_client_credentials", "endpoint": "https://h"}, "clientSecret"),
+        (
+            {"shareCredentialsVersion": 1, "endpoint": "https://h", "bearerToken": TOKEN,
+             "expirationTime": "2020-01-01T00:00:00Z"},
+            "expired at 2020-01-01",
+        ),
+    ],
+)  # fmt: skip
+def test_bad_profiles_are_one_paragraph_without_the_token(tmp_path, fields, says):
+    path = str(tmp_path / "config.share")
+    if fields is not None:
+        (tmp_path / "config.share").write_text(fields if isinstance(fields, str) else json.dumps(fields))
+    with pytest.raises(ConfigError) as err:
+        load_profile(path)
+    text = str(err.value)
+    assert says in text and path in text and TOKEN not in text and "\n" not in text
+
+
+def test_table_reference_forms(tmp_path):
+    ref = parse_table("config.share#sales_share.sales.orders")
+    assert ref.is_shared and not ref.is_name and ref.last == "orders"
+    assert ref.shared == ("sales_share", "sales", "orders")
+    assert ref.uri.endswith("/config.share#sales_share.sales.orders") and ref.uri.startswith("/")
+    assert parse_table("/p/x.share#a.b.c.d").shared == ("a.b", "c", "d")  # share names may hold dots
+    assert not parse_table("/lake/orders").is_shared and parse_table("sales.orders").is_name
+    for bad in ("x.share#a.b", "#a.b.c", "x.share#a..c", "x.share#a.b c.d"):
+        with pytest.raises(ConfigError, match="Delta Sharing table"):
+            parse_table(bad)
+
+
+def _action(kind, v, fid, **extra):
+    return {kind: {"url": f"https://s/{fid}?sig={v}", "id": fid, "version": v, "timestamp": 1000 * v,
+                   "partitionValues": {}, "size": 10, **extra}}  # fmt: skip
+
+
+def test_plan_follows_the_cdf_rule_and_is_stable():
+    lines = [
+        {"protocol": {"minReaderVersion": 1}},
+        _action("add", 1, "f1"),
+        _action("remove", 2, "f1"),
+        _action("add", 2, "f2"),
+        _action("cdf", 2, "c2"),  # version 2 has change files: its add/remove are not changes
+        _action("remove", 3, "f2"),
+    ]
+    rows = sharefiles.plan_files(lines)
+    assert [(r["version"], r["id"], r["change"]) for r in rows] == [
+        (1, "f1", "insert"), (2, "c2", None), (3, "f2", "delete")]  # fmt: skip
+    again = sharefiles.plan_files(list(reversed(lines)))
+    assert [r["id"] for r in again] == [r["id"] for r in rows]
+    snap = sharefiles.plan_files([_action("file", 5, "b"), _action("file", 5, "a")], snapshot=True)
+    assert [r["id"] for r in snap] == ["a", "b"]
+    assert sharefiles.tasks_for([{"size": 200 << 20}] * 3) == 3 and sharefiles.tasks_for([]) == 1
+
+
+def test_task_reader_casts_fills_partitions_and_adds_cdf_columns(tmp_path):
+    data = tmp_path / "part.parquet"
+    pq.write_table(pa.table({"ID": pa.array([1, 2], pa.int32()), "name": ["a", "b"]}), data)
+    cdf = tmp_path / "cdf.parquet"
+    pq.write_table(pa.table({"id": [3], "name": ["c"], "_change_type": ["update_postimage"]}), cdf)
+    target = pa.schema([("id", pa.int64()), ("name", pa.string()), ("day", pa.date32()), ("added", pa.float64()),
+                        ("_change_type", pa.string()), ("_commit_version", pa.int64()),
+                        ("_commit_timestamp", pa.timestamp("us", tz="UTC"))])  # fmt: skip
+    files = pa.RecordBatch.from_pylist(
+        [
+            {"url": data.as_uri(), "id": "a", "version": 4, "timestamp": 1_700_000_000_000, "change": "delete",
+             "partition": json.dumps({"day": "2024-02-29"}), "size": 1},
+            {"url": cdf.as_uri(), "id": "b", "version": 5, "timestamp": 1_700_000_001_000, "change": None,
+             "partition": json.dumps({"day": ""}), "size": 1},
+        ]
+    )  # fmt: skip
+    out = pa.Table.from_batches(
+        list(sharefiles.reader(target, ["id", "name", "day", "added"], False)([files]))
+    )
+    assert out.schema == target
+    rows = out.to_pylist()
+    assert [(r["id"], r["day"] and r["day"].isoformat(), r["added"], r["_change_type"], r["_commit_version"])
+            for r in rows] == [(1, "2024-02-29", None, "delete", 4), (2, "2024-02-29", None, "delete", 4),
+                               (3, None, None, "update_postimage", 5)]  # fmt: skip
+    assert rows[0]["_commit_timestamp"] == datetime.fromtimestamp(1_700_000_000, timezone.utc)
+
+
+def test_retry_after_is_honoured_up_to_the_cap():
+    assert retry_after("7") == 7.0 and retry_after(None) is None and retry_after("soon") is None
+    waits = []
+
+    class Busy(Exception):
+        retry_after = 3.0
+
+    calls = iter([Busy(), Busy(), "ok"])
+
+    def fn():
+        v = next(calls)
+        if isinstance(v, Exception):
+            raise v
+        return v
+
+    got = retry.call(fn, 5, lambda e: True, base=0.5, max_wait=2.5, sleep=waits.append,
+                     hint=lambda e: getattr(e, "retry_after", None))  # fmt: skip
+    assert got == "ok" and waits == [2.5, 2.5]
