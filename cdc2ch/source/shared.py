@@ -31,6 +31,10 @@ CDF_FIELDS = [
 ]
 
 
+class NoHistory(SourceError):
+    """The server does not serve this table's changes (not shared with history, or no CDF)."""
+
+
 def _ms(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
 
@@ -77,16 +81,11 @@ class SharedSource:
 
     def latest(self) -> Commit:
         version = self.client.version()
-        commit = self._commit_or_none(version, tolerate=True)
+        commit = self._commit_or_none(version)
         return commit or Commit(version, datetime.now(timezone.utc), "", 0)
 
-    def _commit_or_none(self, version: int, tolerate: bool = False) -> Commit | None:
-        try:
-            found = self.commits(version, version)
-        except SourceError:
-            if tolerate:  # no history shared: the version still counts, its time is unknown
-                return None
-            raise
+    def _commit_or_none(self, version: int) -> Commit | None:
+        found = self.commits(version, version)
         return found[0] if found else None
 
     def commits(self, start: int = 0, end: int | None = None) -> list[Commit]:
@@ -96,7 +95,13 @@ class SharedSource:
         end = self.client.version() if end is None else end
         if start > end:
             return []
-        lines = self._lines(start, end)
+        try:
+            lines = self._lines(start, end)
+        except NoHistory:
+            if start != end:
+                raise
+            # One version of a share without history (what `snapshot` asks): it exists, its time is unknown.
+            return [Commit(start, datetime.now(timezone.utc), "", 0)]
         by_version: dict[int, dict] = {v: {"ts": None, "add": [], "remove": [], "cdf": [], "meta": None}
                                        for v in range(start, end + 1)}  # fmt: skip
         for kind, a in sharefiles.file_actions(lines):
@@ -137,7 +142,7 @@ class SharedSource:
     def lag(self, committed: int, latest: Commit) -> tuple[int, float | None]:
         if committed >= latest.version:
             return 0, 0.0
-        base = self._commit_or_none(max(committed, 0), tolerate=True)
+        base = self._commit_or_none(max(committed, 0))
         seconds = (latest.timestamp - base.timestamp).total_seconds() if base is not None else None
         return latest.version - committed, seconds
 
@@ -153,7 +158,10 @@ class SharedSource:
 
     # -- metadata -------------------------------------------------------------------------------------
     def _metadata(self) -> tuple[dict, dict]:
-        protocol, meta = self.client.metadata()
+        try:
+            protocol, meta = self.client.metadata()
+        except SharingRefused as exc:
+            raise self.translate(exc, "the metadata", None, None) from None
         self._check([{"protocol": protocol}, {"metaData": meta}])
         return protocol, meta
 
@@ -169,9 +177,14 @@ class SharedSource:
                 "readerFeatures": [], "writerFeatures": []}  # fmt: skip
 
     def cdf_enabled(self) -> bool:
+        """True, or the share's own paragraph: what the provider must enable, and `snapshot` meanwhile
+        (more to the point for a recipient than Delta's advice to set the property)."""
         conf = self.properties()
         value = conf.get("delta.enableChangeDataFeed", conf.get("enableChangeDataFeed", "false"))
-        return value.lower() == "true"
+        if value.lower() != "true":
+            raise NoHistory(no_history_advice(self.uri, "the latest version", "the table's metadata shows no "
+                                              "delta.enableChangeDataFeed = true"))  # fmt: skip
+        return True
 
     def cdf_enabled_since(self) -> int:
         return 0  # the server refuses a range it has no changes for; translate() says what to do
@@ -193,10 +206,14 @@ class SharedSource:
         return None  # nothing to compile ahead: the tasks are plain Python
 
     def _query(self, version: int) -> list[dict]:
+        """The table at `version`; without history shared, only the latest version can be asked for (a
+        query without a version), which is how `snapshot` loads such a share."""
         try:
             lines = self.client.query(version)
         except SharingRefused as exc:
-            raise self.translate(exc, "the table", version, None) from None
+            if "history" not in exc.message.lower() or version != self.client.version():
+                raise self.translate(exc, "the table", version, None) from None
+            lines = self.client.query(None)
         self._check(lines)
         return lines
 
@@ -219,7 +236,7 @@ class SharedSource:
         columns = [f["name"] for f in schema_json["fields"]]
         names = [n.split()[0] for n in sharefiles.FILE_SCHEMA.split(", ")]
         rdd = spark.sparkContext.parallelize(
-            [tuple(r[n] for n in names) for r in files], sharefiles.tasks_for(files)
+            [tuple(r[n] for n in names) for r in files], sharefiles.tasks_for(files, _bytes_per_task(spark))
         )
         listing = spark.createDataFrame(rdd, sharefiles.FILE_SCHEMA)
         target = to_arrow_schema(struct, timestamp_utc=True)
@@ -278,6 +295,15 @@ class SharedChanges:
         return self.source.translate(exc, "the change data feed", self.start, self.end)
 
 
+def no_history_advice(uri: str, span: str, why: str) -> str:
+    return (
+        f"The Delta Sharing server does not serve the changes of {uri} for {span} ({why}). Replication reads "
+        f"the change data feed: the data provider must share the table WITH HISTORY and set "
+        f"delta.enableChangeDataFeed = true on it. Until then `cdc2ch snapshot` loads the table as it is now "
+        f"(the way in without history); once the changes are shared, `cdc2ch run` continues from that snapshot."
+    )
+
+
 def check_served(uri: str, lines: list[dict]) -> None:
     """Refuse what the parquet response format cannot serve right, naming the feature."""
     protocol = next((ln["protocol"] for ln in lines if "protocol" in ln), {}) or {}
@@ -319,7 +345,14 @@ def advice(uri: str, client, exc: Exception, what: str, start: int | None, end: 
             f"again, and if it persists ask the data provider to check the share's storage access."
         )
     if isinstance(exc, SharingRefused):
-        if any(w in text for w in ("deletion vector", "deletionvector", "column mapping", "columnmapping")):
+        features = (
+            "deletion vector",
+            "deletionvector",
+            "column mapping",
+            "columnmapping",
+            "table properties",
+        )
+        if any(w in text for w in features):
             return SourceError(
                 f"The Delta Sharing server cannot serve {uri} in the parquet response format "
                 f"({summarise(exc.message, 200)}): the table uses deletion vectors or column mapping, "
@@ -327,13 +360,7 @@ def advice(uri: str, client, exc: Exception, what: str, start: int | None, end: 
                 f"to share a table without them."
             )
         if any(w in text for w in ("history", "cdf", "change data", "changedatafeed", "change feed")):
-            return SourceError(
-                f"The Delta Sharing server does not serve the changes of {uri} for {span} "
-                f"({summarise(exc.message, 200)}). Replication reads the change data feed: the data "
-                f"provider must share the table WITH HISTORY and set delta.enableChangeDataFeed = true on "
-                f"it. Until then `cdc2ch snapshot` loads the table as it is now (the way in without "
-                f"history); once the changes are shared, `cdc2ch run` continues from that snapshot."
-            )
+            return NoHistory(no_history_advice(uri, span, summarise(exc.message, 200)))
         if any(w in text for w in ("earliest", "no longer", "vacuum", "retention", "not found", "not exist")):
             return SourceError(
                 f"The Delta Sharing server no longer holds {span} of {uri} "
@@ -343,6 +370,14 @@ def advice(uri: str, client, exc: Exception, what: str, start: int | None, end: 
         return exc
     first = next((ln for ln in str(exc).splitlines() if ln.strip()), str(exc))
     return SourceError(f"Reading {what} for {span} of {uri} failed: {summarise(client.redact(first), 500)}")
+
+
+def _bytes_per_task(spark) -> int:
+    """Spark's own split size for file scans (spark.sql.files.maxPartitionBytes) sizes the tasks too."""
+    try:
+        return int(spark._jsparkSession.sessionState().conf().filesMaxPartitionBytes())
+    except Exception:
+        return 128 << 20
 
 
 def _version_of(line: dict) -> int | None:

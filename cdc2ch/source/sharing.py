@@ -283,9 +283,10 @@ class SharingClient:
         query = {"startingVersion": start, "endingVersion": end, "includeHistoricalMetadata": "true"}
         return parse_lines(self.request("GET", "/changes", query)[1], self.name)
 
-    def query(self, version: int) -> list[dict]:
-        """The lines of the table as of `version`: protocol, metaData and file actions."""
-        return parse_lines(self.request("POST", "/query", body={"version": int(version)})[1], self.name)
+    def query(self, version: int | None) -> list[dict]:
+        """The lines of the table as of `version` (None: the latest): protocol, metaData and file actions."""
+        body = {} if version is None else {"version": int(version)}
+        return parse_lines(self.request("POST", "/query", body=body)[1], self.name)
 
 
 class SharingRefused(SourceError):
