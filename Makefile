@@ -46,6 +46,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/workloads.py
 	$(BIN)/python bench/snapshot_readers.py 2000000
 	$(BIN)/python bench/verify_cost.py 5000000
+	$(BIN)/python bench/sharing_rate.py 1000000
 
 bench-quick: $(BENCH_STAMP)
 	$(BIN)/python bench/workloads.py --quick
