@@ -3,10 +3,14 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The official Delta Sharing connector, the tests' independent client of tests/sharing_server.py, in its own
+# virtualenv: it pins an older pyarrow than cdc2ch runs.
+SHARING_VENV  := .venv-sharing
+SHARING_STAMP := $(SHARING_VENV)/.installed
 
 .PHONY: install demo test unit lint clean
 
-install: $(STAMP)
+install: $(STAMP) $(SHARING_STAMP)
 
 # Everything a fresh machine needs: a virtualenv, the package with test extras, and the Delta jars
 # (fetched once from Maven Central into ~/.cache/cdc2ch/jars).
@@ -16,6 +20,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e ".[test]"
 	$(BIN)/python -m cdc2ch.source.spark > /dev/null
 	touch $(STAMP)
+
+$(SHARING_STAMP): tests/sharing-requirements.txt
+	$(PYTHON) -m venv $(SHARING_VENV)
+	$(SHARING_VENV)/bin/pip install --quiet -r tests/sharing-requirements.txt
+	touch $(SHARING_STAMP)
 
 demo: install
 	$(BIN)/cdc2ch demo --dir ./cdc2ch-demo
@@ -32,7 +41,7 @@ lint: install
 	$(BIN)/ruff format --check cdc2ch tests
 
 clean:
-	rm -rf $(VENV) cdc2ch-demo .pytest_cache
+	rm -rf $(VENV) $(SHARING_VENV) cdc2ch-demo .pytest_cache
 
 .PHONY: bench bench-quick
 BENCH_STAMP := $(VENV)/.bench-installed

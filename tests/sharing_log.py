@@ -194,9 +194,14 @@ def parse_timestamp(value: str, param: str) -> int:
 
 def table_properties_error(configuration: dict) -> SharingError | None:
     """Parquet responses cannot carry deletion vectors or column mapping (SnapshotChecker.scala)."""
-    if (
-        configuration.get("delta.columnMapping.mode", "none") != "none"
-        or configuration.get("delta.enableDeletionVectors", "false") != "false"
-    ):
-        return unsupported("Unsupported Delta Table Properties")
+    found = [
+        f"{key}={configuration[key]}"
+        for key, allowed in (("delta.columnMapping.mode", "none"), ("delta.enableDeletionVectors", "false"))
+        if configuration.get(key, allowed) != allowed
+    ]
+    if found:
+        return unsupported(
+            f"Unsupported Delta Table Properties ({', '.join(found)}): reading them needs responseformat=delta, "
+            "which this server does not serve"
+        )
     return None
