@@ -1,0 +1,279 @@
+"""Delta Sharing end to end: Delta tables written by Spark, shared by tests/sharing_server.py over HTTP,
+replicated by `cdc2ch` through the share into real chdb. FINAL equals the provider's Delta table; faults
+give their named outcome; the bearer token shows up nowhere."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from cdc2ch.config import TargetName
+from cdc2ch.snapshot import Snapshotter
+from cdc2ch.source import open_source
+from cdc2ch.source import sharing as sharing_client
+from tests.helpers import (
+    Proc,
+    SinkTap,
+    assert_replicated,
+    committed_version,
+    create_table,
+    delta_rows,
+    job_config,
+    latest_version,
+)
+from tests.sharing_connector import assert_connector_agrees
+from tests.sharing_server import SharingServer
+from tests.test_replication import COLS, _append, scenario_mix
+
+
+def scenario_history(spark, path):
+    """The 26-version mix of every kind of write (append, overwrite, replaceWhere, UPDATE, DELETE, MERGE),
+    then a key-changing UPDATE and a column added (the schema of the end version): 29 versions."""
+    scenario_mix(spark, path)
+    spark.sql(f"UPDATE delta.`{path}` SET id = id + 1000000 WHERE id % 4 = 1")  # key change
+    spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS (extra STRING)")
+    spark.createDataFrame([(5_000_000, "a", "late", 1.0, "x")], COLS + ", extra STRING").write.format(
+        "delta"
+    ).mode("append").save(path)
+
+
+@pytest.fixture(scope="module")
+def share(spark, tmp_path_factory):
+    """One server for the module; its tables are written on first use, once."""
+    root = tmp_path_factory.mktemp("shared")
+    with SharingServer() as server:
+        server.root, server.paths = root, {}
+        server.profile_path = server.profile(root)
+        yield server
+
+
+def _table(server, spark, name) -> str:
+    if name not in server.paths:
+        path = str(server.root / name)
+        {"mix": scenario_history}[name](spark, path)
+        server.share(f"prov.sales.{name}", path)
+        server.paths[name] = path
+    return server.paths[name]
+
+
+def _url(server, name):
+    return server.url(server.profile_path, f"prov.sales.{name}")
+
+
+def _no_secret(server, *results):
+    for r in results:
+        text = r if isinstance(r, str) else r.stdout + r.stderr
+        assert server.token not in text
+
+
+def _nothing_created(sink, database):
+    assert sink.query_rows(f"SELECT name FROM system.tables WHERE database = '{database}'") == []
+
+
+# -- 1. the replication matrix through a share ---------------------------------------------------------------
+def test_final_equals_the_providers_table(share, spark, sink, cli, database):
+    name = "mix"
+    path = _table(share, spark, name)
+    target = TargetName(database, name)
+    result = cli.replicate("run", _url(share, name), target, "--once")
+    latest = latest_version(spark, path)
+    assert committed_version(sink, database, str(target)) == latest
+    assert_replicated(spark, sink, path, target, latest)
+    status = cli("status", "--json")
+    row = next(r for r in json.loads(status.stdout) if r["pipeline"] == str(target))
+    assert (row["latest_version"], row["versions_behind"]) == (latest, 0)
+    assert row["location"].endswith(f"/shares/prov/schemas/sales/tables/{name}")
+    _no_secret(share, result, status)
+    assert_connector_agrees(
+        share, share.profile_path, f"prov.sales.{name}", spark, path, versions=(1, latest)
+    )
+
+
+# -- 2. snapshot through /query, resumed, then run ------------------------------------------------------------
+def test_snapshot_resumes_then_run_continues(share, spark, sink, cli, database, tmp_path):
+    path = str(tmp_path / "snap")
+    create_table(spark, path, "id BIGINT, v STRING")
+    spark.range(0, 4000, 1, 8).selectExpr("id", "cast(id * 3 as string) v").write.format("delta").mode(
+        "append"
+    ).save(path)
+    n = latest_version(spark, path)
+    spark.sql(f"UPDATE delta.`{path}` SET v = 'later' WHERE id % 7 = 0")
+    share.share("prov.sales.snap", path)
+    url = _url(share, "snap")
+    target = TargetName(database, "snap")
+    stop, chunks = threading.Event(), []
+
+    def after_insert(table_sql):
+        if "cdc2ch_snapshot_chunks" in table_sql:
+            chunks.append(1)
+            if len(chunks) == 2:
+                stop.set()
+
+    spark.conf.set("spark.sql.files.maxPartitionBytes", "1")  # one shared file per task: 8 chunks of 2
+    try:
+        cfg = job_config(url, target, cli.dsn, snapshot_version=n)
+        assert Snapshotter(cfg, open_source(spark, url), SinkTap(sink, after_insert), stop).run() is None
+        finish = cli.replicate("snapshot", url, target, "--version", str(n))
+    finally:
+        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+    done = cli.events(finish, "chunk")
+    assert done and len(done) == done[0]["of"] - 2  # the chunks done before the stop were skipped
+    assert_replicated(spark, sink, path, target, n)
+    run = cli.replicate("run", url, target, "--once")
+    assert cli.events(run, "range_read")[0]["start"] == n + 1
+    assert_replicated(spark, sink, path, target)
+    _no_secret(share, finish, run)
+    assert_connector_agrees(share, share.profile_path, "prov.sales.snap", spark, path, versions=(n, n + 1))
+
+
+# -- 3. kill -9 during a shared catch-up --------------------------------------------------------------------
+def test_killed_catch_up_converges_without_duplicates(share, spark, tmp_path):
+    path = _table(share, spark, "mix")
+    dsn = f"chdb://{tmp_path / 'ch'}"
+    args = ("run", "--table", _url(share, "mix"), "--primary-key", "id", "--target", "k.mix", "--clickhouse", dsn,
+            "--once", "--max-rows-per-read", "40", "--spark-master", "local[1]")  # fmt: skip
+    first = Proc(*args)
+    first.wait_for("committed", timeout=240)
+    first.signal(signal.SIGKILL)
+    assert first.proc.wait(60) == -signal.SIGKILL
+    second = Proc(*args)
+    assert second.proc.wait(300) == 0, second.stderr[-3000:]
+    reads = second.events("range_read")
+    assert not reads or reads[0]["start"] > 0  # resumed after what the first one committed
+    _no_secret(share, first.stderr + first.stdout, second.stderr + second.stdout)
+
+    def query(sql):
+        out = subprocess.run([sys.executable, "-m", "cdc2ch", "query", sql, "--clickhouse", dsn, "--format",
+                              "JSONCompactEachRow"], capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        return [json.loads(ln) for ln in out.stdout.splitlines()]
+
+    cols = ["id", "part", "name", "amount"]
+    got = query("SELECT id, part, name, amount FROM k.mix FINAL WHERE _is_deleted = 0")
+    expected = delta_rows(spark, path, columns=cols)
+    assert sorted((r[0], r[1].encode(), r[2].encode(), r[3]) for r in got) == sorted(expected)
+    assert query(
+        "SELECT count() FROM (SELECT id, _version FROM k.mix GROUP BY id, _version HAVING count() > 1)"
+    )[0] == [0]
+
+
+# -- 4. faults ------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def small(share, spark):
+    """A small shared table of three versions for the fault cases."""
+    path = str(share.root / "small")
+    create_table(spark, path, COLS)
+    _append(spark, path, [(i, "a", f"n{i}", 1.0) for i in range(20)])
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE id < 5")
+    share.share("prov.sales.small", path)
+    share.paths["small"] = path
+    return path
+
+
+def test_wrong_token_is_one_paragraph_naming_profile_and_endpoint(
+    share, small, sink, cli, database, tmp_path
+):
+    profile = tmp_path / "stale.share"
+    wrong = "dss-" + "0" * 32
+    profile.write_text(
+        json.dumps({"shareCredentialsVersion": 1, "endpoint": share.endpoint, "bearerToken": wrong})
+    )
+    result = cli.replicate(
+        "run", f"{profile}#prov.sales.small", TargetName(database, "small"), "--once", expect=1
+    )
+    assert str(profile) in result.stderr and share.endpoint in result.stderr and "HTTP 401" in result.stderr
+    assert wrong not in result.stdout + result.stderr
+    _nothing_created(sink, database)
+
+
+def test_throttling_and_server_errors_are_retried(share, small, spark, sink, cli, database, monkeypatch):
+    share.fail(429, path_contains="/changes", times=1, retry_after=1)
+    share.fail(503, path_contains="/version", times=1)
+    target = TargetName(database, "throttled")
+    result = cli.replicate("run", _url(share, "small"), target, "--once")
+    waits = [e for e in cli.events(result) if e.get("event") == "sharing_retry"]
+    assert any(e["wait_s"] >= 1.0 for e in waits) and len(waits) == 2
+    assert_replicated(spark, sink, small, target)
+    # A server that keeps failing: bounded attempts, one paragraph, nothing created for a new pipeline.
+    monkeypatch.setattr(sharing_client, "ATTEMPTS", 2)
+    share.fail(500, path_contains="/changes", times=2)  # each read: 2 attempts
+    other = TargetName(database, "failing")
+    failed = cli.replicate("run", _url(share, "small"), other, "--once", expect=1)
+    assert "kept failing" in failed.stderr and "HTTP 500 after 2 attempts" in failed.stderr
+    assert (
+        sink.query_rows(
+            f"SELECT count() FROM system.tables WHERE database = '{database}' AND name = 'failing'"
+        )[0][0]
+        == 0
+    )
+    _no_secret(share, result, failed)
+
+
+def test_expired_urls_are_requested_again(share, small, spark):
+    source = open_source(spark, _url(share, "small"))
+    latest = latest_version(spark, small)
+    changes = source.changes(1, latest)
+    asked = sum(1 for _, target in share.requests if "/changes" in target)
+    share.expire_urls()  # the URLs of that answer now get 403 from the storage
+    rows = changes.arrow_rows(False)
+    assert sum(1 for _, target in share.requests if "/changes" in target) == asked + 1
+    cdf = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 1).load(small)
+    assert rows.num_rows == cdf.count() == 20 + 5
+
+
+def test_history_not_shared_says_what_to_enable_and_snapshot_is_the_way_in(
+    share, small, spark, sink, cli, database
+):
+    share.share("prov.sales.nohist", small, history=False)
+    url = _url(share, "nohist")
+    target = TargetName(database, "nohist")
+    refused = cli.replicate("run", url, target, "--once", expect=1)
+    assert "WITH HISTORY" in refused.stderr and "delta.enableChangeDataFeed" in refused.stderr
+    assert "cdc2ch snapshot" in refused.stderr
+    _nothing_created(sink, database)
+    loaded = cli.replicate("snapshot", url, target)
+    assert_replicated(spark, sink, small, target)
+    _no_secret(share, refused, loaded)
+
+
+def test_versions_the_server_no_longer_has_mean_resync(share, small, spark, sink, cli, database):
+    target = TargetName(database, "gone")
+    cli.replicate("run", _url(share, "small"), target, "--once")
+    committed = committed_version(sink, database, str(target))
+    _append(spark, small, [(100, "a", "new", 1.0)])
+    body = json.dumps({"errorCode": "INVALID_PARAMETER_VALUE",
+                       "message": f"Cannot time travel to version {committed + 1}: the earliest available version "
+                                  f"is {committed + 5}"})  # fmt: skip
+    share.fail(400, path_contains="/changes", times=1, body=body)
+    refused = cli.replicate("run", _url(share, "small"), target, "--once", expect=1)
+    assert "resync with `cdc2ch snapshot`" in refused.stderr
+    assert committed_version(sink, database, str(target)) == committed  # offset untouched
+    cli.replicate("run", _url(share, "small"), target, "--once")
+    assert_replicated(spark, sink, small, target)
+
+
+def test_refused_input_creates_nothing(share, spark, sink, cli, database, tmp_path):
+    path = str(tmp_path / "dv")
+    spark.sql(
+        f"CREATE TABLE delta.`{path}` ({COLS}) USING delta TBLPROPERTIES (delta.enableChangeDataFeed = true, "
+        f"delta.enableDeletionVectors = true)"
+    )
+    _append(spark, path, [(1, "a", "x", 1.0)])
+    share.share("prov.sales.dv", path)
+    dv = cli.replicate("run", _url(share, "dv"), TargetName(database, "dv"), "--once", expect=1)
+    assert "deletion vectors" in dv.stderr
+    reader = cli.replicate("run", _url(share, "mix"), TargetName(database, "ops"), "--once", "--reader",
+                           "clickhouse", expect=2)  # fmt: skip
+    assert "--reader clickhouse" in reader.stderr and "Drop --reader clickhouse" in reader.stderr
+    missing = cli.replicate("run", f"{tmp_path}/none.share#prov.sales.mix", TargetName(database, "x"), "--once",
+                            expect=2)  # fmt: skip
+    assert "none.share does not exist" in missing.stderr
+    _nothing_created(sink, database)
+    _no_secret(share, dv, reader, missing)
+    assert os.path.exists(share.profile_path)
