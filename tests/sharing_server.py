@@ -14,6 +14,7 @@ import json
 import os
 import re
 import secrets
+import sys
 import threading
 import time
 import traceback
@@ -53,8 +54,7 @@ class SharingServer:
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self) -> SharingServer:
         handler = type("Handler", (_Handler,), {"sharing": self})
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._httpd.daemon_threads = True
+        self._httpd = _Quiet(("127.0.0.1", 0), handler)
         self.endpoint = f"http://127.0.0.1:{self._httpd.server_address[1]}{PREFIX}"
         threading.Thread(target=self._httpd.serve_forever, name="sharing-server", daemon=True).start()
         return self
@@ -173,6 +173,16 @@ class SharingServer:
         with self._lock:
             entry = self._files.get(key)
             return None if entry is None else tuple(entry)
+
+
+class _Quiet(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(
+            sys.exc_info()[1], ConnectionError
+        ):  # clients dropping kept-alive sockets is normal
+            super().handle_error(request, client_address)
 
 
 def _page(items: list[dict], params: dict[str, str]) -> dict:
