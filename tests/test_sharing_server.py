@@ -11,6 +11,7 @@ import json
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -38,6 +39,10 @@ ROW = (
 )
 
 
+# Checkpoints at v3 and v6: the server rebuilds later snapshots from Spark's checkpoint files.
+CHECKPOINTS = "TBLPROPERTIES (delta.checkpointInterval = 3)"
+
+
 def rows(*ids: int) -> str:
     return ", ".join(ROW.format(i=i) for i in ids)
 
@@ -46,7 +51,9 @@ def rows(*ids: int) -> str:
 def typed(spark, tmp_path_factory):
     """A partitioned table of many types with a history of every kind of write (few: each costs seconds)."""
     path, sql = str(tmp_path_factory.mktemp("sharing") / "typed"), spark.sql
-    sql(f"CREATE TABLE delta.`{path}` ({TYPES}) USING delta PARTITIONED BY (part)")  # v0: no change data feed
+    sql(
+        f"CREATE TABLE delta.`{path}` ({TYPES}) USING delta PARTITIONED BY (part) {CHECKPOINTS}"
+    )  # v0: no CDF
     sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")  # v1
     nulls = ", ".join(["NULL"] * (len(NAMES) - 1))
     sql(f"INSERT INTO delta.`{path}` VALUES {rows(1, 2, 3, 4, 5, 6, 7)}, (8, {nulls})")  # v2
@@ -76,6 +83,9 @@ def shared(typed, tmp_path_factory):
 def test_connector_reads_what_spark_reads(spark, typed, shared):
     server, profile = shared
     assert latest_version(spark, typed) == 7
+    assert sorted(p.name for p in Path(typed, "_delta_log").glob("*.checkpoint.parquet")) == [
+        f"{v:020d}.checkpoint.parquet" for v in (3, 6)
+    ]
     server.fail(503, path_contains="/query", times=2)  # the connector retries server errors, then must agree
     assert_connector_agrees(server, profile, "s.d.typed", spark, typed, versions=(1, 7))
     pairs = [spark_snapshot(spark, typed, 4), spark_changes(spark, typed, 3, 6)]
