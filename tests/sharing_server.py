@@ -41,8 +41,9 @@ class _Rule:
 
 
 class SharingServer:
-    def __init__(self, token: str = "dss-" + secrets.token_hex(16), url_ttl: float = 3600.0):
-        self.token, self.url_ttl = token, url_ttl
+    def __init__(self, token: str | None = None, url_ttl: float = 3600.0):
+        self.token = token or "dss-" + secrets.token_hex(16)  # a fresh token per server unless one is given
+        self.url_ttl = url_ttl
         self.requests: list[tuple[str, str]] = []
         self._tables: dict[tuple[str, str, str], SharedTable] = {}
         self._files: dict[str, list] = {}  # url id -> [absolute path, expiration ms, revoked]
@@ -179,9 +180,8 @@ class _Quiet(ThreadingHTTPServer):
     daemon_threads = True
 
     def handle_error(self, request, client_address) -> None:
-        if not isinstance(
-            sys.exc_info()[1], ConnectionError
-        ):  # clients dropping kept-alive sockets is normal
+        # Clients dropping kept-alive sockets is normal; anything else is printed.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
             super().handle_error(request, client_address)
 
 
