@@ -14,6 +14,7 @@ import json
 import os
 import re
 import secrets
+import sys
 import threading
 import time
 import traceback
@@ -40,8 +41,9 @@ class _Rule:
 
 
 class SharingServer:
-    def __init__(self, token: str = "dss-" + secrets.token_hex(16), url_ttl: float = 3600.0):
-        self.token, self.url_ttl = token, url_ttl
+    def __init__(self, token: str | None = None, url_ttl: float = 3600.0):
+        self.token = token or "dss-" + secrets.token_hex(16)  # a fresh token per server unless one is given
+        self.url_ttl = url_ttl
         self.requests: list[tuple[str, str]] = []
         self._tables: dict[tuple[str, str, str], SharedTable] = {}
         self._files: dict[str, list] = {}  # url id -> [absolute path, expiration ms, revoked]
@@ -53,8 +55,7 @@ class SharingServer:
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self) -> SharingServer:
         handler = type("Handler", (_Handler,), {"sharing": self})
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._httpd.daemon_threads = True
+        self._httpd = _Quiet(("127.0.0.1", 0), handler)
         self.endpoint = f"http://127.0.0.1:{self._httpd.server_address[1]}{PREFIX}"
         threading.Thread(target=self._httpd.serve_forever, name="sharing-server", daemon=True).start()
         return self
@@ -173,6 +174,15 @@ class SharingServer:
         with self._lock:
             entry = self._files.get(key)
             return None if entry is None else tuple(entry)
+
+
+class _Quiet(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        # Clients dropping kept-alive sockets is normal; anything else is printed.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 def _page(items: list[dict], params: dict[str, str]) -> dict:
