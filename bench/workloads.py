@@ -4,7 +4,8 @@
 Workloads (built with Spark in a temporary directory):
   W1  append-heavy backlog: rows appended over many versions
   W2  update/delete-heavy backlog: a loaded table, then MERGE versions touching ~6% of it each
-  W3  steady state: a small commit every 2 s while `cdc2ch run` polls every second
+  W3  steady state: a small commit every 2 s (appends and MERGEs in turn) while `cdc2ch run` polls every second
+  W5  a large dimension table: 20M rows (quick: 2M), then 10 MERGE commits each changing 1% of its rows
   W4  many tables: W3 spread over N tables in one `cdc2ch run --config` process (one commit every 2 s,
       round-robin), to show what each extra pipeline costs in latency and memory
 
@@ -12,6 +13,9 @@ Contenders, each into its own ReplacingMergeTree table of the same layout on the
   cdc2ch     `cdc2ch run --once` as its own process (Spark start-up reported separately)
   reference  the loop ClickHouse published for Delta CDF: delta-rs `load_cdf`, drop pre-images, add the
              metadata columns, `insert_arrow` in batches of 80,000 rows (no Spark)
+  streaming  the job a Spark user would write by hand: Structured Streaming `readChangeFeed` with
+             Trigger.AvailableNow and foreachBatch inserting Arrow (bench/streaming_peer.py, own process,
+             Spark start-up excluded)
   native     ClickHouse reading the CDF itself: INSERT ... SELECT FROM deltaLakeLocal(path) SETTINGS
              delta_lake_snapshot_start_version/end_version (the physical limit here)
 Prints one line per figure and writes bench/results.md and bench/results.png.
@@ -42,8 +46,10 @@ from cdc2ch.source.spark import session
 # quick: under 3 minutes on 2 cores (fewer versions, the push-down reader on W1 only)
 _W = ("w1_rows", "w1_versions", "w2_rows", "w2_versions", "w3_seconds", "w1_scale", "w2_push", "w4_tables")
 SIZES = {
-    "full": dict(zip(_W, (2_000_000, 20, 1_000_000, 20, 60, 10, True, 20))),
-    "quick": dict(zip(_W, (200_000, 5, 100_000, 3, 14, 0, False, 5))),
+    "full": dict(
+        zip(_W, (2_000_000, 20, 1_000_000, 20, 60, 10, True, 20)), w5_rows=20_000_000, w5_versions=10
+    ),
+    "quick": dict(zip(_W, (200_000, 5, 100_000, 3, 14, 0, False, 5)), w5_rows=2_000_000, w5_versions=10),
 }
 COLUMNS = "id BIGINT, tenant INT, name STRING, amount DOUBLE, at TIMESTAMP"
 BATCH = 80_000
@@ -94,6 +100,34 @@ def build_w2(spark, path: str, rows: int, versions: int) -> int:
                 "CASE WHEN id % 5 = 0 THEN 'd' ELSE 'u' END AS op",
             )
         )
+        src.createOrReplaceTempView("merge_source")
+        spark.sql(
+            f"MERGE INTO delta.`{path}` t USING merge_source s ON t.id = s.id "
+            f"WHEN MATCHED AND s.op = 'd' THEN DELETE "
+            f"WHEN MATCHED THEN UPDATE SET tenant = s.tenant, name = s.name, amount = s.amount, at = s.at "
+            f"WHEN NOT MATCHED THEN INSERT (id, tenant, name, amount, at) "
+            f"VALUES (s.id, s.tenant, s.name, s.amount, s.at)"
+        )
+    return 2
+
+
+def build_w5(spark, path: str, rows: int, versions: int) -> int:
+    """A large dimension table, then MERGEs each changing 1% of its rows (updates, a tenth of them
+    deletes). The table is written in files of ~500k rows ordered by id and each
+    MERGE touches a band of ids, as a table clustered by key would see: a MERGE rewrites a few files."""
+    _create(spark, path)
+    spark.range(0, rows, 1, max(4, rows // 500_000)).selectExpr(
+        "id", "cast(id % 1000 AS INT) AS tenant", "concat('name-', id) AS name", "rand(0) * 1000 AS amount",
+        "timestamp_micros(id * 1000) AS at",
+    ).write.format("delta").mode("append").save(path)  # fmt: skip
+    touched = rows // 100
+    for v in range(versions):
+        band = v * 2 * touched + (rows // versions // 7) * v  # distinct bands, spread over the key space
+        src = spark.range(0, touched, 1, 4).selectExpr(f"({band} + id * 2) % {rows + touched} AS id").selectExpr(
+            "id", "cast(id % 1000 AS INT) AS tenant", f"concat('dim-', id, '-', {v}) AS name",
+            f"rand({v}) * 1000 AS amount", "timestamp_micros(id * 1000) AS at",
+            "CASE WHEN id % 10 = 0 THEN 'd' ELSE 'u' END AS op",
+        )  # fmt: skip
         src.createOrReplaceTempView("merge_source")
         spark.sql(
             f"MERGE INTO delta.`{path}` t USING merge_source s ON t.id = s.id "
@@ -242,6 +276,19 @@ def run_reference(sink, path: str, start: int, end: int, table_sql: str) -> dict
     return {"seconds": time.monotonic() - t0, "rows": out.num_rows}
 
 
+def run_streaming(path: str, start: int, dsn: str, table: str) -> dict:
+    """bench/streaming_peer.py in its own process (its Spark start-up excluded, as for cdc2ch)."""
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "streaming_peer.py"), path, str(start), dsn, table],
+        capture_output=True,
+        text=True,
+    )
+    found = [ln for ln in proc.stdout.splitlines() if ln.startswith('{"seconds"')]
+    if proc.returncode != 0 or not found:
+        raise SystemExit(f"streaming peer failed:\n{proc.stderr[-3000:]}")
+    return json.loads(found[-1])
+
+
 def run_native(sink, path: str, start: int, end: int, table_sql: str) -> dict:
     cols = "id, tenant, name, amount, at"
     rank = "multiIf(_change_type = 'update_preimage', 1, _change_type = 'delete', 2, 3)"
@@ -280,13 +327,20 @@ def _wait_committed(proc, lines: list[str], pipelines: int) -> None:
         time.sleep(0.5)
 
 
-def _small_commits(spark, paths: list[str], seconds: float) -> None:
-    """One 100-row commit every 2 s, to the tables in turn."""
+def _small_commits(spark, paths: list[str], seconds: float, merges: bool = False) -> None:
+    """One 100-row commit every 2 s, to the tables in turn; with `merges`, every other one a MERGE that
+    updates 100 rows of the loaded table (pre- and post-images) instead of an append."""
     for i in range(int(seconds / 2)):
         t = time.monotonic()
-        _rows(spark, 10_000 + i * 100, 100, i).write.format("delta").mode("append").save(
-            paths[i % len(paths)]
-        )
+        path = paths[i % len(paths)]
+        if merges and i % 2:
+            _rows(spark, i * 100, 100, i).createOrReplaceTempView("steady_source")
+            spark.sql(
+                f"MERGE INTO delta.`{path}` t USING steady_source s ON t.id = s.id WHEN MATCHED THEN UPDATE "
+                f"SET name = s.name, amount = s.amount WHEN NOT MATCHED THEN INSERT *"
+            )
+        else:
+            _rows(spark, 10_000 + i * 100, 100, i).write.format("delta").mode("append").save(path)
         time.sleep(max(0.0, 2 - (time.monotonic() - t)))
     time.sleep(6)
 
@@ -331,7 +385,7 @@ def run_steady(spark, path: str, seconds: float, dsn: str) -> dict:
         ["--table", path, "--primary-key", "id", "--target", "bench.w3", "--clickhouse", dsn]
     )
     _wait_committed(proc, lines, 1)
-    _small_commits(spark, [path], seconds)
+    _small_commits(spark, [path], seconds, merges=True)
     proc.send_signal(signal.SIGTERM)
     proc.wait(120)
     result = _latencies(spark, lines, {"bench.w3": path})
@@ -380,6 +434,7 @@ def main(size: str) -> None:
             for name, build, args in (
                 ("W1", build_w1, (p["w1_rows"], p["w1_versions"])),
                 ("W2", build_w2, (p["w2_rows"], p["w2_versions"])),
+                ("W5", build_w5, (p["w5_rows"], p["w5_versions"])),
             ):
                 path = str(tmp / name.lower())
                 t1 = time.monotonic()
@@ -396,9 +451,13 @@ def main(size: str) -> None:
                     push = run_cdc2ch(path, start, cdc_dsn, name.lower() + "_ch", "--reader", "clickhouse")
                 ref = run_reference(sink, path, start, end, _target(sink, f"ref_{name.lower()}", shape))
                 nat = run_native(sink, path, start, end, _target(sink, f"native_{name.lower()}", shape))
+                stream = run_streaming(
+                    path, start, f"chdb://{tmp / 'ch-streaming'}", f"stream_{name.lower()}"
+                )
                 mine = {"cdc2ch": cdc, "cdc2ch --reader clickhouse": push}
                 mine = {k: r for k, r in mine.items() if r is not None}
-                rate = {k: n / r["seconds"] for k, r in {**mine, "reference": ref, "native": nat}.items()}
+                peers = {"reference": ref, "native": nat, "streaming": stream}
+                rate = {k: n / r["seconds"] for k, r in {**mine, **peers}.items()}
                 results[name] = rate
                 for label, r in mine.items():
                     say(f"{name} {label}: {rate[label]:,.0f} rows/s excluding Spark start-up ({r['seconds']:.2f} s), "
@@ -410,9 +469,14 @@ def main(size: str) -> None:
                     f"{name} reference loop (delta-rs): {rate['reference']:,.0f} rows/s ({ref['seconds']:.2f} s)"
                 )
                 say(f"{name} ClickHouse native: {rate['native']:,.0f} rows/s ({nat['seconds']:.2f} s)")
+                say(f"{name} Spark streaming peer (readChangeFeed, AvailableNow, foreachBatch): "
+                    f"{rate['streaming']:,.0f} rows/s ({stream['seconds']:.2f} s, Spark start-up "
+                    f"{stream['startup']:.1f} s excluded)")  # fmt: skip
                 for label in mine:
                     say(f"{name} ratios {label}: /reference {rate[label] / rate['reference']:.2f}x, "
-                        f"/native {rate[label] / rate['native']:.2f}x")  # fmt: skip
+                        f"/native {rate[label] / rate['native']:.2f}x, "
+                        f"/streaming {rate[label] / rate['streaming']:.2f}x")  # fmt: skip
+                shutil.rmtree(path)
         if p["w1_scale"]:
             # Memory at scale: W1 at 10x its size, cdc2ch alone (bounded by --max-rows-per-read, not backlog).
             path = str(tmp / "w1x")
@@ -421,13 +485,13 @@ def main(size: str) -> None:
             big = run_cdc2ch(path, start, f"chdb://{tmp / 'ch-w1x'}", "w1x")
             results["W1x"] = big
             say(f"W1 x{p['w1_scale']} ({n:,} change rows) cdc2ch: peak RSS {big['rss'] / 2**20:,.0f} MiB "
-                f"(target <= 2048 MiB), {n / big['seconds']:,.0f} rows/s excluding Spark start-up "
+                f"(target <= 1536 MiB), {n / big['seconds']:,.0f} rows/s excluding Spark start-up "
                 f"({big['seconds']:.1f} s)")  # fmt: skip
             shutil.rmtree(path)
         w3 = run_steady(spark, str(tmp / "w3"), p["w3_seconds"], f"chdb://{tmp / 'ch-w3'}")
         results["W3"] = w3
         say(f"W3 commit-to-visible: p50 {w3['p50']:.2f} s, p95 {w3['p95']:.2f} s over {w3['commits']} commits "
-            f"(poll interval 1 s; target p95 <= 3 s); missing {w3['missing'] or 'none'}; peak RSS "
+            f"(appends and MERGEs; poll interval 1 s; target p95 <= 2 s); missing {w3['missing'] or 'none'}; peak RSS "
             f"{w3['rss'] / 2**20:,.0f} MiB")  # fmt: skip
         w4 = run_many(spark, tmp, p["w4_tables"], p["w3_seconds"], f"chdb://{tmp / 'ch-w4'}")
         results["W4"] = w4
@@ -439,17 +503,15 @@ def main(size: str) -> None:
     write_results(size, lines, results)
 
 
+HISTORY = "## History of full runs"
+
+
 def write_results(size: str, lines: list[str], results: dict) -> None:
-    md = [
-        f"# Benchmark results ({size})",
-        "",
-        f"Machine: {os.cpu_count()} cores. Produced by `bench/workloads.py`.",
-        "",
-    ]
-    md += ["| workload | cdc2ch (Spark reader) | cdc2ch --reader clickhouse | reference | native | "
-           "Spark reader / reference, / native | ClickHouse reader / reference, / native |",
-           "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
-    for w in ("W1", "W2"):
+    summary = [f"Machine: {os.cpu_count()} cores. Produced by `bench/workloads.py`.", ""]
+    summary += ["| workload | cdc2ch (Spark reader) | cdc2ch --reader clickhouse | reference | native | streaming | "
+                "Spark reader / reference, / native, / streaming | ClickHouse reader / reference, / native |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for w in ("W1", "W2", "W5"):
         r = results[w]
         sp, ch = r["cdc2ch"], r.get("cdc2ch --reader clickhouse")
         pushed = (
@@ -457,22 +519,31 @@ def write_results(size: str, lines: list[str], results: dict) -> None:
             if ch
             else ("-", "-")
         )
-        md.append(f"| {w} | {sp:,.0f} rows/s | {pushed[0]} | {r['reference']:,.0f} rows/s | "
-                  f"{r['native']:,.0f} rows/s | {sp / r['reference']:.2f}x, {sp / r['native']:.2f}x | "
-                  f"{pushed[1]} |")  # fmt: skip
+        summary.append(f"| {w} | {sp:,.0f} rows/s | {pushed[0]} | {r['reference']:,.0f} rows/s | "
+                       f"{r['native']:,.0f} rows/s | {r['streaming']:,.0f} rows/s | {sp / r['reference']:.2f}x, "
+                       f"{sp / r['native']:.2f}x, {sp / r['streaming']:.2f}x | {pushed[1]} |")  # fmt: skip
     w3 = results["W3"]
-    md += ["", f"W3 commit-to-visible: p50 {w3['p50']:.2f} s, p95 {w3['p95']:.2f} s (poll interval 1 s; target "
-           f"p95 <= 3 s)."]  # fmt: skip
+    summary += ["", f"W3 commit-to-visible: p50 {w3['p50']:.2f} s, p95 {w3['p95']:.2f} s (appends and MERGEs; "
+                f"poll interval 1 s; target p95 <= 2 s)."]  # fmt: skip
     if "W4" in results:
         w4 = results["W4"]
-        md.append(f"W4 ({w4['tables']} tables in one process) commit-to-visible: p50 {w4['p50']:.2f} s, "
-                  f"p95 {w4['p95']:.2f} s; peak RSS "
-                  f"{w4['rss'] / 2**20:,.0f} MiB.")  # fmt: skip
+        summary.append(f"W4 ({w4['tables']} tables in one process) commit-to-visible: p50 {w4['p50']:.2f} s, "
+                       f"p95 {w4['p95']:.2f} s; peak RSS {w4['rss'] / 2**20:,.0f} MiB.")  # fmt: skip
     if "W1x" in results:
-        md.append(f"Peak RSS of the cdc2ch process tree on W1 at 10x: {results['W1x']['rss'] / 2**20:,.0f} MiB "
-                  f"(target <= 2048 MiB).")  # fmt: skip
-    md += ["", "```", *lines, "```", ""]
-    (HERE / f"results{'' if size == 'full' else '-quick'}.md").write_text("\n".join(md))
+        summary.append(f"Peak RSS of the cdc2ch process tree on W1 at 10x: "
+                       f"{results['W1x']['rss'] / 2**20:,.0f} MiB (target <= 1536 MiB).")  # fmt: skip
+    summary += ["", "```", *lines, "```", ""]
+    out = HERE / f"results{'' if size == 'full' else '-quick'}.md"
+    md = [f"# Benchmark results ({size})", "", "Latest run:", "", *summary]
+    if size == "full":  # keep every full run, newest last, so a regression shows against the earlier ones
+        old = out.read_text() if out.exists() else ""
+        if HISTORY in old:
+            history = old[old.index(HISTORY) + len(HISTORY) :].strip()
+        else:  # the file from before history was kept: its run becomes the first entry
+            history = "### before history was kept\n\n" + old.split("\n", 1)[-1].strip() if old else ""
+        stamp = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+        md += [HISTORY, "", *([history, ""] if history else []), f"### {stamp}", "", *summary]
+    out.write_text("\n".join(md))
     try:
         import matplotlib
 
@@ -482,16 +553,13 @@ def write_results(size: str, lines: list[str], results: dict) -> None:
         print("matplotlib not installed: no chart")
         return
     fig, ax = plt.subplots(figsize=(7, 4))
-    names = ["cdc2ch", "cdc2ch --reader clickhouse", "reference", "native"]
-    for i, w in enumerate(("W1", "W2")):
-        ax.bar(
-            [i * 5 + j for j in range(4)],
-            [results[w].get(n, 0) for n in names],
-            color=["C0", "C3", "C1", "C2"],
-        )
-    ax.set_xticks([1.5, 6.5], ["W1 append-heavy", "W2 MERGE-heavy"])
+    names = ["cdc2ch", "cdc2ch --reader clickhouse", "reference", "native", "streaming"]
+    colors = ["C0", "C3", "C1", "C2", "C4"]
+    for i, w in enumerate(("W1", "W2", "W5")):
+        ax.bar([i * 6 + j for j in range(5)], [results[w].get(n, 0) for n in names], color=colors)
+    ax.set_xticks([2, 8, 14], ["W1 append-heavy", "W2 MERGE-heavy", "W5 large dimension"])
     ax.set_ylabel("change rows/s (excl. Spark start-up)")
-    ax.legend([plt.Rectangle((0, 0), 1, 1, color=c) for c in ("C0", "C3", "C1", "C2")], names)
+    ax.legend([plt.Rectangle((0, 0), 1, 1, color=c) for c in colors], names)
     fig.tight_layout()
     fig.savefig(HERE / f"results{'' if size == 'full' else '-quick'}.png", dpi=100)
 

@@ -65,27 +65,30 @@ class DriverWriter:
 
     def __init__(self, to: Destination):
         self.to, self.cfg = to, to.cfg
-        self._checked: tuple[int, int, pa.Table] | None = None  # the range check() read, for write()
+        # the range check() read, for write(), with the seconds its read took
+        self._checked: tuple[int, int, pa.Table, float] | None = None
 
     def check(self, rng: Changes) -> None:
         """Read the range (kept for the write that follows) and refuse its null keys."""
+        t0 = time.monotonic()
         rows = rng.arrow_rows(self.cfg.immutable_keys)
+        seconds = time.monotonic() - t0
         contract.check_keys(rows, self.cfg.primary_key, f"versions {rng.start}..{rng.end} of {rng.uri}")
-        self._checked = (rng.start, rng.end, rows)
+        self._checked = (rng.start, rng.end, rows, seconds)
 
-    def _read(self, rng: Changes) -> pa.Table:
+    def _read(self, rng: Changes) -> tuple[pa.Table, float]:
+        """The range's rows and the seconds reading them took (by check(), when it read this range)."""
         checked, self._checked = self._checked, None
         if checked is not None and checked[:2] == (rng.start, rng.end):
-            return checked[2]
-        return rng.arrow_rows(self.cfg.immutable_keys)
+            return checked[2], checked[3]
+        t0 = time.monotonic()
+        rows = rng.arrow_rows(self.cfg.immutable_keys)
+        return rows, time.monotonic() - t0
 
     def write(self, rng: Changes, state: PipelineState, estimate: int) -> RangeResult:
         cfg, start, end = self.cfg, rng.start, rng.end
-        t0 = time.monotonic()
-        rows = self._read(rng)
-        self.to.log.info(
-            "range_read", start=start, end=end, rows=rows.num_rows, seconds=round(time.monotonic() - t0, 3)
-        )
+        rows, seconds = self._read(rng)
+        self.to.log.info("range_read", start=start, end=end, rows=rows.num_rows, seconds=round(seconds, 3))
 
         def batch_done(i: int, batch: pa.Table, seconds: float) -> None:
             self.to.metrics.batch(batch.num_rows, batch.nbytes, seconds)
