@@ -100,15 +100,20 @@ def build_w2(spark, path: str, rows: int, versions: int) -> int:
                 "CASE WHEN id % 5 = 0 THEN 'd' ELSE 'u' END AS op",
             )
         )
-        src.createOrReplaceTempView("merge_source")
-        spark.sql(
-            f"MERGE INTO delta.`{path}` t USING merge_source s ON t.id = s.id "
-            f"WHEN MATCHED AND s.op = 'd' THEN DELETE "
-            f"WHEN MATCHED THEN UPDATE SET tenant = s.tenant, name = s.name, amount = s.amount, at = s.at "
-            f"WHEN NOT MATCHED THEN INSERT (id, tenant, name, amount, at) "
-            f"VALUES (s.id, s.tenant, s.name, s.amount, s.at)"
-        )
+        _merge(spark, path, src)
     return 2
+
+
+def _merge(spark, path: str, src) -> None:
+    """Upsert `src` (the table's columns plus `op`: 'd' deletes) into the table: one MERGE commit."""
+    src.createOrReplaceTempView("merge_source")
+    spark.sql(
+        f"MERGE INTO delta.`{path}` t USING merge_source s ON t.id = s.id "
+        f"WHEN MATCHED AND s.op = 'd' THEN DELETE "
+        f"WHEN MATCHED THEN UPDATE SET tenant = s.tenant, name = s.name, amount = s.amount, at = s.at "
+        f"WHEN NOT MATCHED THEN INSERT (id, tenant, name, amount, at) "
+        f"VALUES (s.id, s.tenant, s.name, s.amount, s.at)"
+    )
 
 
 def build_w5(spark, path: str, rows: int, versions: int) -> int:
@@ -128,14 +133,7 @@ def build_w5(spark, path: str, rows: int, versions: int) -> int:
             f"rand({v}) * 1000 AS amount", "timestamp_micros(id * 1000) AS at",
             "CASE WHEN id % 10 = 0 THEN 'd' ELSE 'u' END AS op",
         )  # fmt: skip
-        src.createOrReplaceTempView("merge_source")
-        spark.sql(
-            f"MERGE INTO delta.`{path}` t USING merge_source s ON t.id = s.id "
-            f"WHEN MATCHED AND s.op = 'd' THEN DELETE "
-            f"WHEN MATCHED THEN UPDATE SET tenant = s.tenant, name = s.name, amount = s.amount, at = s.at "
-            f"WHEN NOT MATCHED THEN INSERT (id, tenant, name, amount, at) "
-            f"VALUES (s.id, s.tenant, s.name, s.amount, s.at)"
-        )
+        _merge(spark, path, src)
     return 2
 
 
