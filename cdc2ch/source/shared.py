@@ -70,7 +70,7 @@ class SharedSource:
                 (a.get("expirationTimestamp") or now_ms * 2) > now_ms + URL_MARGIN_MS
                 for _, a in sharefiles.file_actions(cached[3])
             ):
-                return [ln for ln in cached[3] if _version_of(ln) is None or start <= _version_of(ln) <= end]
+                return _slice(cached[3], start, end)
         try:
             lines = self.client.changes(start, end)
         except SharingRefused as exc:
@@ -385,6 +385,18 @@ def _version_of(line: dict) -> int | None:
         if key in line and line[key].get("version") is not None:
             return int(line[key]["version"])
     return None
+
+
+def _slice(lines: list[dict], start: int, end: int) -> list[dict]:
+    """The lines of a wider /changes answer that answer [start, end] alone: the undated ones, those of
+    versions in the range, and the metaData in force at `start` (a range that changes no schema still
+    needs the one it is read under)."""
+    dated = [(v, m) for m in lines if "metaData" in m and (v := _version_of(m)) is not None]
+    in_force = max(((v, m) for v, m in dated if v < start), key=lambda p: p[0], default=(None, None))[1]
+    return [
+        ln for ln in lines
+        if ln is in_force or _version_of(ln) is None or start <= _version_of(ln) <= end
+    ]  # fmt: skip
 
 
 def _metadata_of(lines: list[dict], version: int | None = None) -> dict:

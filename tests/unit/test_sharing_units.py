@@ -151,3 +151,25 @@ def test_retry_after_is_honoured_up_to_the_cap():
     got = retry.call(fn, 5, lambda e: True, base=0.5, max_wait=2.5, sleep=waits.append,
                      hint=lambda e: getattr(e, "retry_after", None))  # fmt: skip
     assert got == "ok" and waits == [2.5, 2.5]
+
+
+def test_a_range_cut_from_a_wider_answer_keeps_the_schema_it_is_read_under():
+    """One /changes answer for [0, 3] serves the later range [2, 3] too; that range changes no schema,
+    so it is read under the metaData of version 1 (the head line of the answer is version 0's)."""
+    from cdc2ch.source.shared import _metadata_of, _slice
+
+    def meta(v, cols):
+        return {"metaData": {"version": v, "schemaString": json.dumps({"type": "struct", "fields": cols})}}
+
+    def add(v):
+        return {"add": {"url": f"u{v}", "version": v, "timestamp": 1, "size": 1}}
+
+    a, b = [{"name": "id"}], [{"name": "id"}, {"name": "x"}]
+    lines = [{"protocol": {"minReaderVersion": 1}}, meta(0, a), add(0), meta(1, b), add(1), add(2), add(3)]
+    part = _slice(lines, 2, 3)
+    assert [ln for ln in part if "add" in ln] == [add(2), add(3)]
+    assert json.loads(_metadata_of(part, 3)["schemaString"])["fields"] == b
+    assert _metadata_of(_slice(lines, 0, 0), 0)["version"] == 0
+    assert _metadata_of(_slice(lines, 1, 1), 1)["version"] == 1
+    assert _metadata_of(_slice(lines[:3] + [add(1)], 1, 1), 1)["version"] == 0
+    assert _slice(lines, 0, 3) == lines
