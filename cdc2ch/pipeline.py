@@ -199,10 +199,12 @@ class Replicator:
         if len(ranges) > 1:  # a long catch-up: show how it goes
             total = sum(c.estimated_rows for c in commits)
             progress = Progress(f"catch-up {cfg.pipeline}", total, len(ranges), unit="range")
-        for s, e in ranges:
+        upcoming = None  # the next range's changes, named to the writer for a read ahead
+        for i, (s, e) in enumerate(ranges):
             if self.stop.is_set():
                 break
-            changes = self.source.changes(s, e)
+            changes = upcoming if upcoming is not None else self.source.changes(s, e)
+            upcoming = None
             if self.writer.kind == "clickhouse":
                 check_range_for_clickhouse(self.source.uri, changes, state)
             if not self.claimed:
@@ -214,6 +216,9 @@ class Replicator:
             state = state.writing(e)
             store.save(state)
             estimate = sum(by_version[v].estimated_rows for v in range(s, e + 1) if v in by_version)
+            if i + 1 < len(ranges):
+                upcoming = self.source.changes(*ranges[i + 1])
+                self.writer.prefetch(upcoming)
             result = self.writer.write(changes, state, estimate)
             if not result.committed:
                 break

@@ -215,11 +215,15 @@ def test_throttling_and_server_errors_are_retried(share, small, spark, sink, cli
     _no_secret(share, result, failed)
 
 
-def test_ranges_cut_from_one_answer_are_read_under_the_schema_in_force(share, small, spark, sink, cli, database):
+def test_ranges_cut_from_one_answer_are_read_under_the_schema_in_force(
+    share, small, spark, sink, cli, database
+):
     """Versions [0, 2] planned from one /changes answer, read as [0, 1] and [2, 2]: the second range has no
     metaData line of its own and still finds its schema; the run exits 0."""
     target = TargetName(database, "cut")
-    result = cli.replicate("run", _url(share, "small"), target, "--once", "--batch-size", "10", "--max-rows-per-read", "10")
+    result = cli.replicate(
+        "run", _url(share, "small"), target, "--once", "--batch-size", "10", "--max-rows-per-read", "10"
+    )
     assert [(e["start"], e["end"]) for e in cli.events(result, "range_read")][-1] == (2, 2)
     assert_replicated(spark, sink, small, target)
 
