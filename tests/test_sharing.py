@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -67,9 +68,10 @@ def _url(server, name):
 
 
 def _no_secret(server, *results):
+    """No bearer token, client secret or access token the server issued in any of the outputs."""
     for r in results:
         text = r if isinstance(r, str) else r.stdout + r.stderr
-        assert server.token not in text
+        assert server.secrets and not [s for s in server.secrets if s in text]
 
 
 def _nothing_created(sink, database):
@@ -215,11 +217,15 @@ def test_throttling_and_server_errors_are_retried(share, small, spark, sink, cli
     _no_secret(share, result, failed)
 
 
-def test_ranges_cut_from_one_answer_are_read_under_the_schema_in_force(share, small, spark, sink, cli, database):
+def test_ranges_cut_from_one_answer_are_read_under_the_schema_in_force(
+    share, small, spark, sink, cli, database
+):
     """Versions [0, 2] planned from one /changes answer, read as [0, 1] and [2, 2]: the second range has no
     metaData line of its own and still finds its schema; the run exits 0."""
     target = TargetName(database, "cut")
-    result = cli.replicate("run", _url(share, "small"), target, "--once", "--batch-size", "10", "--max-rows-per-read", "10")
+    result = cli.replicate(
+        "run", _url(share, "small"), target, "--once", "--batch-size", "10", "--max-rows-per-read", "10"
+    )
     assert [(e["start"], e["end"]) for e in cli.events(result, "range_read")][-1] == (2, 2)
     assert_replicated(spark, sink, small, target)
 
@@ -286,3 +292,50 @@ def test_refused_input_creates_nothing(share, spark, sink, cli, database, tmp_pa
     _nothing_created(sink, database)
     _no_secret(share, dv, reader, missing)
     assert os.path.exists(share.profile_path)
+
+
+# -- 5. OAuth client-credentials profiles -------------------------------------------------------------------
+def test_oauth_profile_replicates_and_renews_its_access_token(
+    share, small, spark, sink, cli, database, tmp_path
+):
+    share.oauth(ttl=4)
+    # A wrong client secret: one paragraph naming the profile and the token endpoint, nothing created.
+    wrong = share.oauth_profile(tmp_path, secret="oss-" + "1" * 32)
+    target = TargetName(database, "oauth")
+    refused = cli.replicate("run", f"{wrong}#prov.sales.small", target, "--once", expect=1)
+    paragraph = refused.stderr.strip().splitlines()[-1]
+    assert wrong in paragraph and share.token_endpoint in paragraph and "HTTP 401" in paragraph, (
+        refused.stderr
+    )
+    assert "oss-" + "1" * 32 not in refused.stdout + refused.stderr
+    _nothing_created(sink, database)
+    assert share.token_calls and set(share.token_calls) == {401}
+
+    profile = share.oauth_profile(tmp_path)
+    url = f"{profile}#prov.sales.small"
+    del share.token_calls[:]
+    result = cli.replicate("run", url, target, "--once")
+    assert_replicated(spark, sink, small, target)
+    assert share.token_calls and set(share.token_calls) == {200}
+    status = cli("status", "--json")
+
+    # Renewal: an access token is reused while valid and fetched again before it expires; one the server
+    # stops accepting (revoked) is fetched again once, and the request succeeds.
+    source = open_source(spark, url)
+    refused_before, calls = share.refused, len(share.token_calls)
+    source.client.version()
+    source.client.version()
+    assert len(share.token_calls) == calls + 1  # reused
+    time.sleep(3.2)  # past 3/4 of its 4 s life
+    source.client.version()
+    assert len(share.token_calls) == calls + 2 and share.refused == refused_before
+    with share._lock:
+        share.issued.clear()
+    assert source.client.version() == latest_version(spark, small)
+    assert len(share.token_calls) == calls + 3 and share.refused == refused_before + 1
+
+    # The official connector reads through the same token endpoint (HTTP Basic client authentication).
+    before = len(share.token_calls)
+    assert_connector_agrees(share, profile, "prov.sales.small", spark, small)
+    assert len(share.token_calls) > before and set(share.token_calls) == {200}
+    _no_secret(share, refused, result, status)
