@@ -9,23 +9,19 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 
 from cdc2ch.config import TargetName
-from cdc2ch.snapshot import Snapshotter
 from cdc2ch.source import open_source
 from cdc2ch.source import sharing as sharing_client
 from tests.helpers import (
     Proc,
-    SinkTap,
     assert_replicated,
     committed_version,
     create_table,
     delta_rows,
-    job_config,
     latest_version,
 )
 from tests.sharing_connector import assert_connector_agrees
@@ -97,8 +93,18 @@ def test_final_equals_the_providers_table(share, spark, sink, cli, database):
     )
 
 
-# -- 2. snapshot through /query, resumed, then run ------------------------------------------------------------
-def test_snapshot_resumes_then_run_continues(share, spark, sink, cli, database, tmp_path):
+# -- 2. a snapshot through /query killed with -9, resumed, then run ------------------------------------------
+def _query(dsn, sql):
+    out = subprocess.run([sys.executable, "-m", "cdc2ch", "query", sql, "--clickhouse", dsn, "--format",
+                          "JSONCompactEachRow"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return [json.loads(ln) for ln in out.stdout.splitlines()]
+
+
+def test_killed_snapshot_resumes_then_run_continues(
+    share, spark, cli, clickhouse_http, http_sink, database, tmp_path
+):
+    """The separate processes write through ClickHouse's HTTP interface (the password goes by environment)."""
     path = str(tmp_path / "snap")
     create_table(spark, path, "id BIGINT, v STRING")
     spark.range(0, 4000, 1, 8).selectExpr("id", "cast(id * 3 as string) v").write.format("delta").mode(
@@ -107,31 +113,34 @@ def test_snapshot_resumes_then_run_continues(share, spark, sink, cli, database, 
     n = latest_version(spark, path)
     spark.sql(f"UPDATE delta.`{path}` SET v = 'later' WHERE id % 7 = 0")
     share.share("prov.sales.snap", path)
-    url = _url(share, "snap")
-    target = TargetName(database, "snap")
-    stop, chunks = threading.Event(), []
-
-    def after_insert(table_sql):
-        if "cdc2ch_snapshot_chunks" in table_sql:
-            chunks.append(1)
-            if len(chunks) == 2:
-                stop.set()
-
-    spark.conf.set("spark.sql.files.maxPartitionBytes", "1")  # one shared file per task: 8 chunks of 2
-    try:
-        cfg = job_config(url, target, cli.dsn, snapshot_version=n)
-        assert Snapshotter(cfg, open_source(spark, url), SinkTap(sink, after_insert), stop).run() is None
-        finish = cli.replicate("snapshot", url, target, "--version", str(n))
-    finally:
-        spark.conf.unset("spark.sql.files.maxPartitionBytes")
-    done = cli.events(finish, "chunk")
-    assert done and len(done) == done[0]["of"] - 2  # the chunks done before the stop were skipped
-    assert_replicated(spark, sink, path, target, n)
-    run = cli.replicate("run", url, target, "--once")
+    url, target, dsn = _url(share, "snap"), TargetName(database, "snap"), clickhouse_http.dsn
+    # One shared file per Spark task: 8 chunks; each file download held 1.5 s, so the kill lands mid-way.
+    snapshot = ("snapshot", "--table", url, "--primary-key", "id", "--target", str(target), "--clickhouse", dsn,
+                "--version", str(n), "--spark-master", "local[1]",
+                "--spark-conf", "spark.sql.files.maxPartitionBytes=1")  # fmt: skip
+    share.slow(1.5, path_contains="/files/", times=8)
+    first = Proc(*snapshot)
+    first.wait_for("chunk", timeout=240)
+    first.signal(signal.SIGKILL)
+    assert first.proc.wait(60) == -signal.SIGKILL
+    with share._lock:
+        share._rules.clear()
+    landed = {e["chunk"] for e in first.events("chunk")}
+    second = Proc(*snapshot)
+    assert second.proc.wait(300) == 0, second.stderr[-3000:]
+    done = second.events("chunk")
+    assert done[0]["of"] == 8 and landed and not landed & {e["chunk"] for e in done}  # landed: not read again
+    assert len(done) <= 8 - len(landed)
+    assert_replicated(spark, http_sink, path, target, n)
+    twice = (
+        f"SELECT count() FROM (SELECT id, _version FROM {target} GROUP BY id, _version HAVING count() > 1)"
+    )
+    assert http_sink.query_rows(f"SELECT count() FROM {target}") == [(4000,)]  # no row twice
+    run = cli.replicate("run", url, target, "--once", "--clickhouse", dsn)
     assert cli.events(run, "range_read")[0]["start"] == n + 1
-    assert_replicated(spark, sink, path, target)
-    _no_secret(share, finish, run)
-    assert_connector_agrees(share, share.profile_path, "prov.sales.snap", spark, path, versions=(n, n + 1))
+    assert_replicated(spark, http_sink, path, target)
+    assert http_sink.query_rows(twice) == [(0,)]
+    _no_secret(share, run, *(p.stderr + p.stdout for p in (first, second)))
 
 
 # -- 3. kill -9 during a shared catch-up --------------------------------------------------------------------
@@ -151,10 +160,7 @@ def test_killed_catch_up_converges_without_duplicates(share, spark, tmp_path):
     _no_secret(share, first.stderr + first.stdout, second.stderr + second.stdout)
 
     def query(sql):
-        out = subprocess.run([sys.executable, "-m", "cdc2ch", "query", sql, "--clickhouse", dsn, "--format",
-                              "JSONCompactEachRow"], capture_output=True, text=True, timeout=120)  # fmt: skip
-        assert out.returncode == 0, out.stderr
-        return [json.loads(ln) for ln in out.stdout.splitlines()]
+        return _query(dsn, sql)
 
     cols = ["id", "part", "name", "amount"]
     got = query("SELECT id, part, name, amount FROM k.mix FINAL WHERE _is_deleted = 0")
@@ -339,3 +345,30 @@ def test_oauth_profile_replicates_and_renews_its_access_token(
     assert_connector_agrees(share, profile, "prov.sales.small", spark, small)
     assert len(share.token_calls) > before and set(share.token_calls) == {200}
     _no_secret(share, refused, result, status)
+
+
+# -- 6. validate and verify on a share ----------------------------------------------------------------------
+def test_validate_and_verify_on_a_share(share, small, spark, sink, cli, database):
+    url = _url(share, "small")
+    fresh = TargetName(database, "checked")
+    checked = cli("validate", "--table", url, "--primary-key", "id", "--target", str(fresh))
+    latest = latest_version(spark, small)
+    assert f"ok  {fresh}  {url} -> {fresh}: latest version {latest}, starts at version 0" in checked.stdout
+    _nothing_created(sink, database)
+
+    target = TargetName(database, "verified")
+    cli.replicate("run", url, target, "--once")
+    ok = cli("verify", "--table", url, "--primary-key", "id", "--target", str(target), "--json")
+    (report,) = json.loads(ok.stdout)
+    assert report["ok"] and report["delta_rows"] == report["target_rows"] == 15, report
+    # A changed row with a higher _version: FINAL now shows it, verify names that key and column.
+    sink.command(
+        f"INSERT INTO {target} SELECT * REPLACE ('tampered' AS name, _version + 1 AS _version) FROM {target} "
+        f"FINAL WHERE id = 7"
+    )
+    drift = cli("verify", "--table", url, "--primary-key", "id", "--target", str(target), "--json", expect=1)
+    (report,) = json.loads(drift.stdout)
+    assert (report["missing"], report["extra"], report["differing"]) == (0, 0, 1), report
+    (found,) = report["sample"]
+    assert (found["kind"], found["key"]) == ("differing", {"id": 7}) and "name" in found["columns"], report
+    _no_secret(share, checked, ok, drift)
