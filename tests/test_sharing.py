@@ -104,7 +104,7 @@ def _query(dsn, sql):
 def test_killed_snapshot_resumes_then_run_continues(
     share, spark, cli, clickhouse_http, http_sink, database, tmp_path
 ):
-    """The separate processes write through ClickHouse's HTTP interface (the password goes by environment)."""
+    """The killed process writes through ClickHouse's HTTP interface (the password goes by environment)."""
     path = str(tmp_path / "snap")
     create_table(spark, path, "id BIGINT, v STRING")
     spark.range(0, 4000, 1, 8).selectExpr("id", "cast(id * 3 as string) v").write.format("delta").mode(
@@ -114,9 +114,10 @@ def test_killed_snapshot_resumes_then_run_continues(
     spark.sql(f"UPDATE delta.`{path}` SET v = 'later' WHERE id % 7 = 0")
     share.share("prov.sales.snap", path)
     url, target, dsn = _url(share, "snap"), TargetName(database, "snap"), clickhouse_http.dsn
-    # One shared file per Spark task: 8 chunks; each file download held 1.5 s, so the kill lands mid-way.
+    # One shared file per Spark task, a chunk per 2 tasks (the cores of the session's master, which the killed
+    # process runs too: the same chunks): 4 chunks; each download held 1.5 s, so the kill lands mid-way.
     snapshot = ("snapshot", "--table", url, "--primary-key", "id", "--target", str(target), "--clickhouse", dsn,
-                "--version", str(n), "--spark-master", "local[1]",
+                "--version", str(n), "--spark-master", spark.sparkContext.master,
                 "--spark-conf", "spark.sql.files.maxPartitionBytes=1")  # fmt: skip
     share.slow(1.5, path_contains="/files/", times=8)
     first = Proc(*snapshot)
@@ -126,11 +127,15 @@ def test_killed_snapshot_resumes_then_run_continues(
     with share._lock:
         share._rules.clear()
     landed = {e["chunk"] for e in first.events("chunk")}
-    second = Proc(*snapshot)
-    assert second.proc.wait(300) == 0, second.stderr[-3000:]
-    done = second.events("chunk")
-    assert done[0]["of"] == 8 and landed and not landed & {e["chunk"] for e in done}  # landed: not read again
-    assert len(done) <= 8 - len(landed)
+    # The rerun in this process: the same snapshot on the session's Spark, with the same split size.
+    spark.conf.set("spark.sql.files.maxPartitionBytes", "1")
+    try:
+        second = cli(*snapshot[:-4])
+    finally:
+        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+    done = cli.events(second, "chunk")
+    assert done[0]["of"] == 4 and landed and not landed & {e["chunk"] for e in done}  # landed: not read again
+    assert len(done) <= 4 - len(landed)
     assert_replicated(spark, http_sink, path, target, n)
     twice = (
         f"SELECT count() FROM (SELECT id, _version FROM {target} GROUP BY id, _version HAVING count() > 1)"
@@ -140,7 +145,7 @@ def test_killed_snapshot_resumes_then_run_continues(
     assert cli.events(run, "range_read")[0]["start"] == n + 1
     assert_replicated(spark, http_sink, path, target)
     assert http_sink.query_rows(twice) == [(0,)]
-    _no_secret(share, run, *(p.stderr + p.stdout for p in (first, second)))
+    _no_secret(share, first.stderr + first.stdout, second, run)
 
 
 # -- 3. kill -9 during a shared catch-up --------------------------------------------------------------------
