@@ -3,12 +3,14 @@
 `SharingServer` listens on 127.0.0.1 (stdlib ThreadingHTTPServer, daemon thread), checks the bearer token,
 answers the protocol's endpoints in the parquet response format (tests/sharing_tables.py builds the bodies
 from the table's Delta log, tests/sharing_log.py reads it) and serves the data files itself at pre-signed-like
-URLs that expire. Fault hooks (`fail`, `slow`, `expire_urls`) let a test break it on purpose; `requests`
-records what clients asked.
+URLs that expire. `oauth` adds an OAuth 2.0 client-credentials token endpoint (the profile kind
+`oauth_client_credentials`) whose short-lived access tokens the API accepts as bearer tokens.
+Fault hooks (`fail`, `slow`, `expire_urls`) let a test break it on purpose; `requests` records what clients asked.
 """
 
 from __future__ import annotations
 
+import base64
 import hmac
 import json
 import os
@@ -26,6 +28,7 @@ from tests.sharing_log import SharingError, invalid
 from tests.sharing_tables import SharedTable, Signer
 
 PREFIX = "/delta-sharing"
+TOKEN_PATH = "/oauth/token"
 TABLE = re.compile(r"^/shares/([^/]+)/schemas/([^/]+)/tables/([^/]+)(/[a-z]+)?$")
 EXPIRED = (
     b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>AccessDenied</Code><Message>Request has expired"
@@ -51,6 +54,15 @@ class SharingServer:
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
         self.endpoint = ""
+        self.client: tuple[str, str] | None = None  # (client id, client secret) the token endpoint accepts
+        self.token_ttl = 3600
+        self.issued: dict[str, float] = {}  # access token -> expires at (time.time())
+        self.token_calls: list[int] = []  # the status of each token endpoint call
+        self.refused = 0  # API requests answered 401
+
+    @property
+    def token_endpoint(self) -> str:
+        return self.endpoint.rsplit(PREFIX, 1)[0] + TOKEN_PATH
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self) -> SharingServer:
@@ -88,6 +100,32 @@ class SharingServer:
         body = {"shareCredentialsVersion": 1, "endpoint": self.endpoint, "bearerToken": self.token}
         path.write_text(json.dumps(body))
         return str(path)
+
+    def oauth(self, ttl: int = 3600) -> tuple[str, str]:
+        """Turn on the token endpoint for a fresh client (id, secret); its access tokens live `ttl` seconds."""
+        with self._lock:
+            self.client = ("cdc2ch-" + secrets.token_hex(4), "oss-" + secrets.token_hex(16))
+            self.token_ttl = ttl
+            return self.client
+
+    def oauth_profile(
+        self, directory: str | os.PathLike, secret: str | None = None, scope: str | None = None
+    ) -> str:
+        """A shareCredentialsVersion 2 profile of type oauth_client_credentials for the `oauth` client
+        (`secret` replaces its client secret: a wrong one)."""
+        assert self.client is not None, "call oauth() first"
+        path = Path(directory) / f"sharing-oauth-{secrets.token_hex(4)}.share"
+        body = {"shareCredentialsVersion": 2, "type": "oauth_client_credentials", "endpoint": self.endpoint,
+                "tokenEndpoint": self.token_endpoint, "clientId": self.client[0],
+                "clientSecret": secret or self.client[1], **({"scope": scope} if scope else {})}  # fmt: skip
+        path.write_text(json.dumps(body))
+        return str(path)
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What must never show up in a client's output: the bearer token, client secret, access tokens."""
+        with self._lock:
+            return (self.token, *(self.client[1:] if self.client else ()), *self.issued)
 
     @staticmethod
     def url(profile_path: str, name: str) -> str:
@@ -243,9 +281,13 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if parts.path.startswith("/files/") and method in ("GET", "HEAD"):
                 return self._serve_file(parts.path, params)
+            if parts.path == TOKEN_PATH and method == "POST":
+                return self._issue_token(body)
             if not parts.path.startswith(PREFIX):
                 raise SharingError(404, "RESOURCE_DOES_NOT_EXIST", f"no such endpoint: {parts.path}")
             if not self._authorized():
+                with self.sharing._lock:
+                    self.sharing.refused += 1
                 return self._error(401, "UNAUTHENTICATED", "The bearer token is missing or incorrect.")
             self._route(method, parts.path[len(PREFIX) :], params, body)
         except SharingError as e:
@@ -258,7 +300,48 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _authorized(self) -> bool:
         given = self.headers.get("Authorization", "")
-        return hmac.compare_digest(given.encode(), f"Bearer {self.sharing.token}".encode())
+        if hmac.compare_digest(given.encode(), f"Bearer {self.sharing.token}".encode()):
+            return True
+        token = given[len("Bearer ") :] if given.startswith("Bearer ") else ""
+        with self.sharing._lock:
+            return self.sharing.issued.get(token, 0.0) > time.time()  # an access token, until it expires
+
+    def _issue_token(self, body: bytes) -> None:
+        """RFC 6749 section 4.4: grant_type=client_credentials, the client authenticated with HTTP Basic (as
+        the delta-sharing connectors send it) or with client_id/client_secret in the form."""
+        s = self.sharing
+        form = dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True))
+        given = (form.get("client_id", ""), form.get("client_secret", ""))
+        auth = self.headers.get("Authorization", "")
+        if auth.startswith("Basic "):
+            try:
+                user, _, password = base64.b64decode(auth[6:]).decode("utf-8").partition(":")
+                given = (unquote(user), unquote(password))
+            except ValueError:
+                given = ("", "")
+        if form.get("grant_type") != "client_credentials":
+            status, answer = 400, {"error": "unsupported_grant_type"}
+        elif s.client is None or not (
+            hmac.compare_digest(given[0].encode(), s.client[0].encode())
+            and hmac.compare_digest(given[1].encode(), s.client[1].encode())
+        ):
+            status, answer = (
+                401,
+                {"error": "invalid_client", "error_description": "Client authentication failed"},
+            )
+        else:
+            token = "oat-" + secrets.token_hex(16)
+            with s._lock:
+                s.issued[token] = time.time() + s.token_ttl
+            status, answer = 200, {"access_token": token, "token_type": "Bearer", "expires_in": s.token_ttl}
+        with s._lock:
+            s.token_calls.append(status)
+        extra = {"WWW-Authenticate": 'Basic realm="token"'} if status == 401 else {}
+        self._send(
+            status,
+            json.dumps(answer).encode(),
+            {"Content-Type": "application/json", "Cache-Control": "no-store", **extra},
+        )
 
     def _capabilities(self) -> dict[str, str]:
         raw = (self.headers.get("delta-sharing-capabilities") or "").lower()

@@ -1,6 +1,6 @@
 """Delta Sharing end to end: Delta tables written by Spark, shared by tests/sharing_server.py over HTTP,
 replicated by `cdc2ch` through the share into real chdb. FINAL equals the provider's Delta table; faults
-give their named outcome; the bearer token shows up nowhere."""
+give their named outcome; no token or secret shows up anywhere."""
 
 from __future__ import annotations
 
@@ -9,22 +9,19 @@ import os
 import signal
 import subprocess
 import sys
-import threading
+import time
 
 import pytest
 
 from cdc2ch.config import TargetName
-from cdc2ch.snapshot import Snapshotter
 from cdc2ch.source import open_source
 from cdc2ch.source import sharing as sharing_client
 from tests.helpers import (
     Proc,
-    SinkTap,
     assert_replicated,
     committed_version,
     create_table,
     delta_rows,
-    job_config,
     latest_version,
 )
 from tests.sharing_connector import assert_connector_agrees
@@ -67,9 +64,10 @@ def _url(server, name):
 
 
 def _no_secret(server, *results):
+    """No bearer token, client secret or access token the server issued in any of the outputs."""
     for r in results:
         text = r if isinstance(r, str) else r.stdout + r.stderr
-        assert server.token not in text
+        assert server.secrets and not [s for s in server.secrets if s in text]
 
 
 def _nothing_created(sink, database):
@@ -95,8 +93,18 @@ def test_final_equals_the_providers_table(share, spark, sink, cli, database):
     )
 
 
-# -- 2. snapshot through /query, resumed, then run ------------------------------------------------------------
-def test_snapshot_resumes_then_run_continues(share, spark, sink, cli, database, tmp_path):
+# -- 2. a snapshot through /query killed with -9, resumed, then run ------------------------------------------
+def _query(dsn, sql):
+    out = subprocess.run([sys.executable, "-m", "cdc2ch", "query", sql, "--clickhouse", dsn, "--format",
+                          "JSONCompactEachRow"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return [json.loads(ln) for ln in out.stdout.splitlines()]
+
+
+def test_killed_snapshot_resumes_then_run_continues(
+    share, spark, cli, clickhouse_http, http_sink, database, tmp_path
+):
+    """The killed process writes through ClickHouse's HTTP interface (the password goes by environment)."""
     path = str(tmp_path / "snap")
     create_table(spark, path, "id BIGINT, v STRING")
     spark.range(0, 4000, 1, 8).selectExpr("id", "cast(id * 3 as string) v").write.format("delta").mode(
@@ -105,31 +113,39 @@ def test_snapshot_resumes_then_run_continues(share, spark, sink, cli, database, 
     n = latest_version(spark, path)
     spark.sql(f"UPDATE delta.`{path}` SET v = 'later' WHERE id % 7 = 0")
     share.share("prov.sales.snap", path)
-    url = _url(share, "snap")
-    target = TargetName(database, "snap")
-    stop, chunks = threading.Event(), []
-
-    def after_insert(table_sql):
-        if "cdc2ch_snapshot_chunks" in table_sql:
-            chunks.append(1)
-            if len(chunks) == 2:
-                stop.set()
-
-    spark.conf.set("spark.sql.files.maxPartitionBytes", "1")  # one shared file per task: 8 chunks of 2
+    url, target, dsn = _url(share, "snap"), TargetName(database, "snap"), clickhouse_http.dsn
+    # One shared file per Spark task, a chunk per 2 tasks (the cores of the session's master, which the killed
+    # process runs too: the same chunks): 4 chunks; each download held 1.5 s, so the kill lands mid-way.
+    snapshot = ("snapshot", "--table", url, "--primary-key", "id", "--target", str(target), "--clickhouse", dsn,
+                "--version", str(n), "--spark-master", spark.sparkContext.master,
+                "--spark-conf", "spark.sql.files.maxPartitionBytes=1")  # fmt: skip
+    share.slow(1.5, path_contains="/files/", times=8)
+    first = Proc(*snapshot)
+    first.wait_for("chunk", timeout=240)
+    first.signal(signal.SIGKILL)
+    assert first.proc.wait(60) == -signal.SIGKILL
+    with share._lock:
+        share._rules.clear()
+    landed = {e["chunk"] for e in first.events("chunk")}
+    # The rerun in this process: the same snapshot on the session's Spark, with the same split size.
+    spark.conf.set("spark.sql.files.maxPartitionBytes", "1")
     try:
-        cfg = job_config(url, target, cli.dsn, snapshot_version=n)
-        assert Snapshotter(cfg, open_source(spark, url), SinkTap(sink, after_insert), stop).run() is None
-        finish = cli.replicate("snapshot", url, target, "--version", str(n))
+        second = cli(*snapshot[:-4])
     finally:
         spark.conf.unset("spark.sql.files.maxPartitionBytes")
-    done = cli.events(finish, "chunk")
-    assert done and len(done) == done[0]["of"] - 2  # the chunks done before the stop were skipped
-    assert_replicated(spark, sink, path, target, n)
-    run = cli.replicate("run", url, target, "--once")
+    done = cli.events(second, "chunk")
+    assert done[0]["of"] == 4 and landed and not landed & {e["chunk"] for e in done}  # landed: not read again
+    assert len(done) <= 4 - len(landed)
+    assert_replicated(spark, http_sink, path, target, n)
+    twice = (
+        f"SELECT count() FROM (SELECT id, _version FROM {target} GROUP BY id, _version HAVING count() > 1)"
+    )
+    assert http_sink.query_rows(f"SELECT count() FROM {target}") == [(4000,)]  # no row twice
+    run = cli.replicate("run", url, target, "--once", "--clickhouse", dsn)
     assert cli.events(run, "range_read")[0]["start"] == n + 1
-    assert_replicated(spark, sink, path, target)
-    _no_secret(share, finish, run)
-    assert_connector_agrees(share, share.profile_path, "prov.sales.snap", spark, path, versions=(n, n + 1))
+    assert_replicated(spark, http_sink, path, target)
+    assert http_sink.query_rows(twice) == [(0,)]
+    _no_secret(share, first.stderr + first.stdout, second, run)
 
 
 # -- 3. kill -9 during a shared catch-up --------------------------------------------------------------------
@@ -149,10 +165,7 @@ def test_killed_catch_up_converges_without_duplicates(share, spark, tmp_path):
     _no_secret(share, first.stderr + first.stdout, second.stderr + second.stdout)
 
     def query(sql):
-        out = subprocess.run([sys.executable, "-m", "cdc2ch", "query", sql, "--clickhouse", dsn, "--format",
-                              "JSONCompactEachRow"], capture_output=True, text=True, timeout=120)  # fmt: skip
-        assert out.returncode == 0, out.stderr
-        return [json.loads(ln) for ln in out.stdout.splitlines()]
+        return _query(dsn, sql)
 
     cols = ["id", "part", "name", "amount"]
     got = query("SELECT id, part, name, amount FROM k.mix FINAL WHERE _is_deleted = 0")
@@ -290,3 +303,78 @@ def test_refused_input_creates_nothing(share, spark, sink, cli, database, tmp_pa
     _nothing_created(sink, database)
     _no_secret(share, dv, reader, missing)
     assert os.path.exists(share.profile_path)
+
+
+# -- 5. OAuth client-credentials profiles -------------------------------------------------------------------
+def test_oauth_profile_replicates_and_renews_its_access_token(
+    share, small, spark, sink, cli, database, tmp_path
+):
+    share.oauth(ttl=4)
+    # A wrong client secret: one paragraph naming the profile and the token endpoint, nothing created.
+    wrong = share.oauth_profile(tmp_path, secret="oss-" + "1" * 32)
+    target = TargetName(database, "oauth")
+    refused = cli.replicate("run", f"{wrong}#prov.sales.small", target, "--once", expect=1)
+    paragraph = refused.stderr.strip().splitlines()[-1]
+    assert wrong in paragraph and share.token_endpoint in paragraph and "HTTP 401" in paragraph, (
+        refused.stderr
+    )
+    assert "oss-" + "1" * 32 not in refused.stdout + refused.stderr
+    _nothing_created(sink, database)
+    assert share.token_calls and set(share.token_calls) == {401}
+
+    profile = share.oauth_profile(tmp_path)
+    url = f"{profile}#prov.sales.small"
+    del share.token_calls[:]
+    result = cli.replicate("run", url, target, "--once")
+    assert_replicated(spark, sink, small, target)
+    assert share.token_calls and set(share.token_calls) == {200}
+    status = cli("status", "--json")
+
+    # Renewal: an access token is reused while valid and fetched again before it expires; one the server
+    # stops accepting (revoked) is fetched again once, and the request succeeds.
+    source = open_source(spark, url)
+    refused_before, calls = share.refused, len(share.token_calls)
+    source.client.version()
+    source.client.version()
+    assert len(share.token_calls) == calls + 1  # reused
+    time.sleep(3.2)  # past 3/4 of its 4 s life
+    source.client.version()
+    assert len(share.token_calls) == calls + 2 and share.refused == refused_before
+    with share._lock:
+        share.issued.clear()
+    assert source.client.version() == latest_version(spark, small)
+    assert len(share.token_calls) == calls + 3 and share.refused == refused_before + 1
+
+    # The official connector reads through the same token endpoint (HTTP Basic client authentication).
+    before = len(share.token_calls)
+    assert_connector_agrees(share, profile, "prov.sales.small", spark, small)
+    assert len(share.token_calls) > before and set(share.token_calls) == {200}
+    _no_secret(share, refused, result, status)
+
+
+# -- 6. validate and verify on a share ----------------------------------------------------------------------
+def test_validate_and_verify_on_a_share(share, small, spark, sink, cli, database):
+    url = _url(share, "small")
+    fresh = TargetName(database, "checked")
+    checked = cli("validate", "--table", url, "--primary-key", "id", "--target", str(fresh))
+    latest = latest_version(spark, small)
+    assert f"ok  {fresh}  {url} -> {fresh}: latest version {latest}, starts at version 0" in checked.stdout
+    _nothing_created(sink, database)
+
+    target = TargetName(database, "verified")
+    cli.replicate("run", url, target, "--once")
+    ok = cli("verify", "--table", url, "--primary-key", "id", "--target", str(target), "--json")
+    (report,) = json.loads(ok.stdout)
+    rows = spark.read.format("delta").load(small).count()  # the module's `small` grows in another test
+    assert report["ok"] and report["delta_rows"] == report["target_rows"] == rows, report
+    # A changed row with a higher _version: FINAL now shows it, verify names that key and column.
+    sink.command(
+        f"INSERT INTO {target} SELECT * REPLACE ('tampered' AS name, _version + 1 AS _version) FROM {target} "
+        f"FINAL WHERE id = 7"
+    )
+    drift = cli("verify", "--table", url, "--primary-key", "id", "--target", str(target), "--json", expect=1)
+    (report,) = json.loads(drift.stdout)
+    assert (report["missing"], report["extra"], report["differing"]) == (0, 0, 1), report
+    (found,) = report["sample"]
+    assert (found["kind"], found["key"]) == ("differing", {"id": 7}) and "name" in found["columns"], report
+    _no_secret(share, checked, ok, drift)

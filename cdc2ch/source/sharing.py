@@ -165,9 +165,17 @@ class SharingClient:
         if p.bearer_token:
             return p.bearer_token
         with self._lock:
-            if self._token is None or self._token[1] - 60 < time.time():
+            if self._token is None or self._token[1] < time.time():
                 self._token = self._oauth_token()
             return self._token[0]
+
+    def _forget(self, token: str) -> bool:
+        """Drop a cached access token the server refused (revoked, or expired early); True when it was."""
+        with self._lock:
+            if self.profile.bearer_token or self._token is None or self._token[0] != token:
+                return False
+            self._token = None
+            return True
 
     def _oauth_token(self) -> tuple[str, float]:
         p = self.profile
@@ -180,7 +188,10 @@ class SharingClient:
         )  # fmt: skip
         try:
             answer = json.loads(self._send(req)[1])
-            return str(answer["access_token"]), time.time() + float(answer.get("expires_in", 3600))
+            token, lifetime = str(answer["access_token"]), float(answer.get("expires_in", 3600))
+            # Renewed a quarter of its lifetime (a minute at most) before it expires: short-lived tokens are
+            # reused too, rather than fetched for every request.
+            return token, time.time() + lifetime - min(60.0, lifetime / 4)
         except HttpError as exc:
             if exc.status in (400, 401, 403):
                 raise SourceError(
@@ -224,12 +235,18 @@ class SharingClient:
             url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
 
         def once():
-            req = urllib.request.Request(
-                url, method=method, data=json.dumps(body).encode() if body is not None else None,
-                headers={"Authorization": f"Bearer {self._bearer()}", "User-Agent": USER_AGENT,
-                         "Content-Type": "application/json; charset=utf-8"},
-            )  # fmt: skip
-            return self._send(req)
+            for again in (False, True):
+                token = self._bearer()
+                req = urllib.request.Request(
+                    url, method=method, data=json.dumps(body).encode() if body is not None else None,
+                    headers={"Authorization": f"Bearer {token}", "User-Agent": USER_AGENT,
+                             "Content-Type": "application/json; charset=utf-8"},
+                )  # fmt: skip
+                try:
+                    return self._send(req)
+                except HttpError as exc:
+                    if again or exc.status != 401 or not self._forget(token):
+                        raise  # a 401 on a fresh access token is the server's answer
 
         def on_retry(attempt, exc, wait):
             if self.log is not None:
