@@ -37,7 +37,12 @@ def test_ranges_follow_the_row_bound_and_never_split_a_version():
     h.run()
     # 5 inserts in version 1 exceed the bound but stay one read; the others are read one version each
     assert h.source.reads == [(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)]
-    assert h.writer.prefetched == [(1, 1), (2, 2), (3, 3), (4, 4)]  # each named before the one before is written
+    assert h.writer.prefetched == [
+        (1, 1),
+        (2, 2),
+        (3, 3),
+        (4, 4),
+    ]  # each named before the one before is written
     assert h.final() == h.expected()
 
 
