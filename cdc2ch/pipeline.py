@@ -199,12 +199,10 @@ class Replicator:
         if len(ranges) > 1:  # a long catch-up: show how it goes
             total = sum(c.estimated_rows for c in commits)
             progress = Progress(f"catch-up {cfg.pipeline}", total, len(ranges), unit="range")
-        upcoming = None  # the next range's changes, named to the writer for a read ahead
-        for i, (s, e) in enumerate(ranges):
+        for s, e in ranges:
             if self.stop.is_set():
                 break
-            changes = upcoming if upcoming is not None else self.source.changes(s, e)
-            upcoming = None
+            changes = self.source.changes(s, e)
             if self.writer.kind == "clickhouse":
                 check_range_for_clickhouse(self.source.uri, changes, state)
             if not self.claimed:
@@ -216,9 +214,6 @@ class Replicator:
             state = state.writing(e)
             store.save(state)
             estimate = sum(by_version[v].estimated_rows for v in range(s, e + 1) if v in by_version)
-            if i + 1 < len(ranges):
-                upcoming = self.source.changes(*ranges[i + 1])
-                self.writer.prefetch(upcoming)
             result = self.writer.write(changes, state, estimate)
             if not result.committed:
                 break

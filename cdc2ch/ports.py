@@ -132,10 +132,6 @@ class RangeWriter(Protocol):
         pipeline's first range, so that refused input leaves no table and no offset behind. Writes nothing;
         a write() of the same range right after may reuse what was read."""
 
-    def prefetch(self, changes: Changes) -> None:
-        """The range the next write() will take: a writer may start reading it once the current range is
-        read, so that the source works while ClickHouse inserts. Writes nothing; may do nothing."""
-
     def write(self, changes: Changes, state: PipelineState, estimate: int) -> RangeResult:
         """Write the range into the target table. Idempotent: a replay of the same range writes rows with
         the same keys and versions (FINAL unchanged) and, where the writer cuts batches, the same tokens.

@@ -59,34 +59,6 @@ def insert_rows(
     return written, batches, True
 
 
-class _ReadAhead:
-    """One range read on a background thread. A read nobody asks for is dropped with the process (a
-    daemon thread): it wrote nothing."""
-
-    def __init__(self, rng: Changes, immutable_keys: bool):
-        self.span = (rng.start, rng.end)
-        self._out: dict = {}
-
-        def read() -> None:
-            t0 = time.monotonic()
-            try:
-                self._out["rows"] = rng.arrow_rows(immutable_keys)
-            except BaseException as exc:  # raised again where the rows are asked for
-                self._out["error"] = exc
-            self._out["seconds"] = time.monotonic() - t0
-
-        self._thread = threading.Thread(
-            target=read, name=f"cdc2ch-read-ahead {rng.start}..{rng.end}", daemon=True
-        )
-        self._thread.start()
-
-    def result(self) -> tuple[pa.Table, float]:
-        self._thread.join()
-        if "error" in self._out:
-            raise self._out["error"]
-        return self._out["rows"], self._out["seconds"]
-
-
 class DriverWriter:
     kind = "driver"
     range_factor = 1  # a range is collected whole: --max-rows-per-read bounds memory
@@ -95,8 +67,6 @@ class DriverWriter:
         self.to, self.cfg = to, to.cfg
         # the range check() read, for write(), with the seconds its read took
         self._checked: tuple[int, int, pa.Table, float] | None = None
-        self._next: Changes | None = None  # the range to read ahead once the current one is read
-        self._ahead: _ReadAhead | None = None
 
     def check(self, rng: Changes) -> None:
         """Read the range (kept for the write that follows) and refuse its null keys."""
@@ -106,26 +76,14 @@ class DriverWriter:
         contract.check_keys(rows, self.cfg.primary_key, f"versions {rng.start}..{rng.end} of {rng.uri}")
         self._checked = (rng.start, rng.end, rows, seconds)
 
-    def prefetch(self, rng: Changes) -> None:
-        self._next = rng
-
     def _read(self, rng: Changes) -> tuple[pa.Table, float]:
-        """The range's rows and the seconds reading them took (by check() or a read ahead, when one read
-        this range); then the read ahead of the range prefetch() named, while this one is inserted. At most
-        two ranges are in memory: the one inserted and the one read."""
+        """The range's rows and the seconds reading them took (by check(), when it read this range)."""
         checked, self._checked = self._checked, None
-        ahead, self._ahead = self._ahead, None
         if checked is not None and checked[:2] == (rng.start, rng.end):
-            got = checked[2], checked[3]
-        elif ahead is not None and ahead.span == (rng.start, rng.end):
-            got = ahead.result()
-        else:
-            t0 = time.monotonic()
-            got = rng.arrow_rows(self.cfg.immutable_keys), time.monotonic() - t0
-        upcoming, self._next = self._next, None
-        if upcoming is not None and not self.to.stop.is_set():
-            self._ahead = _ReadAhead(upcoming, self.cfg.immutable_keys)
-        return got
+            return checked[2], checked[3]
+        t0 = time.monotonic()
+        rows = rng.arrow_rows(self.cfg.immutable_keys)
+        return rows, time.monotonic() - t0
 
     def write(self, rng: Changes, state: PipelineState, estimate: int) -> RangeResult:
         cfg, start, end = self.cfg, rng.start, rng.end

@@ -120,9 +120,6 @@ class ExecutorWriter:
                     nulls, key, first, f"versions {rng.start}..{rng.end} of {rng.uri}"
                 )
 
-    def prefetch(self, rng: Changes) -> None:
-        pass  # the range is read where it is written, as it is written
-
     def write(self, rng: Changes, state: PipelineState, estimate: int) -> RangeResult:
         cfg, start, end = self.cfg, rng.start, rng.end
         t0 = time.monotonic()

@@ -72,9 +72,6 @@ class PushdownWriter:
         if found is not None:
             raise found
 
-    def prefetch(self, rng: Changes) -> None:
-        pass  # the range is read where it is written, as it is written
-
     def write(self, rng: Changes, state: PipelineState, estimate: int) -> RangeResult:
         """One INSERT ... SELECT in which ClickHouse reads the range's change data feed itself.
 

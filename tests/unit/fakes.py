@@ -231,15 +231,11 @@ class MemoryWriter:
         self.stop_after: int | None = None
         self.crash_after: int | None = None
         self.checked: list[tuple[int, int]] = []  # ranges check() was asked about
-        self.prefetched: list[tuple[int, int]] = []  # ranges prefetch() named
 
     def check(self, rng) -> None:
         self.checked.append((rng.start, rng.end))
         rows = rng.arrow_rows(self.cfg.immutable_keys)
         contract.check_keys(rows, self.cfg.primary_key, f"versions {rng.start}..{rng.end}")
-
-    def prefetch(self, rng) -> None:
-        self.prefetched.append((rng.start, rng.end))
 
     def write(self, rng, state: PipelineState, estimate: int) -> RangeResult:
         from cdc2ch import changes

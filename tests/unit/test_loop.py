@@ -6,7 +6,6 @@ the rule the real tests check on Spark and ClickHouse, here in milliseconds.
 
 from __future__ import annotations
 
-import pyarrow as pa
 import pytest
 
 from cdc2ch import resync
@@ -37,12 +36,6 @@ def test_ranges_follow_the_row_bound_and_never_split_a_version():
     h.run()
     # 5 inserts in version 1 exceed the bound but stay one read; the others are read one version each
     assert h.source.reads == [(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)]
-    assert h.writer.prefetched == [
-        (1, 1),
-        (2, 2),
-        (3, 3),
-        (4, 4),
-    ]  # each named before the one before is written
     assert h.final() == h.expected()
 
 
@@ -271,33 +264,3 @@ def test_the_pushdown_writer_sends_one_statement_and_names_null_keys_by_error_co
         writer(Sink(codes.CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN)).write(rng, state, 0)
     with pytest.raises(SinkError, match="refused"):  # any other refusal is ClickHouse's to explain
         writer(Sink(codes.TOO_MANY_PARTS)).write(rng, state, 0)
-
-
-def test_the_driver_reads_the_next_range_ahead_and_raises_its_error_at_its_write():
-    import threading
-
-    from cdc2ch.writers import Destination
-    from cdc2ch.writers.driver import DriverWriter
-
-    class Range:
-        def __init__(self, start, fail=False):
-            self.start = self.end = start
-            self.fail, self.threads = fail, []
-
-        def arrow_rows(self, immutable_keys):
-            self.threads.append(threading.current_thread().name)
-            if self.fail:
-                raise RuntimeError(f"version {self.start} unreadable")
-            return pa.table({"id": [self.start]})
-
-    cfg = Harness(history()).cfg
-    writer = DriverWriter(Destination(cfg, None, "t", threading.Event(), None, None))
-    first, second, third = Range(0), Range(1), Range(2, fail=True)
-    writer.prefetch(second)
-    assert writer._read(first)[0].column("id").to_pylist() == [0]
-    writer.prefetch(third)
-    assert writer._read(second)[0].column("id").to_pylist() == [1]  # read ahead, on another thread
-    assert first.threads == ["MainThread"] and second.threads[0].startswith("cdc2ch-read-ahead")
-    with pytest.raises(RuntimeError, match="version 2 unreadable"):
-        writer._read(third)
-    assert len(third.threads) == 1  # read once, ahead; the error comes when its rows are asked for
