@@ -69,7 +69,10 @@ def check(configs: list[RunConfig], spark_factory) -> list[Finding]:
                 findings.append(Finding(cfg.pipeline, False, f"{cfg.table} -> {cfg.target}: {exc}"))
                 continue
             start, latest = inputs.start, inputs.latest
-            found = f"{source.name} at {source.location}, " if source.name else ""
+            if source.name:
+                found = f"{source.name} at {source.location}, "
+            else:  # a share names its table by profile; where its server serves it is worth showing
+                found = f"served at {source.location}, " if source.location != source.uri else ""
             where = (
                 f"resumes at version {start}"
                 if inputs.stored and not cfg.reset

@@ -358,7 +358,11 @@ def test_validate_and_verify_on_a_share(share, small, spark, sink, cli, database
     fresh = TargetName(database, "checked")
     checked = cli("validate", "--table", url, "--primary-key", "id", "--target", str(fresh))
     latest = latest_version(spark, small)
-    assert f"ok  {fresh}  {url} -> {fresh}: latest version {latest}, starts at version 0" in checked.stdout
+    where = f"{share.endpoint}/shares/prov/schemas/sales/tables/small"
+    assert (
+        f"ok  {fresh}  {url} -> {fresh}: served at {where}, latest version {latest}, starts at version 0"
+        in (checked.stdout)
+    )
     _nothing_created(sink, database)
 
     target = TargetName(database, "verified")
