@@ -12,8 +12,8 @@ SHARING_STAMP := $(SHARING_VENV)/.installed
 
 install: $(STAMP) $(SHARING_STAMP)
 
-# Everything a fresh machine needs: a virtualenv, the package with test extras, and the Delta jars
-# (fetched once from Maven Central into ~/.cache/cdc2ch/jars).
+# Everything a fresh machine needs: a virtualenv, the package with test extras, the Delta jars
+# (fetched once from Maven Central into ~/.cache/cdc2ch/jars) and the JVM class archive saved beside them.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip

@@ -31,8 +31,9 @@ _LEVELS = {
     "DEBUG": "debug",
     "TRACE": "debug",
 }
-# Printed by every JVM start (Spark adds --add-modules=jdk.incubator.vector), with no option to silence it.
-NOISE = ("WARNING: Using incubator modules:",)
+# Printed by every JVM start (Spark adds --add-modules=jdk.incubator.vector), with no option to silence it,
+# and by the JVM when it saves its class archive (source/classes.py).
+NOISE = ("WARNING: Using incubator modules:", "Dynamic dump to file")
 
 
 def configure(fmt: str = "console", level: str = "info") -> None:
@@ -63,7 +64,7 @@ def relay(source: str, line: str, previous: str | None = None) -> str | None:
     keep it. Returns this line's level."""
     if not line.strip():
         return previous
-    noise = line.startswith(NOISE)
+    noise = line.lstrip().startswith(NOISE)
     m = _LOG4J.match(line)
     if noise:
         level = "debug"

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from cdc2ch.config import SparkSettings, is_secret_key
 from cdc2ch.errors import ConfigError
+from cdc2ch.source import classes
 
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -201,6 +202,9 @@ def _build(settings: SparkSettings):
     user = dict(settings.conf)
     if not under_submit and "spark.jars.packages" not in user and "spark.jars" not in user:
         conf["spark.jars"] = ",".join(delta_jars())
+    archive = _class_archive(conf, user)
+    if archive is not None:
+        conf["spark.driver.extraJavaOptions"] += " " + classes.java_options(archive)
     conf.update(user)
     if not under_submit:
         _launch_jvm(conf, master)
@@ -212,7 +216,31 @@ def _build(settings: SparkSettings):
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("CDC2CH_SPARK_LOG_LEVEL", "ERROR"))
     _started = spark
+    if archive is not None and not archive.exists():
+        from cdc2ch.log import get_logger
+
+        classes.save_at_exit(spark, archive, get_logger("cdc2ch.spark"))
     return spark
+
+
+def _class_archive(conf: dict[str, str], user: dict[str, str]) -> Path | None:
+    """The class data sharing archive for a local JVM whose classpath and options are cdc2ch's own (see
+    classes.py); None when the user chose the jars or the JVM options, or turned it off."""
+    ours = "spark.driver.extraJavaOptions" in conf and "spark.jars" in conf
+    chosen = {
+        "spark.driver.extraJavaOptions",
+        "spark.driver.extraClassPath",
+        "spark.jars",
+        "spark.jars.packages",
+    }
+    if not ours or chosen & user.keys() or not classes.enabled():
+        return None
+    try:
+        directory = jars_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a read-only cache: start as before
+        return None
+    return classes.archive_path(directory, conf["spark.jars"].split(","))
 
 
 def _launch_jvm(conf: dict[str, str], master: str | None) -> None:
@@ -250,11 +278,6 @@ def _relay(stream) -> None:
             pass
 
 
-if __name__ == "__main__":
-    for jar in delta_jars():
-        print(jar)
-
-
 def positional_columns(df):
     """`mapInArrow` resolves columns by name and trips over dots in them: the frame with positional names
     (_c0, _c1, ...) and the real names, to restore on the Arrow side."""
@@ -277,3 +300,28 @@ def shipped_by_value(*modules):
     finally:
         for module in added:
             cloudpickle.unregister_pickle_by_value(module)
+
+
+def prepare() -> None:
+    """Ahead of the first run (`make install`): fetch the Delta jars, then run the CDF read path once on a
+    throwaway table so that this process leaves the class archive behind (see classes.py)."""
+    for jar in delta_jars():
+        print(jar)
+    spark = session()
+    from cdc2ch import contract
+
+    with tempfile.TemporaryDirectory(prefix="cdc2ch-warm-") as tmp:
+        spark.range(100).selectExpr("id", "CAST(id AS STRING) AS name").write.format("delta").option(
+            "delta.enableChangeDataFeed", "true"
+        ).save(tmp)
+        spark.sql(f"UPDATE delta.`{tmp}` SET name = 'x' WHERE id < 10")
+        spark.sql(f"DELETE FROM delta.`{tmp}` WHERE id < 5")
+        cdf = (
+            spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(tmp)
+        )
+        contract.spark_rows(cdf).toArrow()
+        spark.read.format("delta").load(tmp).toArrow()
+
+
+if __name__ == "__main__":
+    prepare()

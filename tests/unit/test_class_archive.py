@@ -1,0 +1,43 @@
+"""Which JVM gets a class data sharing archive, and which archive: decided before any JVM starts."""
+
+from __future__ import annotations
+
+from cdc2ch.source import classes, spark
+
+
+def _ours(jars: list[str]) -> dict[str, str]:
+    return {"spark.driver.extraJavaOptions": "-XX:+UseSerialGC", "spark.jars": ",".join(jars)}
+
+
+def test_the_archive_is_keyed_by_the_classpath(tmp_path):
+    one, two = tmp_path / "a.jar", tmp_path / "b.jar"
+    one.write_bytes(b"a")
+    two.write_bytes(b"b")
+    same = classes.archive_path(tmp_path, [str(one), str(two)])
+    assert same == classes.archive_path(tmp_path, [str(two), str(one)])  # order does not matter
+    assert same.parent == tmp_path and same.name.startswith("classes-") and same.suffix == ".jsa"
+    assert classes.archive_path(tmp_path, [str(one)]) != same  # another jar set
+    two.write_bytes(b"bb")  # the same jar name, rebuilt
+    assert classes.archive_path(tmp_path, [str(one), str(two)]) != same
+
+
+def test_a_missing_archive_is_recorded_an_existing_one_mapped(tmp_path):
+    archive = tmp_path / "classes-x.jsa"
+    assert "-XX:+RecordDynamicDumpInfo" in classes.java_options(archive)
+    assert "SharedArchiveFile" not in classes.java_options(archive)
+    archive.write_bytes(b"")
+    options = classes.java_options(archive)
+    assert f"-XX:SharedArchiveFile={archive}" in options and "-Xshare:auto" in options
+    assert "RecordDynamicDumpInfo" not in options
+
+
+def test_no_archive_when_the_user_chose_the_jvm_the_jars_or_turned_it_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("CDC2CH_JARS_DIR", str(tmp_path))
+    jar = tmp_path / "delta.jar"
+    jar.write_bytes(b"d")
+    assert spark._class_archive(_ours([str(jar)]), {}).parent == tmp_path
+    for key in ("spark.driver.extraJavaOptions", "spark.driver.extraClassPath", "spark.jars.packages"):
+        assert spark._class_archive(_ours([str(jar)]), {key: "x"}) is None, key
+    assert spark._class_archive({"spark.jars": str(jar)}, {}) is None  # not a local JVM of ours
+    monkeypatch.setenv("CDC2CH_CLASS_ARCHIVE", "off")
+    assert spark._class_archive(_ours([str(jar)]), {}) is None
