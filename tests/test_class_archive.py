@@ -58,4 +58,4 @@ def test_a_run_leaves_a_class_archive_that_the_next_jvm_maps(spark, tmp_path):
     assert found["rows"] == 2
     assert str(archive) in found["mapped"], found
     assert "class_archive_saved" not in probe.stderr  # mapped, not saved again
-    assert sorted(jars.glob("classes-*")) == [archive]
+    assert sorted(jars.glob("classes-*")) == [archive]  # nothing else written beside it

@@ -5,7 +5,7 @@ A JVM that finds no archive for its exact classpath records what it loads and, a
 ran Spark jobs, dumps it (`jcmd VM.cds dynamic_dump`, through the JVM's own diagnostic command bean). Later
 processes map it: Spark starts ~3.5 s sooner and the first CDF read, which loads the read path, ~2.5 s
 sooner (bench/results.md). The archive is keyed by the java binary, pyspark and every jar on the session's
-classpath: another JDK or another jar set gets its own archive, never a mismatched one. It lives next to
+classpath: another JDK, install or jar set gets its own archive, never a mismatched one. It lives next to
 the Delta jars; `CDC2CH_CLASS_ARCHIVE=off` turns it off.
 """
 
@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 ENV = "CDC2CH_CLASS_ARCHIVE"
+KEEP = 3  # archives kept per cache directory (~140 MiB each)
 # The JVM's cds logging (classes it skips while dumping, an archive it cannot map) is for JVM developers:
 # a rejected archive only means an ordinary start.
 QUIET = "-Xlog:cds=off,cds+dynamic=off,cds+map=off,class+path=off"
@@ -72,9 +73,7 @@ def save_at_exit(spark, archive: Path, log) -> None:
             t0 = time.monotonic()
             _dynamic_dump(spark, partial)
             os.replace(partial, archive)
-            for old in archive.parent.glob("classes-*.jsa"):
-                if old != archive:  # made for another JDK or jar set
-                    old.unlink(missing_ok=True)
+            _prune(archive.parent)
             log.info(
                 "class_archive_saved",
                 path=str(archive),
@@ -86,6 +85,13 @@ def save_at_exit(spark, archive: Path, log) -> None:
             log.debug("class_archive_not_saved", reason=str(exc).splitlines()[0][:300])
 
     atexit.register(save)
+
+
+def _prune(directory: Path) -> None:
+    """Keep the newest KEEP archives: other JDKs or installs sharing this cache keep theirs, old jar sets go."""
+    found = sorted(directory.glob("classes-*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in found[KEEP:]:
+        old.unlink(missing_ok=True)
 
 
 def _dynamic_dump(spark, path: Path) -> None:

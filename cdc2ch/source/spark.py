@@ -197,8 +197,11 @@ def _build(settings: SparkSettings):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         log4j = Path(__file__).with_name("log4j2.properties")
         # One JVM is driver and executor here: the serial collector keeps its footprint near the heap size
-        # (G1 added ~350 MiB at the same heap in the 10x benchmark).
-        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile=file:{log4j} -XX:+UseSerialGC"
+        # (G1 added ~350 MiB at the same heap in the 10x benchmark), and tight free-heap ratios keep the heap
+        # near its live data instead of growing to the maximum (-300 MiB on W1 at 10x, same speed).
+        conf["spark.driver.extraJavaOptions"] = (
+            f"-Dlog4j.configurationFile=file:{log4j} -XX:+UseSerialGC -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
+        )
     user = dict(settings.conf)
     if not under_submit and "spark.jars.packages" not in user and "spark.jars" not in user:
         conf["spark.jars"] = ",".join(delta_jars())

@@ -41,3 +41,17 @@ def test_no_archive_when_the_user_chose_the_jvm_the_jars_or_turned_it_off(tmp_pa
     assert spark._class_archive({"spark.jars": str(jar)}, {}) is None  # not a local JVM of ours
     monkeypatch.setenv("CDC2CH_CLASS_ARCHIVE", "off")
     assert spark._class_archive(_ours([str(jar)]), {}) is None
+
+
+def test_the_newest_archives_are_kept(tmp_path):
+    import os
+
+    for age in range(5):
+        old = tmp_path / f"classes-{age}.jsa"
+        old.write_bytes(b"")
+        os.utime(old, (1_000_000 - age, 1_000_000 - age))
+    (tmp_path / "delta.jar").write_bytes(b"d")
+    classes._prune(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "classes-0.jsa", "classes-1.jsa", "classes-2.jsa", "delta.jar"
+    ]  # fmt: skip
