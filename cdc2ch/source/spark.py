@@ -306,24 +306,23 @@ def shipped_by_value(*modules):
 
 
 def prepare() -> None:
-    """Ahead of the first run (`make install`): fetch the Delta jars, then run the CDF read path once on a
-    throwaway table so that this process leaves the class archive behind (see classes.py)."""
+    """Ahead of the first run (`make install`): fetch the Delta jars, then run cdc2ch's own CDF and snapshot
+    reads once on a throwaway table so that this process leaves the class archive behind (see classes.py)."""
+    from cdc2ch.source.delta import DeltaSource
+
     for jar in delta_jars():
         print(jar)
     spark = session()
-    from cdc2ch import contract
-
     with tempfile.TemporaryDirectory(prefix="cdc2ch-warm-") as tmp:
         spark.range(100).selectExpr("id", "CAST(id AS STRING) AS name").write.format("delta").option(
             "delta.enableChangeDataFeed", "true"
         ).save(tmp)
         spark.sql(f"UPDATE delta.`{tmp}` SET name = 'x' WHERE id < 10")
         spark.sql(f"DELETE FROM delta.`{tmp}` WHERE id < 5")
-        cdf = (
-            spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(tmp)
-        )
-        contract.spark_rows(cdf).toArrow()
-        spark.read.format("delta").load(tmp).toArrow()
+        source = DeltaSource(spark, tmp)
+        latest = source.latest_version()
+        source.changes(0, latest).arrow_rows(immutable_keys=False)
+        source.snapshot(latest).toArrow()
 
 
 if __name__ == "__main__":
