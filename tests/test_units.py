@@ -47,6 +47,14 @@ def test_estimates_come_from_file_statistics():
     assert estimate_rows([_file("n", 70, 700)], [_file("a", 100, 1000)], []) == 170
     # Change files: their bytes at twice the density of this commit's data files.
     assert estimate_rows([_file("n", 100, 1000)], [], [{"path": "cdc", "size": 500}]) == 101
+    # ... or exactly, from the counts the operation recorded (Spark's names, delta-rs's), never above the size.
+    cdc = [{"path": "cdc", "size": 5000}]
+    merge = {"numTargetRowsUpdated": "40", "numTargetRowsInserted": "7", "numTargetRowsDeleted": "3"}
+    assert estimate_rows([_file("n", 100, 1000)], [], cdc, merge) == 2 * 40 + 7 + 3
+    assert estimate_rows([], [], cdc, {"num_updated_rows": 12, "num_copied_rows": 900}) == 24
+    assert estimate_rows([], [], cdc, {"numDeletedRows": "5"}) == 5
+    assert estimate_rows([_file("n", 100, 1000)], [], cdc, {"numTargetRowsUpdated": "9000"}) == 1001
+    assert estimate_rows([_file("n", 100, 1000)], [], cdc, {"numOutputRows": "3"}) == 1001
     # A removed file without statistics is sized by the bytes per row of the others.
     assert estimate_rows([_file("n", 100, 1000)], [{"path": "x", "size": 300}], []) == 100 + 31
     # A deletion vector on a kept file: only the rows it newly deletes.

@@ -28,7 +28,7 @@ class Commit:
     version: int
     timestamp: datetime
     operation: str
-    estimated_rows: int  # change rows it yields, from file statistics (an upper bound)
+    estimated_rows: int  # change rows it yields, from file statistics and metrics (an upper bound)
     parameters: dict = field(default_factory=dict, compare=False)
     metadata: bool = False  # carries a metaData action: a new schema or new table properties
     properties: dict | None = None  # the table properties of that metaData action
@@ -59,7 +59,7 @@ def parse_commit(version: int, text: str, modified_ms: int) -> Commit:
         version=version,
         timestamp=datetime.fromtimestamp(ts_ms / 1000, tz=timezone.utc),
         operation=str(info.get("operation", "")),
-        estimated_rows=estimate_rows(adds, removes, cdcs),
+        estimated_rows=estimate_rows(adds, removes, cdcs, info.get("operationMetrics")),
         parameters=dict(info.get("operationParameters") or {}),
         metadata=meta is not None,
         properties=dict(meta.get("configuration") or {}) if meta is not None else None,
@@ -73,17 +73,22 @@ def _records(action: dict) -> int | None:
         return None
 
 
-def estimate_rows(adds: list[dict], removes: list[dict], cdcs: list[dict]) -> int:
-    """Change rows a commit yields, from its file statistics (an upper bound; it only sizes reads).
+def estimate_rows(
+    adds: list[dict], removes: list[dict], cdcs: list[dict], metrics: dict | None = None
+) -> int:
+    """Change rows a commit yields, from its log entry (an upper bound; it only sizes reads).
 
-    With change files, the feed is exactly their rows: their size over the bytes per row of the data files
-    in the same commit. Without, added files are inserts and removed files deletes. A file that only got a
-    deletion vector yields the rows the vector newly deletes.
+    With change files, the feed is exactly their rows: the count the commit's operation metrics give when
+    it records them, else their size over the bytes per row of the data files in the same commit. Without,
+    added files are inserts and removed files deletes. A file that only got a deletion vector yields the
+    rows the vector newly deletes.
     """
     sized = [(a["size"], n) for a in adds + removes if (n := _records(a)) and a.get("size")]
     per_row = min((s / n for s, n in sized), default=DEFAULT_BYTES_PER_ROW)
     if cdcs:  # change files pack pre- and post-images side by side: they compress about twice as well
-        return sum(int(2 * c.get("size", 0) / per_row) + 1 for c in cdcs)
+        by_size = sum(int(2 * c.get("size", 0) / per_row) + 1 for c in cdcs)
+        counted = _metric_rows(metrics or {})
+        return by_size if counted is None else min(counted, by_size)
 
     def rows(action: dict) -> int:
         n = _records(action)
@@ -102,6 +107,28 @@ def estimate_rows(adds: list[dict], removes: list[dict], cdcs: list[dict]) -> in
         else:
             total += rows(add)
     return total + sum(rows(r) for r in removed.values())
+
+
+# The change rows of a row-level operation, from the counts in its commit's operationMetrics: an updated row
+# is a pre- and a post-image. Spark's Delta names them in camel case, delta-rs in snake case.
+_CHANGE_METRICS = (
+    (2, ("numTargetRowsUpdated", "num_target_rows_updated", "numUpdatedRows", "num_updated_rows")),
+    (1, ("numTargetRowsInserted", "num_target_rows_inserted")),
+    (1, ("numTargetRowsDeleted", "num_target_rows_deleted", "numDeletedRows", "num_deleted_rows")),
+)
+
+
+def _metric_rows(metrics: dict) -> int | None:
+    """The change rows the operation metrics count, or None when they count none of them."""
+    total, found = 0, False
+    for weight, names in _CHANGE_METRICS:
+        for name in names:
+            try:
+                total += weight * int(metrics[name])
+                found = True
+            except (KeyError, TypeError, ValueError):
+                continue
+    return total if found else None
 
 
 def missing_table(uri: str, name: str | None = None) -> SourceError:
