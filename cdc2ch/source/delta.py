@@ -85,21 +85,20 @@ class DeltaSource:
         self._log_reader: DeltaLog | None = None
 
     # -- log --------------------------------------------------------------------------------------
-    def _delta_table(self):
+    def _check(self) -> None:
+        if not self._checked:
+            check_table(self.spark, self.location, self.name)
+            self._checked = True
+
+    def _delta_table(self):  # brings Delta's snapshot up to date (often a Spark job): not for every poll
         from delta.tables import DeltaTable
 
-        if not self._checked:
-            scheme = urlsplit(self.location).scheme
-            if scheme == "" and not os.path.exists(self.location):
-                raise missing_table(self.location, self.name)
-            if not DeltaTable.isDeltaTable(self.spark, self.location):
-                raise not_a_delta_table(self.location, self.name)
-            self._checked = True
+        self._check()
         return DeltaTable.forPath(self.spark, self.location)
 
     def _log(self) -> DeltaLog:
         if self._log_reader is None:
-            self._delta_table()
+            self._check()
             self._log_reader = DeltaLog(HadoopLogFiles(self.spark, self.location))
         return self._log_reader
 
@@ -195,7 +194,7 @@ class DeltaSource:
     def _jvm_snapshot(self):
         """The latest snapshot of Delta's own log object (reads the checksum file or the log); DESCRIBE
         DETAIL would also size every file, 10 s on a cold JVM."""
-        self._delta_table()
+        self._check()
         jvm = self.spark._jvm
         log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, self.location)
         return log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
@@ -225,7 +224,7 @@ class DeltaSource:
     # -- data -------------------------------------------------------------------------------------
     def changes(self, start: int, end: int) -> "SparkChanges":
         """The Change Data Feed for versions [start, end] (lazy; the schema is that of version `end`)."""
-        self._delta_table()
+        self._check()
         try:
             with session_conf(self.spark, CDF_SCHEMA_CONF):
                 frame = (
@@ -253,7 +252,7 @@ class DeltaSource:
         return time.monotonic() - t0
 
     def snapshot(self, version: int):
-        self._delta_table()
+        self._check()
         with session_conf(self.spark, CDF_SCHEMA_CONF):  # a version older than the retention period too
             return self.spark.read.format("delta").option("versionAsOf", int(version)).load(self.location)
 
@@ -384,6 +383,16 @@ class SparkChanges:
 
     def read_error(self, exc: Exception) -> Exception:
         return self.source.translate(exc, "the change data feed", self.start, self.end)
+
+
+def check_table(spark, location: str, name: str | None) -> None:
+    """Refuse a location that holds no Delta table."""
+    from delta.tables import DeltaTable
+
+    if urlsplit(location).scheme == "" and not os.path.exists(location):
+        raise missing_table(location, name)
+    if not DeltaTable.isDeltaTable(spark, location):
+        raise not_a_delta_table(location, name)
 
 
 def _from_ms(ms: int) -> datetime:
