@@ -18,7 +18,9 @@ Contenders, each into its own ReplacingMergeTree table of the same layout on the
              Spark start-up excluded)
   native     ClickHouse reading the CDF itself: INSERT ... SELECT FROM deltaLakeLocal(path) SETTINGS
              delta_lake_snapshot_start_version/end_version (the physical limit here)
-Prints one line per figure and writes bench/results.md and bench/results.png.
+Prints one line per figure, with each cdc2ch run's time split (read, inserts, the rest) and its CPU by
+thread group (JIT compilers, collector, Spark tasks, driver threads, Python), and writes bench/results.md
+and bench/results.png.
 """
 
 from __future__ import annotations
@@ -154,11 +156,24 @@ def cdf_rows(spark, path: str, start: int) -> int:
 
 
 # -- measuring a process tree -----------------------------------------------------------------------
+# Where a run's CPU goes, by thread name (/proc comm, 15 characters): the JVM's JIT compilers and collector,
+# Spark's tasks (scan and Arrow conversion), its driver threads (py4j calls: planning, code generation, log
+# reads) and the Python process (cdc2ch and the embedded ClickHouse engine's threads).
+CPU_GROUPS = (
+    ("JIT", ("C1 CompilerThre", "C2 CompilerThre")),
+    ("GC", ("VM Thread", "GC Thread", "VM Periodic Tas")),
+    ("tasks", ("Executor task l", "serve-Arrow")),
+    ("driver", ("Thread-", "main", "java")),
+)
+
+
 class PeakRss:
-    """Samples the resident memory of a process and all its descendants (Python + JVM + workers)."""
+    """Samples the resident memory of a process and all its descendants (Python + JVM + workers), and the
+    CPU time of each of their threads (a thread that ends between two samples is missed)."""
 
     def __init__(self, pid: int):
         self.pid, self.peak, self._stop = pid, 0, threading.Event()
+        self.threads: dict[str, tuple[str, str, float]] = {}  # /proc task -> (process, thread, CPU seconds)
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -184,6 +199,11 @@ class PeakRss:
                     for line in Path(f"/proc/{p}/status").read_text().splitlines():
                         if line.startswith("VmRSS:"):
                             total += int(line.split()[1]) * 1024
+                    process = Path(f"/proc/{p}/comm").read_text().strip()
+                    for task in Path(f"/proc/{p}/task").iterdir():
+                        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+                        self.threads[str(task)] = (process, (task / "comm").read_text().strip(), cpu)
                 except OSError:
                     pass
             self.peak = max(self.peak, total)
@@ -192,6 +212,18 @@ class PeakRss:
         self._stop.set()
         self._thread.join()
         return self.peak
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds by group: the JVM's CPU_GROUPS and the rest of it, and the Python process."""
+        out: dict[str, float] = {}
+        for process, thread, seconds in self.threads.values():
+            if process != "java":
+                group = "Python" if process.startswith("python") else "other"
+            else:
+                found = (g for g, names in CPU_GROUPS if thread.startswith(names))
+                group = next(found, "JVM other")
+            out[group] = out.get(group, 0.0) + seconds
+        return out
 
 
 def cdc2ch_run(path: str, table: str, dsn: str, *extra: str) -> tuple[subprocess.Popen, PeakRss]:
@@ -232,7 +264,14 @@ def run_cdc2ch(path: str, start: int, dsn: str, table: str, *extra: str) -> dict
     insert = sum(e["seconds"] for e in evs if e["event"] == "batch")
     total = _ts(stop_ev) - _ts(start_ev)
     split = {"read": read, "insert": insert, "other": max(total - read - insert, 0.0)}
-    return {"seconds": total, "wall": wall, "rss": peak, "rows": stop_ev["rows_written"], "split": split}
+    return {
+        "seconds": total,
+        "wall": wall,
+        "rss": peak,
+        "rows": stop_ev["rows_written"],
+        "split": split,
+        "cpu": rss.cpu(),
+    }
 
 
 def _target(sink, name: str, spark_schema) -> str:
@@ -413,6 +452,12 @@ def run_many(spark, tmp: Path, tables: int, seconds: float, dsn: str) -> dict:
     return {**_latencies(spark, lines, paths), "rss": rss.stop(), "startup": startup, "tables": tables}
 
 
+def _cpu_line(cpu: dict[str, float]) -> str:
+    jvm = {g: cpu.get(g, 0.0) for g in [g for g, _ in CPU_GROUPS] + ["JVM other"]}
+    parts = ", ".join(f"{g} {s:.1f}" for g, s in jvm.items())
+    return f"JVM {sum(jvm.values()):.1f} s ({parts}), Python {cpu.get('Python', 0.0):.1f} s"
+
+
 # -- report -----------------------------------------------------------------------------------------
 def main(size: str) -> None:
     p = SIZES[size]
@@ -463,6 +508,7 @@ def main(size: str) -> None:
                         f"{r['rss'] / 2**20:,.0f} MiB")  # fmt: skip
                     say(f"{name} {label} time: CDF read {r['split']['read']:.2f} s, ClickHouse inserts "
                         f"{r['split']['insert']:.2f} s, log/schema/offsets {r['split']['other']:.2f} s")  # fmt: skip
+                    say(f"{name} {label} CPU (whole process, start-up included): {_cpu_line(r['cpu'])}")
                 say(
                     f"{name} reference loop (delta-rs): {rate['reference']:,.0f} rows/s ({ref['seconds']:.2f} s)"
                 )
