@@ -62,6 +62,19 @@ def test_estimates_come_from_file_statistics():
     assert estimate_rows([_file("a", 100, 1000, **dv(7))], [_file("a", 100, 1000, **dv(3))], []) == 4
 
 
+def test_only_row_level_operations_are_sized_from_their_metrics():
+    def commit(operation):
+        actions = (
+            {"commitInfo": {"operation": operation, "operationMetrics": {"numDeletedRows": "5"}}},
+            {"add": _file("n", 100, 1000)},
+            {"cdc": {"path": "c", "size": 500}},
+        )
+        return parse_commit(3, "\n".join(json.dumps(a) for a in actions), 0).estimated_rows
+
+    assert commit("DELETE") == 5
+    assert commit("WRITE") == 101  # replaceWhere: its metrics need not count every change row
+
+
 def test_commit_file_parsing():
     text = "\n".join(
         json.dumps(a)

@@ -59,7 +59,7 @@ def parse_commit(version: int, text: str, modified_ms: int) -> Commit:
         version=version,
         timestamp=datetime.fromtimestamp(ts_ms / 1000, tz=timezone.utc),
         operation=str(info.get("operation", "")),
-        estimated_rows=estimate_rows(adds, removes, cdcs, info.get("operationMetrics")),
+        estimated_rows=estimate_rows(adds, removes, cdcs, _row_level_metrics(info)),
         parameters=dict(info.get("operationParameters") or {}),
         metadata=meta is not None,
         properties=dict(meta.get("configuration") or {}) if meta is not None else None,
@@ -116,6 +116,12 @@ _CHANGE_METRICS = (
     (1, ("numTargetRowsInserted", "num_target_rows_inserted")),
     (1, ("numTargetRowsDeleted", "num_target_rows_deleted", "numDeletedRows", "num_deleted_rows")),
 )
+
+
+def _row_level_metrics(info: dict) -> dict | None:
+    """The operation metrics of a MERGE, UPDATE or DELETE, whose counts are exactly its change rows (an
+    overwrite's may count only the rows it replaced, not those its change files also hold)."""
+    return info.get("operationMetrics") if info.get("operation") in ("MERGE", "UPDATE", "DELETE") else None
 
 
 def _metric_rows(metrics: dict) -> int | None:
