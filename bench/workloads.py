@@ -159,6 +159,7 @@ def cdf_rows(spark, path: str, start: int) -> int:
 # Where a run's CPU goes, by thread name (/proc comm, 15 characters): the JVM's JIT compilers and collector,
 # Spark's tasks (scan and Arrow conversion), its driver threads (py4j calls: planning, code generation, log
 # reads) and the Python process (cdc2ch and the embedded ClickHouse engine's threads).
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 CPU_GROUPS = (
     ("JIT", ("C1 CompilerThre", "C2 CompilerThre")),
     ("GC", ("VM Thread", "GC Thread", "VM Periodic Tas")),
@@ -199,14 +200,20 @@ class PeakRss:
                     for line in Path(f"/proc/{p}/status").read_text().splitlines():
                         if line.startswith("VmRSS:"):
                             total += int(line.split()[1]) * 1024
-                    process = Path(f"/proc/{p}/comm").read_text().strip()
-                    for task in Path(f"/proc/{p}/task").iterdir():
-                        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-                        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-                        self.threads[str(task)] = (process, (task / "comm").read_text().strip(), cpu)
+                    self._sample_threads(p)
                 except OSError:
                     pass
             self.peak = max(self.peak, total)
+
+    def _sample_threads(self, pid: int) -> None:
+        process = Path(f"/proc/{pid}/comm").read_text().strip()
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:  # a thread may end between the listing and its read
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                name = (task / "comm").read_text().strip()
+            except OSError:
+                continue
+            self.threads[str(task)] = (process, name, (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
 
     def stop(self) -> int:
         self._stop.set()
