@@ -84,9 +84,6 @@ class Replicator:
         start = plan.start_version(
             cfg.pipeline, uri, str(cfg.target), stored, requested, latest, cfg.reset, source.location, table_id
         )  # fmt: skip
-        since = source.cdf_enabled_since()
-        if start < since:
-            raise plan.cdf_gap_error(since, start, uri, cfg.primary_key, str(cfg.target))
         latest_schema = source.schema_at(latest)
         schema.column_types(latest_schema, cfg.primary_key)
         writer = plan.choose_writer(cfg.reader, cfg.writer, self.ports.remote_target, self.ports.local_master)
@@ -183,9 +180,7 @@ class Replicator:
         commits = self.source.commits(start, latest)
         if not commits:
             return state
-        missing = plan.missing_versions(start, commits)
-        if missing:
-            raise plan.log_gap_error(missing, self.source.uri, cfg.primary_key, str(cfg.target))
+        plan.check_commits(start, commits, self.source.uri, cfg.primary_key, str(cfg.target))
         if state.interrupted_range:
             self.log.info(
                 "resuming_interrupted_range", start=state.interrupted_range[0], end=state.interrupted_range[1]

@@ -70,6 +70,35 @@ def missing_versions(start: int, commits: list[Commit]) -> list[int]:
     return [v for v in range(start, commits[-1].version + 1) if v not in have]
 
 
+def cdf_enabled_at(commits: list[Commit]) -> int | None:
+    """The version whose commit last switched delta.enableChangeDataFeed on, None when the last switch among
+    `commits` turned it off or none switched it (what DESCRIBE HISTORY's operation parameters record)."""
+    since = None
+    for commit in commits:
+        props = commit.parameters.get("properties") or {}
+        try:
+            props = json.loads(props) if isinstance(props, str) else props
+        except ValueError:
+            continue
+        value = str(props.get("delta.enableChangeDataFeed", "")).lower() if isinstance(props, dict) else ""
+        if value in ("true", "false"):
+            since = commit.version if value == "true" else None
+    return since
+
+
+def check_commits(
+    start: int, commits: list[Commit], uri: str, primary_key: tuple[str, ...], target: str
+) -> None:
+    """Refuse to replicate `commits` (from `start` on) when some of them have no change data: the feed was
+    switched on after `start`, or log retention removed versions."""
+    since = cdf_enabled_at(commits)
+    if since is not None and since > start:
+        raise cdf_gap_error(since, start, uri, primary_key, target)
+    missing = missing_versions(start, commits)
+    if missing:
+        raise log_gap_error(missing, uri, primary_key, target)
+
+
 def start_version(
     pipeline: str,
     uri: str,

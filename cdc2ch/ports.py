@@ -98,9 +98,6 @@ class ChangeSource(Protocol):
     def cdf_enabled(self) -> bool:
         """Whether the latest version records changes (for Delta: delta.enableChangeDataFeed)."""
 
-    def cdf_enabled_since(self) -> int:
-        """The first version from which changes are recorded without a gap up to the latest."""
-
     def properties(self) -> dict[str, str]:
         """The table properties of the latest version. Read-only."""
 

@@ -7,6 +7,7 @@ import tempfile
 from contextlib import ExitStack
 from dataclasses import dataclass
 
+from cdc2ch import plan
 from cdc2ch.clickhouse import embedded
 from cdc2ch.clickhouse.dsn import connect
 from cdc2ch.config import RunConfig
@@ -64,6 +65,10 @@ def check(configs: list[RunConfig], spark_factory) -> list[Finding]:
             try:
                 source = open_source(spark, cfg.table)  # a catalog name is resolved here
                 inputs = Replicator(cfg, source, sink).check_inputs()
+                commits = source.commits(
+                    inputs.start, inputs.latest
+                )  # what `run` checks before its first read
+                plan.check_commits(inputs.start, commits, source.uri, cfg.primary_key, str(cfg.target))
                 duplicates = source.duplicate_keys(cfg.primary_key, inputs.latest)
             except Cdc2chError as exc:
                 findings.append(Finding(cfg.pipeline, False, f"{cfg.table} -> {cfg.target}: {exc}"))

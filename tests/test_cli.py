@@ -242,6 +242,8 @@ def test_cdf_gap_vacuum_and_expired_log_ask_for_a_snapshot(spark, sink, cli, dat
     err = run_once(path, target, expect=1)
     assert "was enabled at version 4" in err and "cannot start at 2" in err and "cdc2ch snapshot" in err
     assert _state(sink, database, target) == (1, 1)
+    checked = cli("validate", "--table", path, "--primary-key", "id", "--target", target, expect=2).stdout
+    assert "FAIL" in checked and "was enabled at version 4" in checked
 
     # VACUUM removed the change files (and the rewritten data files) of versions not yet replicated.
     path = str(tmp_path / "vacuumed")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
@@ -167,26 +166,6 @@ class DeltaSource:
                 f"{self.latest().version}. Pass an earlier --from-timestamp or use --from-version."
             )
         return later[0]
-
-    def cdf_enabled_since(self) -> int:
-        """The version from which the Change Data Feed is recorded: the last commit that switched
-        delta.enableChangeDataFeed on (0 when the table was created with it)."""
-        rows = (
-            self._delta_table()
-            .history()
-            .where("operationParameters['properties'] IS NOT NULL")
-            .selectExpr("version", "operationParameters['properties'] AS props")
-            .collect()
-        )
-        since = 0
-        for r in sorted(rows, key=lambda r: r["version"]):
-            props = json.loads(r["props"] or "{}")
-            value = str(props.get("delta.enableChangeDataFeed", "")).lower()
-            if value == "true":
-                since = r["version"]
-            elif value == "false":
-                since = None
-        return since if since is not None else 0
 
     def cdf_enabled(self) -> bool:
         return self.properties().get("delta.enableChangeDataFeed", "false").lower() == "true"

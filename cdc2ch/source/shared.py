@@ -186,9 +186,6 @@ class SharedSource:
                                               "delta.enableChangeDataFeed = true"))  # fmt: skip
         return True
 
-    def cdf_enabled_since(self) -> int:
-        return 0  # the server refuses a range it has no changes for; translate() says what to do
-
     def schema_at(self, version: int) -> dict:
         meta = self._metadata()[1]
         if meta.get("version") is not None and int(meta["version"]) != version:

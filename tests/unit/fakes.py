@@ -117,9 +117,6 @@ class FakeSource:
     def cdf_enabled(self) -> bool:
         return self.table.cdf
 
-    def cdf_enabled_since(self) -> int:
-        return 0
-
     def protocol(self) -> dict:
         return dict(self.table.protocol)
 

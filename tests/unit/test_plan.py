@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import pytest
 
 from cdc2ch import plan
-from cdc2ch.errors import ConfigError, StateError
+from cdc2ch.errors import ConfigError, SourceError, StateError
 from cdc2ch.offset import PipelineState
 from cdc2ch.source.log import Commit
 
@@ -86,6 +86,25 @@ def test_schema_changes_start_a_range():
     history = commits(1, 1, 1, 1, metadata={5})
     assert plan.schema_breaks(history) == {5}
     assert plan.catch_up_ranges(history, 100, None) == [(3, 4), (5, 6)]
+
+
+def test_a_feed_switched_on_after_the_start_is_a_gap():
+    def cdf(version: int, value: str, props=None) -> Commit:
+        props = props if props is not None else f'{{"delta.enableChangeDataFeed":"{value}"}}'
+        return Commit(version, TS, "SET TBLPROPERTIES", 0, {"properties": props})
+
+    history = commits(1, 1, 1, 1, 1)  # versions 3..7
+    off_on = [history[0], cdf(4, "false"), history[2], cdf(6, "true"), history[4]]
+    assert plan.cdf_enabled_at(history) is None and plan.cdf_enabled_at(off_on) == 6
+    assert plan.cdf_enabled_at([cdf(3, "true"), cdf(4, "false")]) is None  # switched off last
+    assert plan.cdf_enabled_at([cdf(3, "", {"delta.enableChangeDataFeed": True})]) == 3  # a writer's own form
+    assert plan.cdf_enabled_at([cdf(3, "", "not json"), cdf(4, "", '{"other":"x"}')]) is None
+    plan.check_commits(3, history, "/t", ("id",), "db.t")
+    plan.check_commits(6, off_on[3:], "/t", ("id",), "db.t")  # switched on where replication starts
+    with pytest.raises(SourceError, match="enabled at version 6; .* cannot start at 3"):
+        plan.check_commits(3, off_on, "/t", ("id",), "db.t")
+    with pytest.raises(SourceError, match="Versions 4..4 of /t are no longer"):
+        plan.check_commits(3, [history[0], history[2]], "/t", ("id",), "db.t")
 
 
 def test_missing_versions_are_named():
