@@ -65,9 +65,8 @@ def check(configs: list[RunConfig], spark_factory) -> list[Finding]:
             try:
                 source = open_source(spark, cfg.table)  # a catalog name is resolved here
                 inputs = Replicator(cfg, source, sink).check_inputs()
-                commits = source.commits(
-                    inputs.start, inputs.latest
-                )  # what `run` checks before its first read
+                # the commits `run` checks before its first read
+                commits = source.commits(inputs.start, inputs.latest)
                 plan.check_commits(inputs.start, commits, source.uri, cfg.primary_key, str(cfg.target))
                 duplicates = source.duplicate_keys(cfg.primary_key, inputs.latest)
             except Cdc2chError as exc:
