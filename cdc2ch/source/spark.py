@@ -195,10 +195,6 @@ def _build(settings: SparkSettings):
         # Python workers (mapInArrow) must run this interpreter, which has pyarrow; not whatever python3
         # comes first on PATH. On a cluster, set PYSPARK_PYTHON to the executors' environment.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        # For the JVM (this process's own allocator is set up already): a fixed trim threshold turns off
-        # glibc's sliding mmap threshold, so the large off-heap buffers of Arrow and Parquet are unmapped
-        # when freed instead of staying in malloc arenas (-80 MiB peak on W1 at 10x).
-        os.environ.setdefault("MALLOC_TRIM_THRESHOLD_", "131072")
         log4j = Path(__file__).with_name("log4j2.properties")
         # One JVM is driver and executor here: the serial collector keeps its footprint near the heap size
         # (G1 added ~350 MiB at the same heap in the 10x benchmark), and tight free-heap ratios keep the heap
@@ -274,7 +270,18 @@ def _launch_jvm(conf: dict[str, str], master: str | None) -> None:
         spark_conf = SparkConf().setAll(shown).setAppName("cdc2ch")
         if master:
             spark_conf.setMaster(master)
-        gateway = launch_gateway(spark_conf, {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT})
+        # For a local JVM only (not this process, nor what it starts later: the embedded ClickHouse in a child
+        # slowed down with it): a fixed trim threshold turns off glibc's sliding mmap threshold, so the large
+        # off-heap buffers of Arrow and Parquet are unmapped when freed instead of staying in malloc arenas
+        # (-80 MiB peak on W1 at 10x). launch_gateway copies os.environ, so it is there for the call only.
+        added = {"MALLOC_TRIM_THRESHOLD_": "131072"} if master and master.startswith("local") else {}
+        added = {k: v for k, v in added.items() if k not in os.environ}
+        os.environ.update(added)
+        try:
+            gateway = launch_gateway(spark_conf, {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT})
+        finally:
+            for key in added:
+                os.environ.pop(key, None)
         SparkContext._gateway, SparkContext._jvm = gateway, gateway.jvm
     threading.Thread(
         target=_relay, args=(gateway.proc.stdout,), name="cdc2ch-jvm-output", daemon=True
