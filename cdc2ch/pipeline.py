@@ -19,6 +19,7 @@ from cdc2ch.metrics import Metrics, PipelineMetrics
 from cdc2ch.offset import PipelineState
 from cdc2ch.ports import ChangeSource, Ports, RangeWriter
 from cdc2ch.progress import Progress
+from cdc2ch.readahead import ReadAhead
 from cdc2ch.resync import Resync
 from cdc2ch.source.log import Commit
 from cdc2ch.writers import pushdown
@@ -189,36 +190,45 @@ class Replicator:
         ranges = plan.catch_up_ranges(commits, max_rows, state.interrupted_range)
         breaks = plan.schema_breaks(commits)
         by_version = {c.version: c for c in commits}
+        estimates = plan.range_estimates(commits, ranges)
         newest = commits[-1]
         progress = None
         if len(ranges) > 1:  # a long catch-up: show how it goes
             total = sum(c.estimated_rows for c in commits)
             progress = Progress(f"catch-up {cfg.pipeline}", total, len(ranges), unit="range")
-        for s, e in ranges:
-            if self.stop.is_set():
-                break
-            changes = self.source.changes(s, e)
-            if self.writer.kind == "clickhouse":
-                check_range_for_clickhouse(self.source.uri, changes, state)
-            if not self.claimed:
-                self.writer.check(changes)  # a new pipeline writes nothing before its rows are checked
-                self._claim_new(state)
-            change = self.ports.tables.prepare(schema.column_types(changes.schema, cfg.primary_key))
-            if change.breaking:
-                return self._schema_broken(state, by_version.get(s) if s in breaks else None, s, e, change)
-            state = state.writing(e)
-            store.save(state)
-            estimate = sum(by_version[v].estimated_rows for v in range(s, e + 1) if v in by_version)
-            result = self.writer.write(changes, state, estimate)
-            if not result.committed:
-                break
-            state = state.advanced(e, result.rows)
-            store.save(state)
-            self.state = state
-            self.log.info("committed", version=e, rows=result.rows, total_rows=state.rows_written)
-            self.metrics.lag(e, newest.version, (newest.timestamp - by_version[e].timestamp).total_seconds())
-            if progress is not None:
-                progress.advance(result.rows, 1)
+        broken = None
+        with ReadAhead(self.source.changes, cfg.immutable_keys, self.writer.collects) as reads:
+            for i, (s, e) in enumerate(ranges):
+                if self.stop.is_set():
+                    break
+                changes = reads.open(s, e)
+                if self.writer.kind == "clickhouse":
+                    check_range_for_clickhouse(self.source.uri, changes, state)
+                if not self.claimed:
+                    self.writer.check(changes)  # a new pipeline writes nothing before its rows are checked
+                    self._claim_new(state)
+                change = self.ports.tables.prepare(schema.column_types(changes.schema, cfg.primary_key))
+                if change.breaking:  # resync (or refuse) once no read runs any more
+                    broken = (by_version.get(s) if s in breaks else None, s, e, change)
+                    break
+                if plan.reads_ahead(estimates, i, max_rows):
+                    reads.read(*ranges[i + 1])
+                state = state.writing(e)
+                store.save(state)
+                result = self.writer.write(changes, state, estimates[i])
+                if not result.committed:
+                    break
+                state = state.advanced(e, result.rows)
+                store.save(state)
+                self.state = state
+                self.log.info("committed", version=e, rows=result.rows, total_rows=state.rows_written)
+                self.metrics.lag(
+                    e, newest.version, (newest.timestamp - by_version[e].timestamp).total_seconds()
+                )
+                if progress is not None:
+                    progress.advance(result.rows, 1)
+        if broken is not None:
+            return self._schema_broken(state, *broken)
         if progress is not None:
             progress.done()
         return state

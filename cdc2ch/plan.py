@@ -62,6 +62,18 @@ def catch_up_ranges(
     return [(s0, e0)] + plan_ranges([c for c in commits if c.version > e0], max_rows, breaks=breaks)
 
 
+def range_estimates(commits: list[Commit], ranges: list[tuple[int, int]]) -> list[int]:
+    """The estimated change rows of each range, from its commits' log entries."""
+    rows = {c.version: c.estimated_rows for c in commits}
+    return [sum(rows.get(v, 0) for v in range(s, e + 1)) for s, e in ranges]
+
+
+def reads_ahead(estimates: list[int], i: int, max_rows: int) -> bool:
+    """Whether range i+1 is read while range i is written (readahead.py): only when both are within the row
+    bound, so that at most two bounded ranges are held at once; a single larger version is read alone."""
+    return i + 1 < len(estimates) and max(estimates[i], estimates[i + 1]) <= max_rows
+
+
 def missing_versions(start: int, commits: list[Commit]) -> list[int]:
     """Versions from `start` to the last commit that the log no longer holds (removed by log retention)."""
     if not commits:

@@ -123,6 +123,7 @@ class ChangeSource(Protocol):
 class RangeWriter(Protocol):
     kind: str  # driver | executors | clickhouse: logged and reported by `validate`
     range_factor: int  # how many times --max-rows-per-read one range may hold (streaming writers: more)
+    collects: bool  # write() reads the rows in (arrow_rows): the loop may read the next range meanwhile
 
     def check(self, changes: Changes) -> None:
         """Refuse, before anything is written, rows the target must not take (null keys): run on a new

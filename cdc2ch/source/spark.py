@@ -188,8 +188,9 @@ def _build(settings: SparkSettings):
 
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit already set master and jars
     master = settings.master or (None if under_submit else "local[*]")
+    local = bool(master and master.startswith("local"))  # driver and executor are this one JVM
     conf = dict(DELTA_CONF)
-    if master and master.startswith("local"):
+    if local:
         conf.update(LOCAL_CONF)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # one machine: no hostname guessing
         # Python workers (mapInArrow) must run this interpreter, which has pyarrow; not whatever python3
@@ -213,7 +214,7 @@ def _build(settings: SparkSettings):
         conf["spark.driver.extraJavaOptions"] += " " + classes.java_options(archive)
     conf.update(user)
     if not under_submit:
-        _launch_jvm(conf, master)
+        _launch_jvm(conf, master, local)
     builder = SparkSession.builder.appName("cdc2ch")
     if master:
         builder = builder.master(master)
@@ -221,7 +222,7 @@ def _build(settings: SparkSettings):
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("CDC2CH_SPARK_LOG_LEVEL", "ERROR"))
-    if master and master.startswith("local") and "spark.sql.files.minPartitionNum" not in user:
+    if local and "spark.sql.files.minPartitionNum" not in user:
         # Twice as many file splits as cores: the JVM holds each task's Arrow result, copied, until it is
         # sent to Python, so smaller tasks halve what a read keeps in memory (-80 MiB peak on W1 at 10x).
         # Large reads are split by maxPartitionBytes as before.
@@ -254,7 +255,7 @@ def _class_archive(conf: dict[str, str], user: dict[str, str]) -> Path | None:
     return classes.archive_path(directory, conf["spark.jars"].split(","))
 
 
-def _launch_jvm(conf: dict[str, str], master: str | None) -> None:
+def _launch_jvm(conf: dict[str, str], master: str | None, local: bool) -> None:
     """Start the JVM as PySpark would (same spark-submit command and settings), but with its stdout and
     stderr read by cdc2ch: each line goes on as a log line (JSON with --log-format json), so what the JVM
     prints before its logging is set up (`WARNING: Using incubator modules`, ...) cannot break JSON logs."""
@@ -274,7 +275,7 @@ def _launch_jvm(conf: dict[str, str], master: str | None) -> None:
         # slowed down with it): a fixed trim threshold turns off glibc's sliding mmap threshold, so the large
         # off-heap buffers of Arrow and Parquet are unmapped when freed instead of staying in malloc arenas
         # (-80 MiB peak on W1 at 10x). launch_gateway copies os.environ, so it is there for the call only.
-        added = {"MALLOC_TRIM_THRESHOLD_": "131072"} if master and master.startswith("local") else {}
+        added = {"MALLOC_TRIM_THRESHOLD_": "131072"} if local else {}
         added = {k: v for k, v in added.items() if k not in os.environ}
         os.environ.update(added)
         try:

@@ -62,6 +62,7 @@ def insert_rows(
 class DriverWriter:
     kind = "driver"
     range_factor = 1  # a range is collected whole: --max-rows-per-read bounds memory
+    collects = True
 
     def __init__(self, to: Destination):
         self.to, self.cfg = to, to.cfg

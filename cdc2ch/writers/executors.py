@@ -100,6 +100,7 @@ def write_partitions(
 class ExecutorWriter:
     kind = "executors"
     range_factor = 1
+    collects = False  # Spark tasks read the rows
 
     def __init__(self, to: Destination):
         self.to, self.cfg = to, to.cfg

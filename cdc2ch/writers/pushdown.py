@@ -62,6 +62,7 @@ def insert_settings(token: str) -> dict:
 class PushdownWriter:
     kind = "clickhouse"
     range_factor = RANGE_FACTOR
+    collects = False  # ClickHouse reads the files
 
     def __init__(self, to: Destination):
         self.to, self.cfg = to, to.cfg

@@ -220,6 +220,7 @@ class MemoryWriter:
 
     kind = "driver"
     range_factor = 1
+    collects = True
 
     def __init__(self, db: MemoryTarget, table: str, cfg: RunConfig, stop: threading.Event):
         self.db, self.table, self.cfg, self.stop = db, table, cfg, stop
