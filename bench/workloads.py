@@ -265,8 +265,8 @@ def run_cdc2ch(path: str, start: int, dsn: str, table: str, *extra: str) -> dict
     evs = events(err)
     start_ev = next(e for e in evs if e["event"] == "start")
     stop_ev = next(e for e in evs if e["event"] == "stopped")
-    # Where the time goes: Spark reads (CDF + collect to Arrow), ClickHouse inserts, the rest (Delta log
-    # and schema lookups, offsets, lock).
+    # Where the time goes: Spark reads (CDF + collect to Arrow; what the loop waited, as the next range is
+    # read during a write), ClickHouse inserts, the rest (Delta log and schema lookups, offsets, lock).
     read = sum(e["seconds"] for e in evs if e["event"] == "range_read")
     insert = sum(e["seconds"] for e in evs if e["event"] == "batch")
     total = _ts(stop_ev) - _ts(start_ev)
