@@ -16,43 +16,45 @@ from tests.unit.test_loop import history
 BOUND = 3
 
 
-def traced(h: Harness, monkeypatch) -> list[tuple]:
-    """What the loop did, in order: ranges planned and written, and rows read (with the reading thread)."""
-    events: list[tuple] = []
-    opened, write, read = h.source.changes, h.writer.write, FakeChanges.arrow_rows
-
-    def changes(s, e):
-        events.append(("open", s))
-        return opened(s, e)
-
-    def written(rng, state, estimate):
-        events.append(("write", rng.start))
-        return write(rng, state, estimate)
-
-    def rows(self, immutable_keys):
-        events.append(("read", self.start, threading.current_thread().name.startswith("cdc2ch-read-ahead")))
-        return read(self, immutable_keys)
-
-    monkeypatch.setattr(h.source, "changes", changes)
-    monkeypatch.setattr(h.writer, "write", written)
-    monkeypatch.setattr(FakeChanges, "arrow_rows", rows)
-    return events
+def on_helper() -> bool:
+    return threading.current_thread().name.startswith("cdc2ch-read-ahead")
 
 
 def test_the_next_range_is_read_during_a_write_only_when_both_are_within_the_bound(monkeypatch):
     h = Harness(history(), max_rows_per_read=BOUND)
-    events = traced(h, monkeypatch)
+    events: list[tuple] = []
+    reading = {v: threading.Event() for v in range(5)}
+    opened, write, read = h.source.changes, h.writer.write, FakeChanges.arrow_rows
+
+    def changes(s, e):
+        events.append(("open", s, on_helper()))
+        return opened(s, e)
+
+    def rows(self, immutable_keys):
+        events.append(("read", self.start, on_helper()))
+        reading[self.start].set()
+        return read(self, immutable_keys)
+
+    def written(rng, state, estimate):
+        # range 2 is written while range 3 is read: wait for that read to begin (False if it never does)
+        events.append(("write", rng.start, rng.start != 2 or reading[3].wait(timeout=5)))
+        return write(rng, state, estimate)
+
+    monkeypatch.setattr(h.source, "changes", changes)
+    monkeypatch.setattr(h.writer, "write", written)
+    monkeypatch.setattr(FakeChanges, "arrow_rows", rows)
     assert h.run().committed_version == 4 and h.final() == h.expected()
-    planned = [e for e in events if e[0] != "read"]
-    assert planned == [
+    assert [e for e in events if e[0] == "write"] == [("write", v, True) for v in range(5)]
+    # planned on the loop's thread, in order; the two ranges read ahead are read on the helper thread
+    assert [e[:2] for e in events if e[0] != "read"] == [
         ("open", 0), ("write", 0),
         ("open", 1), ("write", 1),  # 5 rows: read alone
         ("open", 2), ("open", 3), ("write", 2),  # 3 is planned, and read, while 2 is written
         ("open", 4), ("write", 3),
         ("write", 4),
     ]  # fmt: skip
-    ahead = sorted({e[1] for e in events if e[0] == "read" and e[2]})
-    assert ahead == [3, 4]
+    assert not [e for e in events if e[0] == "open" and e[2]]
+    assert sorted(e[1] for e in events if e[0] == "read" and e[2]) == [3, 4]
     assert not [t for t in threading.enumerate() if t.name.startswith("cdc2ch-read-ahead")]
 
 
