@@ -120,6 +120,31 @@ def test_snapshot_then_replicate(spark, sink, chdb_dsn, database, tmp_path):
     assert_replicated(spark, sink, path, target)
 
 
+def test_every_read_runs_in_the_callers_job_group_also_those_read_ahead(
+    spark, sink, chdb_dsn, database, tmp_path
+):
+    path = str(tmp_path / "g")
+    target = TargetName(database, "g")
+    create_table(spark, path, COLS)
+    for v in range(4):  # versions of 10 rows: with a bound of 10, ranges 2..4 are read while one is written
+        spark.sql(f"INSERT INTO delta.`{path}` SELECT id, 'x' FROM range({v * 10}, {v * 10 + 10})")
+    sc, group = spark.sparkContext, f"cdc2ch-api-{database}"
+    ungrouped = set(sc.statusTracker().getJobIdsForGroup(None))
+    sc.setJobGroup(group, "replicate from the API")
+    try:
+        result = replicate(
+            spark, table=path, primary_key="id", clickhouse=chdb_dsn, target=str(target),
+            batch_size=10, max_rows_per_read=10,
+        )  # fmt: skip
+    finally:
+        for key in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel"):
+            sc.setLocalProperty(key, None)
+    assert set(sc.statusTracker().getJobIdsForGroup(None)) - ungrouped == set()
+    assert len(sc.statusTracker().getJobIdsForGroup(group)) >= 4  # one read per range at least
+    assert result.rows == 40 and result.committed_version == latest_version(spark, path)
+    assert_replicated(spark, sink, path, target)
+
+
 def test_bad_input_raises_the_commands_error_and_creates_nothing(
     spark, sink, chdb_dsn, cli, database, tmp_path
 ):

@@ -62,7 +62,7 @@ def insert_rows(
 class DriverWriter:
     kind = "driver"
     range_factor = 1  # a range is collected whole: --max-rows-per-read bounds memory
-    collects = True
+    collects = True  # and the next is read meanwhile: two ranges at most
 
     def __init__(self, to: Destination):
         self.to, self.cfg = to, to.cfg
