@@ -2,10 +2,11 @@
 
 A writer that collects a range into this process (Changes.arrow_rows) leaves the source idle while it
 inserts, and the target idle while it reads. The loop lets this module read the next range meanwhile, on one
-helper thread. Nothing else changes: the range is planned (`open_range`) on the loop's thread as before,
-only its rows are read early, and a failure to read them is raised when the loop reaches that range, so
-offsets move exactly as without reading ahead. A read is side-effect free (the Changes contract), so a range
-read ahead and then not written (a stop, a schema break) costs only the read.
+helper thread that runs with the loop thread's Spark job group, pool and tags. Nothing else changes: the
+range is planned (`open_range`) on the loop's thread as before, only its rows are read early, and a failure
+to read them is raised when the loop reaches that range, so offsets move exactly as without reading ahead.
+A read is side-effect free (the Changes contract), so a range read ahead and then not written (a stop, a
+schema break) costs only the read.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import pyarrow as pa
 
 from cdc2ch.ports import Changes
+from cdc2ch.source.threads import on_other_threads
 
 
 class ReadAhead:
@@ -45,7 +47,7 @@ class ReadAhead:
         except Exception as exc:
             self._next = (start, end, exc)
             return
-        rows = self._pool.submit(changes.arrow_rows, self._immutable)
+        rows = self._pool.submit(on_other_threads(changes.arrow_rows), self._immutable)
         self._next = (start, end, Prefetched(changes, rows, self._immutable))
 
     def __enter__(self) -> ReadAhead:

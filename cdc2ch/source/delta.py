@@ -21,7 +21,6 @@ from cdc2ch.source.log import (
     missing_table,
     not_a_delta_table,
 )
-from cdc2ch.source.threads import on_other_threads
 from cdc2ch.tableref import normalize_uri, parse_table
 
 __all__ = ["Commit", "DeltaSource", "normalize_uri"]
@@ -352,13 +351,14 @@ class SparkChanges:
         self.source, self.frame, self.start, self.end = source, frame, start, end
         self.uri, self.location = source.uri, source.location
         self.schema = frame.schema.jsonValue()
-        self._collect = on_other_threads(source.collect)  # the rows may be read ahead
 
     def spark_rows(self, immutable_keys: bool):
         return contract.spark_rows(variants_as_json(self.frame), immutable_keys)
 
     def arrow_rows(self, immutable_keys: bool) -> pa.Table:
-        return self._collect(self.spark_rows(immutable_keys), "the change data feed", self.start, self.end)
+        return self.source.collect(
+            self.spark_rows(immutable_keys), "the change data feed", self.start, self.end
+        )
 
     def read_error(self, exc: Exception) -> Exception:
         return self.source.translate(exc, "the change data feed", self.start, self.end)

@@ -19,7 +19,6 @@ from cdc2ch.errors import SourceError, summarise
 from cdc2ch.source import sharefiles
 from cdc2ch.source.log import Commit, estimate_rows
 from cdc2ch.source.sharing import SharingClient, SharingRefused, load_profile
-from cdc2ch.source.threads import on_other_threads
 from cdc2ch.tableref import parse_table
 
 READ_ATTEMPTS = 3  # reads of one range when its file URLs expire meanwhile
@@ -262,7 +261,6 @@ class SharedChanges:
             "fields": _schema(_metadata_of(self._lines, end))["fields"] + CDF_FIELDS,
         }
         self._frame = None
-        self._read = on_other_threads(self._read_rows)  # the rows may be read ahead
 
     def _cdf(self, fresh: bool = False):
         if fresh:
@@ -281,9 +279,6 @@ class SharedChanges:
         return contract.spark_rows(self._cdf(fresh=soon), immutable_keys)
 
     def arrow_rows(self, immutable_keys: bool) -> pa.Table:
-        return self._read(immutable_keys)
-
-    def _read_rows(self, immutable_keys: bool) -> pa.Table:
         """The rows, read again with fresh URLs from the server when the storage refuses the old ones."""
         for attempt in range(1, READ_ATTEMPTS + 1):
             try:

@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
-import threading
-
 
 def on_other_threads(fn):
-    """`fn`, which may be called on another thread (readahead.py), to run with this thread's Spark local
-    properties: the caller's job group and description, scheduler pool and job tags, and what managed
-    platforms keep there. In PySpark's pinned-thread mode each Python thread has its own JVM thread, which
-    starts with none (what pyspark.inheritable_thread_target does). No active SparkContext: `fn` itself."""
+    """`fn`, to be run on another thread (readahead.py) with this thread's Spark local properties: the
+    caller's job group and description, scheduler pool and job tags, and what managed platforms keep there.
+    In PySpark's pinned-thread mode each Python thread has its own JVM thread, which starts with none (what
+    pyspark.inheritable_thread_target does). No active SparkContext: `fn` itself."""
     from py4j.clientserver import ClientServer
     from pyspark import SparkContext
 
     sc = SparkContext._active_spark_context
     if sc is None or not isinstance(SparkContext._gateway, ClientServer):
         return fn
-    origin, properties = threading.get_ident(), sc._jsc.sc().getLocalProperties().clone()
+    properties = sc._jsc.sc().getLocalProperties().clone()
 
     def run(*args, **kwargs):
-        if threading.get_ident() != origin:
-            sc._jsc.sc().setLocalProperties(properties)
+        sc._jsc.sc().setLocalProperties(properties)
         return fn(*args, **kwargs)
 
     return run
