@@ -17,7 +17,7 @@ import cdc2ch
 from cdc2ch.api import replicate, snapshot, status
 from cdc2ch.config import TargetName
 from cdc2ch.errors import ConfigError, SourceError
-from cdc2ch.source.delta import CDF_SCHEMA_CONF
+from cdc2ch.source.delta import CDF_SCHEMA_CONF, session_conf
 from tests.helpers import assert_replicated, create_table, latest_version
 
 COLS = "id BIGINT, name STRING"
@@ -143,6 +143,34 @@ def test_every_read_runs_in_the_callers_job_group_also_those_read_ahead(
     assert len(sc.statusTracker().getJobIdsForGroup(group)) >= 4  # one read per range at least
     assert result.rows == 40 and result.committed_version == latest_version(spark, path)
     assert_replicated(spark, sink, path, target)
+
+
+def test_read_settings_hold_while_another_thread_still_plans_a_read(spark, tmp_path, caller_conf):
+    """Threads sharing the session (the API called from threads, a verify beside a run) plan reads at once:
+    the first to leave its block must not put the settings back under the other's `load`, which Delta then
+    refuses (a CDF read at a version, allowed only by those settings)."""
+    path = str(tmp_path / "s")
+    create_table(spark, path, COLS)
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'a')")
+    spark.sql(f"UPDATE delta.`{path}` SET name = 'b'")
+    first_in, first_out = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with session_conf(spark, CDF_SCHEMA_CONF):
+            first_in.set()
+            first_out.wait(30)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert first_in.wait(30)
+    with session_conf(spark, CDF_SCHEMA_CONF):
+        first_out.set()
+        thread.join(30)
+        cdf = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 1)
+        frame = cdf.option("endingVersion", 2).option("versionAsOf", 2).load(path)
+    assert frame.count() == 3  # the insert, and the update's pre- and post-image
+    # Both blocks left: the caller's settings are as it set them.
+    assert spark.conf.get(CONF_KEYS[1]) == "latest" and spark.conf.get(CONF_KEYS[0], None) is None
 
 
 def test_bad_input_raises_the_commands_error_and_creates_nothing(

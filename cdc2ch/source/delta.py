@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -42,22 +43,41 @@ CDF_SCHEMA_CONF = {
 }
 
 
+# (session, key) -> [blocks inside, the value before the first]: threads sharing a session (the Python API
+# called from several threads, a verify beside a run) may be inside session_conf at once.
+_CONF_HELD: dict[tuple[int, str], list] = {}
+_CONF_LOCK = threading.Lock()
+
+
 @contextmanager
 def session_conf(spark, conf: dict[str, str]):
     """`conf` set on the session for the block, then each key back to its previous value (or unset): the
     session may be the caller's (the Python API), which must find it as it was. Delta reads these settings
-    when a read is planned (`load`), which builds the relation the later actions run."""
-    previous = {key: spark.conf.get(key, None) for key in conf}
-    for key, value in conf.items():
-        spark.conf.set(key, value)
+    when a read is planned (`load`), which builds the relation the later actions run. Blocks on several
+    threads overlap safely: the settings stay until the last one leaves, and are then put back as they were
+    before the first (leaving one's own block must not unset them under another thread's `load`)."""
+    entered = []
     try:
+        with _CONF_LOCK:
+            for key, value in conf.items():
+                held = _CONF_HELD.setdefault((id(spark), key), [0, None])
+                if held[0] == 0:
+                    held[1] = spark.conf.get(key, None)
+                held[0] += 1
+                entered.append(key)
+                spark.conf.set(key, value)
         yield
     finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
+        with _CONF_LOCK:
+            for key in entered:
+                held = _CONF_HELD[(id(spark), key)]
+                held[0] -= 1
+                if held[0] == 0:
+                    del _CONF_HELD[(id(spark), key)]
+                    if held[1] is None:
+                        spark.conf.unset(key)
+                    else:
+                        spark.conf.set(key, held[1])
 
 
 _MISSING_CDF = re.compile(r"change data was not recorded for version \[?(\d+)\]?", re.I)
