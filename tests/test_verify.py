@@ -167,7 +167,15 @@ def test_verify_is_exact_while_run_replicates(spark, sink, cli, database, tmp_pa
     cli.replicate("run", path, target, "--once")
     cfg = replace(job_config(path, target, chdb_dsn, poll_interval=0.1), once=False)
     stop = threading.Event()
-    runner = threading.Thread(target=lambda: Runner([cfg], spark, sink, stop, Metrics(), False).run())
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            Runner([cfg], spark, sink, stop, Metrics(), False).run()
+        except BaseException as exc:  # a run that died says why, not only that rows differ
+            failed.append(exc)
+
+    runner = threading.Thread(target=run)
     runner.start()
     try:
         writes = threading.Event()
@@ -187,12 +195,15 @@ def test_verify_is_exact_while_run_replicates(spark, sink, cli, database, tmp_pa
             seen.add(report["version"])
         writer.join()
         deadline = time.monotonic() + 120
-        while committed_version(sink, database, str(target)) < 12 and time.monotonic() < deadline:
+        while (
+            committed_version(sink, database, str(target)) < 12 and time.monotonic() < deadline and not failed
+        ):
             time.sleep(0.2)
         assert _verify(cli, path, target)["ok"]
     finally:
         stop.set()
         runner.join(60)
+    assert not failed, f"the run beside verify failed: {failed[0]!r}"
     assert_replicated(spark, sink, path, target)
     # A running `run` exposes the last verify's result and time as Prometheus gauges.
     metrics = Metrics()
