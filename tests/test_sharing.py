@@ -123,7 +123,7 @@ def test_killed_snapshot_resumes_then_run_continues(
     first = Proc(*snapshot)
     first.wait_for("chunk", timeout=240)
     first.signal(signal.SIGKILL)
-    assert first.proc.wait(60) == -signal.SIGKILL
+    assert first.wait(60) == -signal.SIGKILL
     with share._lock:
         share._rules.clear()
     landed = {e["chunk"] for e in first.events("chunk")}
@@ -157,9 +157,9 @@ def test_killed_catch_up_converges_without_duplicates(share, spark, tmp_path):
     first = Proc(*args)
     first.wait_for("committed", timeout=240)
     first.signal(signal.SIGKILL)
-    assert first.proc.wait(60) == -signal.SIGKILL
+    assert first.wait(60) == -signal.SIGKILL
     second = Proc(*args)
-    assert second.proc.wait(300) == 0, second.stderr[-3000:]
+    assert second.wait(300) == 0, second.stderr[-3000:]
     reads = second.events("range_read")
     assert not reads or reads[0]["start"] > 0  # resumed after what the first one committed
     _no_secret(share, first.stderr + first.stdout, second.stderr + second.stdout)

@@ -30,8 +30,7 @@ def test_status_reads_the_delta_log_without_a_jvm(
         "PATH": "/nonexistent",
     }
     proc = Proc("status", "--target", str(target), "--json", "--clickhouse", clickhouse_http.dsn, env=env)
-    assert proc.proc.wait(120) == 0, proc.stderr[-2000:]
-    proc.proc.wait()
+    assert proc.wait(120) == 0, proc.stderr[-2000:]  # also waits for its output to be read
     (row,) = json.loads(proc.stdout)
     source = DeltaSource(spark, path)
     latest = source.latest()
@@ -47,7 +46,6 @@ def test_status_reads_the_delta_log_without_a_jvm(
     # A table removed since is named the same way as when Spark looks.
     shutil.rmtree(path)
     proc = Proc("status", "--target", str(target), "--json", "--clickhouse", clickhouse_http.dsn, env=env)
-    assert proc.proc.wait(120) == 0, proc.stderr[-2000:]
-    proc.proc.wait()
+    assert proc.wait(120) == 0, proc.stderr[-2000:]  # also waits for its output to be read
     (row,) = json.loads(proc.stdout)
     assert f"The Delta table path {path} does not exist" in row["error"], row
