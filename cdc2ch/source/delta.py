@@ -224,19 +224,42 @@ class DeltaSource:
     def changes(self, start: int, end: int) -> "SparkChanges":
         """The Change Data Feed for versions [start, end] (lazy; the schema is that of version `end`)."""
         self._check()
-        try:
-            with session_conf(self.spark, CDF_SCHEMA_CONF):
-                frame = (
-                    self.spark.read.format("delta")
-                    .option("readChangeFeed", "true")
-                    .option("startingVersion", int(start))
-                    .option("endingVersion", int(end))
-                    .option("versionAsOf", int(end))
-                    .load(self.location)
-                )
-        except Exception as exc:  # Delta checks the range when the read is planned
-            raise self.translate(exc, "the change data feed", start, end) from exc
+        frame = self._scanned_changes(start, end)
+        if frame is None:
+            try:
+                with session_conf(self.spark, CDF_SCHEMA_CONF):
+                    frame = (
+                        self.spark.read.format("delta")
+                        .option("readChangeFeed", "true")
+                        .option("startingVersion", int(start))
+                        .option("endingVersion", int(end))
+                        .option("versionAsOf", int(end))
+                        .load(self.location)
+                    )
+            except Exception as exc:  # Delta checks the range when the read is planned
+                raise self.translate(exc, "the change data feed", start, end) from exc
         return SparkChanges(self, frame, start, end)
+
+    def _scanned_changes(self, start: int, end: int):
+        """The same change feed as Delta's documented read, built by the function that read calls
+        (CDCReader.changesToBatchDF, with the schema of version `end`), without the relation that read wraps
+        it in: that relation hands Spark its rows one Row object at a time, where this frame scans the
+        files directly (vectorized Parquet). None when this Delta has no such function or refuses the
+        range: the documented read then plans it, and says what is wrong."""
+        from pyspark.sql import DataFrame
+
+        jvm, session = self.spark._jvm, self.spark._jsparkSession
+        try:
+            none = jvm.scala.Option.empty()
+            log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(session, self.location)
+            schema_of = jvm.scala.Some(log.getSnapshotAt(int(end), none, none, False))
+            cdc = jvm.org.apache.spark.sql.delta.commands.cdc.CDCReader
+            return DataFrame(
+                cdc.changesToBatchDF(log, int(start), int(end), session, none, schema_of, False, none),
+                self.spark,
+            )
+        except Exception:
+            return None
 
     def warm_up(self, immutable_keys: bool) -> float | None:
         """A fresh JVM spends seconds loading and compiling the CDF read path on its first read: pay that
