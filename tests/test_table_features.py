@@ -418,3 +418,45 @@ def test_variant_added_later_stops_the_clickhouse_reader(spark, sink, cli, datab
         (3, "c", None),
         (4, "d", '{"x":[1]}'),
     ]
+
+
+def test_the_change_feed_is_read_as_a_file_scan_and_equals_the_documented_read(spark, tmp_path, monkeypatch):
+    """`DeltaSource.changes` plans Delta's change feed as its file scan (CDCReader.changesToBatchDF), not
+    through the row-by-row relation of `readChangeFeed`, and gives the same rows as that read, on a table
+    with column mapping, deletion vectors, a renamed column and every kind of change."""
+    from cdc2ch.schema import user_fields
+    from cdc2ch.source.delta import DeltaSource
+
+    path = str(tmp_path / "scan")
+    _sql(
+        spark,
+        f"CREATE TABLE delta.`{path}` (id INT, v STRING, n DOUBLE) USING delta TBLPROPERTIES ({CDF}, "
+        "delta.enableDeletionVectors = true, delta.columnMapping.mode = 'name')",
+        f"INSERT INTO delta.`{path}` SELECT id, concat('v', id), id / 2 FROM range(40)",
+        f"DELETE FROM delta.`{path}` WHERE id % 5 = 0",
+        f"ALTER TABLE delta.`{path}` RENAME COLUMN v TO label",
+        f"UPDATE delta.`{path}` SET label = 'upd' WHERE id % 3 = 0",
+        f"MERGE INTO delta.`{path}` t USING (SELECT id, 'm' AS label, 0.0 AS n FROM range(35, 45)) s "
+        "ON t.id = s.id WHEN MATCHED AND s.id = 36 THEN DELETE WHEN MATCHED THEN UPDATE SET * "
+        "WHEN NOT MATCHED THEN INSERT *",
+    )
+    source = DeltaSource(spark, path)
+    latest = source.latest_version()
+
+    def plan(changes) -> str:
+        return changes.frame._jdf.queryExecution().analyzed().toString()
+
+    def _user_columns(changes) -> list:
+        return [(f["name"], f["type"], f["nullable"]) for f in user_fields(changes.schema)]
+
+    for start, end in ((1, 2), (4, latest), (1, 1)):
+        scanned = source.changes(start, end)
+        assert "DeltaCDFRelation" not in plan(scanned)
+        with monkeypatch.context() as m:
+            m.setattr(DeltaSource, "_scanned_changes", lambda *_: None)
+            documented = source.changes(start, end)
+        assert "DeltaCDFRelation" in plan(documented)
+        assert _user_columns(scanned) == _user_columns(documented)
+        order = [("id", "ascending"), ("_version", "ascending")]
+        got, want = (c.arrow_rows(False).sort_by(order) for c in (scanned, documented))
+        assert got.num_rows > 0 and got.equals(want), (start, end)
