@@ -425,6 +425,7 @@ def test_the_change_feed_is_read_as_a_file_scan_and_equals_the_documented_read(s
     through the row-by-row relation of `readChangeFeed`, and gives the same rows as that read, on a table
     with column mapping, deletion vectors, a renamed column and every kind of change."""
     from cdc2ch.schema import user_fields
+    from cdc2ch.source import delta
     from cdc2ch.source.delta import DeltaSource
 
     path = str(tmp_path / "scan")
@@ -446,17 +447,17 @@ def test_the_change_feed_is_read_as_a_file_scan_and_equals_the_documented_read(s
     def plan(changes) -> str:
         return changes.frame._jdf.queryExecution().analyzed().toString()
 
-    def _user_columns(changes) -> list:
+    def user_columns(changes) -> list:
         return [(f["name"], f["type"], f["nullable"]) for f in user_fields(changes.schema)]
 
     for start, end in ((1, 2), (4, latest), (1, 1)):
         scanned = source.changes(start, end)
         assert "DeltaCDFRelation" not in plan(scanned)
         with monkeypatch.context() as m:
-            m.setattr(DeltaSource, "_scanned_changes", lambda *_: None)
+            m.setattr(delta, "_scanned_changes", lambda *_: None)
             documented = source.changes(start, end)
         assert "DeltaCDFRelation" in plan(documented)
-        assert _user_columns(scanned) == _user_columns(documented)
+        assert user_columns(scanned) == user_columns(documented)
         order = [("id", "ascending"), ("_version", "ascending")]
         got, want = (c.arrow_rows(False).sort_by(order) for c in (scanned, documented))
         assert got.num_rows > 0 and got.equals(want), (start, end)

@@ -83,6 +83,32 @@ def session_conf(spark, conf: dict[str, str]):
 _MISSING_CDF = re.compile(r"change data was not recorded for version \[?(\d+)\]?", re.I)
 
 
+def _delta_log(spark, location: str):
+    """Delta's own log object of the table at `location` (cached by Delta per location)."""
+    return spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
+
+
+def _scanned_changes(spark, location: str, start: int, end: int):
+    """The same change feed as Delta's documented read, built by the function that read calls
+    (CDCReader.changesToBatchDF, with the schema of version `end`), without the relation that read wraps it
+    in: that relation hands Spark its rows one Row object at a time, where this frame scans the files
+    directly (vectorized Parquet). None when this Delta has no such function or refuses the range: the
+    documented read then plans it, and says what is wrong."""
+    from pyspark.sql import DataFrame
+
+    jvm, session = spark._jvm, spark._jsparkSession
+    try:
+        none = jvm.scala.Option.empty()
+        log = _delta_log(spark, location)
+        schema_of = jvm.scala.Some(log.getSnapshotAt(int(end), none, none, False))
+        cdc = jvm.org.apache.spark.sql.delta.commands.cdc.CDCReader
+        return DataFrame(
+            cdc.changesToBatchDF(log, int(start), int(end), session, none, schema_of, False, none), spark
+        )
+    except Exception:
+        return None
+
+
 class DeltaSource:
     """One Delta table, read through a Spark session. `table` is a path/URI or a catalog name (see
     tableref): a name is resolved through the session's catalog once, here, and the table is then read at
@@ -194,9 +220,8 @@ class DeltaSource:
         """The latest snapshot of Delta's own log object (reads the checksum file or the log); DESCRIBE
         DETAIL would also size every file, 10 s on a cold JVM."""
         self._check()
-        jvm = self.spark._jvm
-        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, self.location)
-        return log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+        none = self.spark._jvm.scala.Option.empty()
+        return _delta_log(self.spark, self.location).update(False, none, none)
 
     def properties(self) -> dict[str, str]:
         """The table properties of the latest version."""
@@ -224,7 +249,7 @@ class DeltaSource:
     def changes(self, start: int, end: int) -> "SparkChanges":
         """The Change Data Feed for versions [start, end] (lazy; the schema is that of version `end`)."""
         self._check()
-        frame = self._scanned_changes(start, end)
+        frame = _scanned_changes(self.spark, self.location, start, end)
         if frame is None:
             try:
                 with session_conf(self.spark, CDF_SCHEMA_CONF):
@@ -239,27 +264,6 @@ class DeltaSource:
             except Exception as exc:  # Delta checks the range when the read is planned
                 raise self.translate(exc, "the change data feed", start, end) from exc
         return SparkChanges(self, frame, start, end)
-
-    def _scanned_changes(self, start: int, end: int):
-        """The same change feed as Delta's documented read, built by the function that read calls
-        (CDCReader.changesToBatchDF, with the schema of version `end`), without the relation that read wraps
-        it in: that relation hands Spark its rows one Row object at a time, where this frame scans the
-        files directly (vectorized Parquet). None when this Delta has no such function or refuses the
-        range: the documented read then plans it, and says what is wrong."""
-        from pyspark.sql import DataFrame
-
-        jvm, session = self.spark._jvm, self.spark._jsparkSession
-        try:
-            none = jvm.scala.Option.empty()
-            log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(session, self.location)
-            schema_of = jvm.scala.Some(log.getSnapshotAt(int(end), none, none, False))
-            cdc = jvm.org.apache.spark.sql.delta.commands.cdc.CDCReader
-            return DataFrame(
-                cdc.changesToBatchDF(log, int(start), int(end), session, none, schema_of, False, none),
-                self.spark,
-            )
-        except Exception:
-            return None
 
     def warm_up(self, immutable_keys: bool) -> float | None:
         """A fresh JVM spends seconds loading and compiling the CDF read path on its first read: pay that
