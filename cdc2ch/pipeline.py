@@ -206,13 +206,14 @@ class Replicator:
                     check_range_for_clickhouse(self.source.uri, changes, state)
                 if not self.claimed:
                     self.writer.check(changes)  # a new pipeline writes nothing before its rows are checked
+                if plan.reads_ahead(estimates, i, max_rows):  # meanwhile: the claim, the DDL, the write
+                    reads.read(*ranges[i + 1])
+                if not self.claimed:
                     self._claim_new(state)
                 change = self.ports.tables.prepare(schema.column_types(changes.schema, cfg.primary_key))
                 if change.breaking:  # resync (or refuse) once no read runs any more
                     broken = (by_version.get(s) if s in breaks else None, s, e, change)
                     break
-                if plan.reads_ahead(estimates, i, max_rows):
-                    reads.read(*ranges[i + 1])
                 state = state.writing(e)
                 store.save(state)
                 result = self.writer.write(changes, state, estimates[i])

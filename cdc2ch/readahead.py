@@ -1,12 +1,14 @@
 """Reading the next version range while the current one is written.
 
 A writer that collects a range into this process (Changes.arrow_rows) leaves the source idle while it
-inserts, and the target idle while it reads. The loop lets this module read the next range meanwhile, on one
-helper thread that runs with the loop thread's Spark job group, pool and tags. Nothing else changes: the
-range is planned (`open_range`) on the loop's thread as before, only its rows are read early, and a failure
-to read them is raised when the loop reaches that range, so offsets move exactly as without reading ahead.
+inserts, and the target idle while it reads. The loop lets this module plan and read the next range
+meanwhile, on one helper thread that runs with the loop thread's Spark job group, pool and tags. Planning
+there too keeps it off the loop's path (a Delta range is planned from its end version's snapshot, ~0.1 s
+a range). Nothing else changes: a failure to plan or read the range is raised when the loop reaches that
+range, where it would have been raised without reading ahead, so offsets move exactly the same. The loop
+uses the source only once the read it asked for is over (open waits for it), so one thread at a time does.
 A read is side-effect free (the Changes contract), so a range read ahead and then not written (a stop, a
-schema break) costs only the read.
+schema break, a refused claim) costs only the read.
 """
 
 from __future__ import annotations
@@ -27,28 +29,33 @@ class ReadAhead:
     def __init__(self, open_range: Callable[[int, int], Changes], immutable_keys: bool, enabled: bool):
         self._open, self._immutable = open_range, immutable_keys
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="cdc2ch-read-ahead") if enabled else None
-        self._next: tuple[int, int, Prefetched | Exception] | None = None
+        # the range asked for: (start, end, its planned Changes, its rows), both set by the helper thread
+        self._next: tuple[int, int, Future, Future] | None = None
 
     def open(self, start: int, end: int) -> Changes:
         """The changes of [start, end]: the range read ahead, or opened now."""
         ahead, self._next = self._next, None
         if ahead is None or ahead[:2] != (start, end):
             return self._open(start, end)
-        if isinstance(ahead[2], Exception):  # planning it failed: raised where it would have been
-            raise ahead[2]
-        return ahead[2]
+        planned, rows = ahead[2], ahead[3]
+        return Prefetched(planned.result(), rows, self._immutable)  # planning's failure raised here
 
     def read(self, start: int, end: int) -> None:
-        """Start reading [start, end] in the background (when enabled)."""
+        """Start planning and reading [start, end] in the background (when enabled)."""
         if self._pool is None:
             return
-        try:
-            changes = self._open(start, end)
-        except Exception as exc:
-            self._next = (start, end, exc)
-            return
-        rows = self._pool.submit(on_other_threads(changes.arrow_rows), self._immutable)
-        self._next = (start, end, Prefetched(changes, rows, self._immutable))
+        planned: Future = Future()
+
+        def plan_and_read() -> pa.Table:
+            try:
+                changes = self._open(start, end)
+            except BaseException as exc:
+                planned.set_exception(exc)
+                raise
+            planned.set_result(changes)
+            return changes.arrow_rows(self._immutable)
+
+        self._next = (start, end, planned, self._pool.submit(on_other_threads(plan_and_read)))
 
     def __enter__(self) -> ReadAhead:
         return self

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from cdc2ch.clickhouse.lock import LockedError
 from cdc2ch.errors import SourceError
 from tests.unit.fakes import FakeChanges, Harness
 from tests.unit.test_loop import history
@@ -45,16 +46,16 @@ def test_the_next_range_is_read_during_a_write_only_when_both_are_within_the_bou
     monkeypatch.setattr(FakeChanges, "arrow_rows", rows)
     assert h.run().committed_version == 4 and h.final() == h.expected()
     assert [e for e in events if e[0] == "write"] == [("write", v, True) for v in range(5)]
-    # planned on the loop's thread, in order; the two ranges read ahead are read on the helper thread
-    assert [e[:2] for e in events if e[0] != "read"] == [
-        ("open", 0), ("write", 0),
-        ("open", 1), ("write", 1),  # 5 rows: read alone
-        ("open", 2), ("open", 3), ("write", 2),  # 3 is planned, and read, while 2 is written
-        ("open", 4), ("write", 3),
-        ("write", 4),
+    # the loop plans and reads the ranges not read ahead; the helper plans, then reads, the two that are
+    loop = [e[:2] for e in events if e[0] == "write" or not e[2]]
+    assert loop == [
+        ("open", 0), ("read", 0), ("write", 0), ("read", 0),  # a new pipeline's first range is checked
+        ("open", 1), ("write", 1), ("read", 1),  # 5 rows: read alone
+        ("open", 2), ("write", 2), ("read", 2),  # 3 is planned and read while 2 is written
+        ("write", 3), ("write", 4),
     ]  # fmt: skip
-    assert not [e for e in events if e[0] == "open" and e[2]]
-    assert sorted(e[1] for e in events if e[0] == "read" and e[2]) == [3, 4]
+    helper = [e[:2] for e in events if e[2] and e[0] != "write"]
+    assert helper == [("open", 3), ("read", 3), ("open", 4), ("read", 4)]
     assert not [t for t in threading.enumerate() if t.name.startswith("cdc2ch-read-ahead")]
 
 
@@ -128,3 +129,45 @@ def test_a_schema_break_read_ahead_resyncs_only_once_that_read_ended(monkeypatch
     monkeypatch.setattr(h, "_load_snapshot", snapshot)
     state = h.run()
     assert h.snapshots == [5] and state.committed_version == 5 and h.final() == h.expected()
+
+
+def test_a_new_pipeline_claims_itself_while_its_next_range_is_read(monkeypatch):
+    h = Harness(history(), max_rows_per_read=BOUND, from_version=2)  # ranges 2, 3, 4: 3 and 4 read ahead
+    read, acquire = FakeChanges.arrow_rows, h.lock.acquire
+    reading, during = threading.Event(), []
+
+    def rows(self, immutable_keys):
+        if self.start == 3:
+            reading.set()
+        return read(self, immutable_keys)
+
+    def claim():  # the claim waits for the read of range 3 to begin (False if it never does)
+        during.append(reading.wait(timeout=5))
+        acquire()
+
+    monkeypatch.setattr(FakeChanges, "arrow_rows", rows)
+    monkeypatch.setattr(h.lock, "acquire", claim)
+    assert h.run().committed_version == 4
+    assert during == [True] and len(h.db.tables["db.t"]["rows"]) == 3 + 3 + 2
+
+
+def test_a_refused_claim_writes_nothing_and_leaves_no_read_running(monkeypatch):
+    h = Harness(history(), max_rows_per_read=BOUND, from_version=2)
+    read = FakeChanges.arrow_rows
+    ended = []
+
+    def slow(self, immutable_keys):
+        time.sleep(0.2 if self.start == 3 else 0)
+        ended.append(self.start)
+        return read(self, immutable_keys)
+
+    def refused():
+        raise LockedError("Pipeline 'p' is already being run by another process.")
+
+    monkeypatch.setattr(FakeChanges, "arrow_rows", slow)
+    monkeypatch.setattr(h.lock, "acquire", refused)
+    with pytest.raises(LockedError, match="already being run"):
+        h.run()
+    assert h.db.tables == {} and h.store.states == {} and not h.store.ensured
+    assert 3 in ended  # the range read ahead ended before the refusal was raised
+    assert not [t for t in threading.enumerate() if t.name.startswith("cdc2ch-read-ahead")]
