@@ -99,13 +99,20 @@ def _spark_rank(change):
     return expr.otherwise(LIVE_RANK)
 
 
+def spark_changes(cdf, immutable_keys: bool = False):
+    """The Spark CDF rows to write: all of them, or without update pre-images when the caller promises that
+    updates never change key columns (--immutable-keys: pre-images are then redundant)."""
+    from pyspark.sql import functions as F
+
+    return cdf.where(F.col("_change_type") != F.lit(PREIMAGE)) if immutable_keys else cdf
+
+
 def spark_rows(cdf, immutable_keys: bool = False):
     """Spark DataFrame of CDF rows -> DataFrame in the target table's layout (user columns + metadata)."""
     from pyspark.sql import functions as F
 
+    cdf = spark_changes(cdf, immutable_keys)
     change = F.col("_change_type")
-    if immutable_keys:  # the caller promises updates never change key columns: pre-images are redundant
-        cdf = cdf.where(change != F.lit(PREIMAGE))
     commit = F.col("_commit_version").cast("long")
     return cdf.select(
         *[spark_col(c) for c in cdf.columns if c not in CDF_COLUMNS],
@@ -170,21 +177,31 @@ def sql_fixed_meta(commit_version: int, timestamp_ms: int, change_type: str) -> 
 
 # -- Arrow form ----------------------------------------------------------------------------------------------
 def arrow_rows(cdf: pa.Table, immutable_keys: bool = False) -> pa.Table:
-    """Arrow CDF rows -> the target layout, the same rule as `spark_rows` (for sources read without Spark)."""
+    """Arrow CDF rows -> the target layout, the same rule and the same Arrow schema as `spark_rows` (for
+    sources read without Spark, and for Spark's own collected change feed: computed here, vectorized, the
+    metadata columns cost the JVM nothing)."""
     change = cdf.column("_change_type")
     if immutable_keys:
         cdf = cdf.filter(pc.not_equal(change, PREIMAGE))
         change = cdf.column("_change_type")
-    rank = pa.array([LIVE_RANK] * cdf.num_rows, pa.int64())
+    rank = pa.scalar(LIVE_RANK, pa.int64())
     for change_type, r in RANK.items():
         if r != LIVE_RANK:
-            rank = pc.if_else(pc.equal(change, change_type), r, rank)
+            rank = pc.if_else(pc.equal(change, change_type), pa.scalar(r, pa.int64()), rank)
     commit = pc.cast(cdf.column("_commit_version"), pa.int64())
     user = [c for c in cdf.column_names if c not in CDF_COLUMNS]
+    # Fields as Spark's select gives them (a NOT NULL column stays so): the same batches, the same digests.
+    field = cdf.schema.field
+    commit_field, change_field = field("_commit_version").with_type(pa.int64()), field("_change_type")
+    schema = pa.schema(
+        [*(field(c) for c in user), commit_field, field("_commit_timestamp"), change_field,
+         pa.field("_is_deleted", pa.int8(), change_field.nullable),
+         pa.field("_version", pa.int64(), commit_field.nullable)]
+    )  # fmt: skip
     return pa.table(
         [*(cdf.column(c) for c in user), commit, cdf.column("_commit_timestamp"), change,
          pc.cast(pc.is_in(change, pa.array(DELETED)), pa.int8()), pc.add(pc.multiply(commit, SLOTS), rank)],
-        names=[*user, *WRITTEN_META],
+        schema=schema,
     )  # fmt: skip
 
 

@@ -164,3 +164,34 @@ def test_null_nested_values_become_empty(spark, sink, cli, database, tmp_path):
     assert sink.query_rows(f"SELECT arr, m, st FROM {database}.nested_nulls FINAL") == [
         ([], {}, {"a": None, "c": []})
     ]
+
+
+def test_the_collected_feed_has_the_bytes_of_the_spark_layout(spark, tmp_path):
+    """The driver collects the change feed as Spark scans it and computes the metadata columns in Arrow
+    (contract.arrow_rows); the executors compute them in Spark (contract.spark_rows). Both must give the
+    same schema, NOT NULL kept, and the same bytes: insert deduplication tokens digest them."""
+    from cdc2ch import contract
+    from cdc2ch.source.delta import DeltaSource
+    from tests.helpers import create_table
+
+    path = str(tmp_path / "layout")
+    create_table(spark, path, SCHEMA.replace("k BIGINT", "k BIGINT NOT NULL", 1))
+    spark.createDataFrame(ROWS, SCHEMA).write.format("delta").mode("append").save(path)  # version 1
+    spark.sql(f"UPDATE delta.`{path}` SET s = concat(s, '!'), k = k + 10 WHERE k = 3")  # a key changes
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE k = 4")
+    spark.sql(
+        f"MERGE INTO delta.`{path}` t USING (SELECT * FROM delta.`{path}` WHERE k = 1) s ON t.k = s.k + 1 "
+        "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+    )
+    order = [("k", "ascending"), ("_version", "ascending")]
+    source = DeltaSource(spark, path)
+    for start, end in ((1, 1), (2, 4)):
+        for immutable_keys in (False, True):
+            changes = source.changes(start, end)
+            got = changes.arrow_rows(immutable_keys)
+            want = changes.spark_rows(immutable_keys).toArrow()
+            assert got.schema.equals(want.schema, check_metadata=True), (start, immutable_keys)
+            assert not got.schema.field("k").nullable and got.num_rows == want.num_rows > 0
+            assert contract.digest(got.sort_by(order)) == contract.digest(want.sort_by(order))
+    preimages = source.changes(2, 4).arrow_rows(False).column("_change_type").to_pylist()
+    assert preimages.count(contract.PREIMAGE) == 2  # the UPDATE's and the MERGE's, dropped above when asked
