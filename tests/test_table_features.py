@@ -461,3 +461,5 @@ def test_the_change_feed_is_read_as_a_file_scan_and_equals_the_documented_read(s
         order = [("id", "ascending"), ("_version", "ascending")]
         got, want = (c.arrow_rows(False).sort_by(order) for c in (scanned, documented))
         assert got.num_rows > 0 and got.equals(want), (start, end)
+    # A service's warm-up reads one row through the same frame and Arrow step (None would mean it failed).
+    assert all(source.warm_up(immutable) is not None for immutable in (False, True))

@@ -272,7 +272,7 @@ class DeltaSource:
         t0 = time.monotonic()
         try:
             latest = self.latest_version()
-            self.changes(latest, latest).spark_rows(immutable_keys).limit(1).toArrow()
+            contract.arrow_rows(self.changes(latest, latest).feed(immutable_keys).limit(1).toArrow())
         except Exception:
             return None
         return time.monotonic() - t0
@@ -402,11 +402,13 @@ class SparkChanges:
     def spark_rows(self, immutable_keys: bool):
         return contract.spark_rows(variants_as_json(self.frame), immutable_keys)
 
+    def feed(self, immutable_keys: bool):
+        """The Spark frame arrow_rows collects: Spark only scans (and drops pre-images); the metadata
+        columns are computed on the Arrow rows, which took a fifth off a warm read of W1's and W2's ranges."""
+        return contract.spark_changes(variants_as_json(self.frame), immutable_keys)
+
     def arrow_rows(self, immutable_keys: bool) -> pa.Table:
-        # Spark only scans (and drops pre-images); the metadata columns are computed on the Arrow rows,
-        # which took a fifth off a warm read of W1's and W2's ranges.
-        cdf = contract.spark_changes(variants_as_json(self.frame), immutable_keys)
-        rows = self.source.collect(cdf, "the change data feed", self.start, self.end)
+        rows = self.source.collect(self.feed(immutable_keys), "the change data feed", self.start, self.end)
         return contract.arrow_rows(rows)
 
     def read_error(self, exc: Exception) -> Exception:
