@@ -205,6 +205,24 @@ def arrow_rows(cdf: pa.Table, immutable_keys: bool = False) -> pa.Table:
     )  # fmt: skip
 
 
+def arrow_snapshot_rows(
+    rows: pa.Table, commit_version: int, timestamp_ms: int, meta: pa.Schema, change_type: str = SNAPSHOT
+) -> pa.Table:
+    """Arrow rows of a table at `commit_version` -> the target layout, as `spark_snapshot_rows` gives it: the
+    metadata are constants, appended here instead of converted per row by the JVM. `meta`: the fields Spark
+    gives them (time zone and NOT NULL included), so the batches have the same schema and bytes."""
+    values = (
+        int(commit_version),
+        int(timestamp_ms) * 1000,  # microseconds, as Spark's timestamps
+        change_type,
+        int(is_deleted(change_type)),
+        version(commit_version, change_type),
+    )
+    fields = [meta.field(name) for name in WRITTEN_META]
+    columns = [pa.repeat(pa.scalar(v, f.type), rows.num_rows) for v, f in zip(values, fields)]
+    return pa.table([*rows.columns, *columns], schema=pa.schema([*rows.schema, *fields]))
+
+
 # -- keys ----------------------------------------------------------------------------------------------------
 def null_keys(rows: pa.Table, primary_key) -> tuple[str, int, object] | None:
     """(key column, null count, first version) of the first key column holding nulls, else None.

@@ -45,6 +45,15 @@ class SchemaChangeError(SourceError):
 ELLIPSIS = "…"
 
 
+def error_text(exc: BaseException) -> str:
+    """An exception's text. A Spark error cannot be read once its JVM is gone (a local JVM exits when it runs
+    out of memory): then what happened, so the failure still gets its paragraph."""
+    try:
+        return str(exc)
+    except Exception:
+        return "Spark's JVM stopped; most often it ran out of memory, as its last log lines say"
+
+
 def one_line(text: str) -> str:
     """`text` with every run of whitespace (newlines included) as one space."""
     return " ".join(str(text).split())

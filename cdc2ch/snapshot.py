@@ -15,6 +15,7 @@ import hashlib
 import math
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from cdc2ch import contract, plan, schema
 from cdc2ch.clickhouse.ddl import TargetTables
@@ -22,11 +23,11 @@ from cdc2ch.clickhouse.lock import PipelineLock
 from cdc2ch.clickhouse.state import StateStore
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import RunConfig
-from cdc2ch.errors import SchemaChangeError, SourceError, StateError
+from cdc2ch.errors import SchemaChangeError, SourceError, StateError, error_text
 from cdc2ch.log import get_logger
 from cdc2ch.offset import PipelineState
 from cdc2ch.progress import Progress
-from cdc2ch.source.chunked import ChunkedFrame
+from cdc2ch.source.chunked import ChunkedFrame, arrow_schema
 from cdc2ch.source.delta import variants_as_json
 from cdc2ch.source.log import Commit
 from cdc2ch.writers.driver import insert_rows
@@ -138,34 +139,59 @@ class Snapshotter:
     # -- readers ----------------------------------------------------------------------------------
     def _spark_chunks(self, table, version: int, ts_ms: int, columns: list[str]) -> int | None:
         cfg = self.cfg
-        frame = ChunkedFrame(contract.spark_snapshot_rows(variants_as_json(table), version, ts_ms))
+        total = table.count()
+        user = variants_as_json(table)
+        # Spark reads the table's own columns; the metadata, constants here, are added in Arrow with the
+        # fields Spark would give them.
+        meta = arrow_schema(contract.spark_snapshot_rows(user, version, ts_ms))
+        frame = ChunkedFrame(user, total, cfg.max_rows_per_read)
         plan = "spark:" + frame.fingerprint()
         done = self.chunks.done(cfg.pipeline, version, plan)
-        progress = Progress(f"snapshot v{version}", table.count(), frame.count, len(frame.files))
+        progress = Progress(f"snapshot v{version}", total, frame.count, len(frame.files))
         progress.advance(sum(done.values()), len(done))
-        for chunk in range(frame.count):
-            if chunk in done:
-                continue
-            if self.stop.is_set():
-                return None
-            data = frame.read(chunk)
-            n = 0
-            if data is not None:
-                n, _, _ = insert_rows(
-                    self.sink,
-                    self.table_sql,
-                    data,
-                    cfg,
-                    f"version {version} of {self.source.uri}",
-                    functools.partial(contract.snapshot_batch_token, cfg.pipeline, version, plan, chunk),
-                    self.log,
-                    chunk=chunk,
-                )
-            self.chunks.record(cfg.pipeline, version, plan, chunk, n)
-            self.log.info("chunk", version=version, chunk=chunk, of=frame.count, rows=n)
-            progress.advance(n, 1)
+        todo = [chunk for chunk in range(frame.count) if chunk not in done]
+        # The next chunk is read while this one is written: the JVM reads while the engine inserts. Leaving
+        # the block waits for a read under way, so no Spark job outlives the snapshot.
+        with ThreadPoolExecutor(1, thread_name_prefix="cdc2ch-snapshot-read") as pool:
+            pending = pool.submit(frame.read, todo[0]) if todo else None
+            for i, chunk in enumerate(todo):
+                if self.stop.is_set():
+                    return None
+                try:
+                    data = pending.result()
+                except Exception as exc:
+                    raise self._read_error(exc, version, chunk, total // max(1, len(frame.files))) from exc
+                pending = pool.submit(frame.read, todo[i + 1]) if i + 1 < len(todo) else None
+                n = 0
+                if data is not None:
+                    n, _, _ = insert_rows(
+                        self.sink,
+                        self.table_sql,
+                        contract.arrow_snapshot_rows(data, version, ts_ms, meta),
+                        cfg,
+                        f"version {version} of {self.source.uri}",
+                        functools.partial(contract.snapshot_batch_token, cfg.pipeline, version, plan, chunk),
+                        self.log,
+                        chunk=chunk,
+                    )
+                self.chunks.record(cfg.pipeline, version, plan, chunk, n)
+                self.log.info("chunk", version=version, chunk=chunk, of=frame.count, rows=n)
+                progress.advance(n, 1)
         progress.done()
         return sum(self.chunks.done(cfg.pipeline, version, plan).values())
+
+    def _read_error(self, exc: Exception, version: int, chunk: int, rows_per_file: int) -> Exception:
+        """A chunk's read failure in the user's terms; running out of memory says what to change."""
+        text = error_text(exc)
+        if "OutOfMemoryError" not in text and "out of memory" not in text:
+            return self.source.translate(exc, f"chunk {chunk} of the snapshot", version, None)
+        return SourceError(
+            f"Spark ran out of memory reading chunk {chunk} of the snapshot of version {version} of "
+            f"{self.source.uri}. A chunk is read whole into memory, and Parquet files are split only between "
+            f"row groups: the files of this version hold {rows_per_file:,} rows each on average. Give Spark "
+            f"more memory (--spark-conf spark.driver.memory=4g), or load with --reader clickhouse, which "
+            f"streams the files. Chunks already loaded are recorded: the same command resumes after them."
+        )
 
     def _clickhouse_chunks(self, table, version: int, ts_ms: int, columns: list[str]) -> int | None:
         """Push-down: ClickHouse reads the Delta table itself, a group of files per INSERT ... SELECT."""

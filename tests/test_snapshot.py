@@ -230,3 +230,35 @@ def test_killed_snapshot_resumes(spark, tmp_path):
     got = [tuple(json.loads(ln)) for ln in query.stdout.splitlines()]
     expected = [(r[0], r[1].decode()) for r in delta_rows(spark, path, columns=["id", "v"])]
     assert sorted(got) == sorted(expected) and len(got) == 60_000  # no duplicates after FINAL
+
+
+def test_a_chunk_too_large_for_spark_says_what_to_change(spark, tmp_path):
+    """A file of one large row group cannot be split, so its chunk is read whole. When that does not fit in
+    the JVM (which then exits), the snapshot stops with a paragraph naming the cause and the fixes, and
+    records no offset."""
+    path = str(tmp_path / "one_row_group")
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    hadoop.set("parquet.block.size", str(1 << 30))
+    try:
+        spark.range(0, 5_000_000, 1, 1).selectExpr("id", "repeat('x', 100) AS pad").write.format(
+            "delta"
+        ).save(path)
+    finally:
+        hadoop.unset("parquet.block.size")
+    dsn = f"chdb://{tmp_path / 'ch'}"
+    common = ("--table", path, "--primary-key", "id", "--target", "k.big", "--clickhouse", dsn)
+    proc = subprocess.run(
+        _cdc2ch("snapshot", *common, "--spark-conf", "spark.driver.memory=512m"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("cdc2ch: error: Spark ran out of memory reading chunk"), last
+    assert "5,000,000 rows each" in last and "spark.driver.memory" in last and "--reader clickhouse" in last
+    assert "Traceback" not in proc.stderr
+    status = subprocess.run(
+        _cdc2ch("status", "--clickhouse", dsn), capture_output=True, text=True, timeout=120
+    )
+    assert "No pipelines found" in status.stdout + status.stderr

@@ -195,3 +195,20 @@ def test_the_collected_feed_has_the_bytes_of_the_spark_layout(spark, tmp_path):
             assert contract.digest(got.sort_by(order)) == contract.digest(want.sort_by(order))
     preimages = source.changes(2, 4).arrow_rows(False).column("_change_type").to_pylist()
     assert preimages.count(contract.PREIMAGE) == 2  # the UPDATE's and the MERGE's, dropped above when asked
+
+    # A snapshot reads the table's columns a chunk at a time and appends its constant metadata in Arrow.
+    import pyarrow as pa
+
+    from cdc2ch.source.chunked import ChunkedFrame, arrow_schema
+
+    table = source.snapshot(4)
+    layout = contract.spark_snapshot_rows(table, 4, 1_700_000_000_123)
+    want = layout.toArrow()
+    frame = ChunkedFrame(table, table.count(), 1)  # a bound of one row: one partition per chunk
+    got = [frame.read(i) for i in range(frame.count)]
+    got = pa.concat_tables(
+        contract.arrow_snapshot_rows(t, 4, 1_700_000_000_123, arrow_schema(layout)) for t in got if t
+    )
+    assert got.schema.equals(want.schema, check_metadata=True) and not got.schema.field("_version").nullable
+    assert got.num_rows == want.num_rows == table.count() > 0
+    assert contract.digest(got.sort_by("k")) == contract.digest(want.sort_by("k"))

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 
 from cdc2ch import contract, schema
-from cdc2ch.errors import SourceError, summarise
+from cdc2ch.errors import SourceError, error_text, summarise
 from cdc2ch.source.log import (
     Commit,
     DeltaLog,
@@ -310,7 +310,7 @@ class DeltaSource:
             raise self.translate(exc, what, start, end) from exc
 
     def translate(self, exc: Exception, what: str, start: int | None, end: int | None) -> Exception:
-        text = str(exc)
+        text = error_text(exc)
         if start is None:
             span = "the latest version"
         else:

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 import pyarrow as pa
 
 from cdc2ch import contract, retry
-from cdc2ch.errors import SourceError, summarise
+from cdc2ch.errors import SourceError, error_text, summarise
 from cdc2ch.source import sharefiles
 from cdc2ch.source.log import Commit, estimate_rows
 from cdc2ch.source.sharing import SharingClient, SharingRefused, load_profile
@@ -284,7 +284,7 @@ class SharedChanges:
             try:
                 return contract.spark_rows(self._cdf(fresh=attempt > 1), immutable_keys).toArrow()
             except Exception as exc:
-                if sharefiles.EXPIRED not in str(exc) or attempt == READ_ATTEMPTS:
+                if sharefiles.EXPIRED not in error_text(exc) or attempt == READ_ATTEMPTS:
                     raise self.read_error(exc) from exc
         raise AssertionError("unreachable")
 
@@ -332,7 +332,7 @@ def advice(uri: str, client, exc: Exception, what: str, start: int | None, end: 
     """A refusal or a failed read as advice (the history and CDF cases, versions gone, expired URLs)."""
     span = "the latest version" if start is None else (
         f"versions {start}..{end}" if end is not None else f"version {start}")  # fmt: skip
-    text = (getattr(exc, "message", "") or str(exc)).lower()
+    text = (getattr(exc, "message", "") or error_text(exc)).lower()
     if isinstance(exc, SourceError) and not isinstance(exc, SharingRefused):
         return exc
     if sharefiles.EXPIRED.lower() in text:
@@ -365,7 +365,8 @@ def advice(uri: str, client, exc: Exception, what: str, start: int | None, end: 
                 f"`cdc2ch snapshot` at the latest version, then `cdc2ch run` continues from there."
             )
         return exc
-    first = next((ln for ln in str(exc).splitlines() if ln.strip()), str(exc))
+    whole = error_text(exc)
+    first = next((ln for ln in whole.splitlines() if ln.strip()), whole)
     return SourceError(f"Reading {what} for {span} of {uri} failed: {summarise(client.redact(first), 500)}")
 
 
