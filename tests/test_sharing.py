@@ -253,6 +253,28 @@ def test_expired_urls_are_requested_again(share, small, spark):
     assert rows.num_rows == cdf.count() == 20 + 5
 
 
+def test_the_collected_share_feed_has_the_bytes_of_the_spark_layout(share, spark):
+    """A shared range is collected as its feed, the metadata columns computed in Arrow (contract.arrow_rows);
+    the executors writer computes them in Spark (contract.spark_rows). Both must give the same schema and
+    bytes: insert deduplication tokens digest them."""
+    from cdc2ch import contract
+
+    path = str(share.root / "layout")
+    create_table(spark, path, COLS)
+    _append(spark, path, [(i, "a", f"n{i}", 1.0) for i in range(10)])
+    spark.sql(f"UPDATE delta.`{path}` SET id = id + 100 WHERE id = 3")  # a key changes: a pre-image
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 4")
+    share.share("prov.sales.layout", path)
+    changes = open_source(spark, _url(share, "layout")).changes(1, latest_version(spark, path))
+    order = [(c, "ascending") for c in ("id", "_version")]
+    for immutable_keys in (False, True):
+        got = changes.arrow_rows(immutable_keys)
+        want = changes.spark_rows(immutable_keys).toArrow()
+        assert got.schema.equals(want.schema, check_metadata=True), immutable_keys
+        assert got.num_rows == want.num_rows == 10 + 1 + (1 if immutable_keys else 2)
+        assert contract.digest(got.sort_by(order)) == contract.digest(want.sort_by(order))
+
+
 def test_history_not_shared_says_what_to_enable_and_snapshot_is_the_way_in(
     share, small, spark, sink, cli, database
 ):

@@ -282,7 +282,9 @@ class SharedChanges:
         """The rows, read again with fresh URLs from the server when the storage refuses the old ones."""
         for attempt in range(1, READ_ATTEMPTS + 1):
             try:
-                return contract.spark_rows(self._cdf(fresh=attempt > 1), immutable_keys).toArrow()
+                # Spark only reads the feed; the metadata columns are computed in Arrow, as for Delta tables.
+                feed = contract.spark_changes(self._cdf(fresh=attempt > 1), immutable_keys)
+                return contract.arrow_rows(feed.toArrow())
             except Exception as exc:
                 if sharefiles.EXPIRED not in error_text(exc) or attempt == READ_ATTEMPTS:
                     raise self.read_error(exc) from exc
