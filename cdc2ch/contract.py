@@ -13,7 +13,8 @@ touched it: a key deleted and re-inserted in one commit is alive, the old key of
 is gone, an ordinary UPDATE's pre-image is outranked by its post-image. No per-key work in Spark.
 
 The rule is written once (RANK, DELETED, version()) and rendered in the three forms the writers need:
-Spark columns (`spark_rows`), ClickHouse SQL (`sql_change_meta`) and Arrow (`arrow_rows`). The insert
+Spark columns (`spark_rows`, `spark_snapshot_rows`), ClickHouse SQL (`sql_change_meta`, `sql_fixed_meta`)
+and Arrow (`arrow_rows`, `arrow_snapshot_rows`). The insert
 deduplication tokens, which make replays harmless, are defined here too.
 
 Functions used inside Spark tasks (`digest`, `executor_batch_token`, `null_keys`) depend on nothing but

@@ -217,7 +217,7 @@ CATALOGUE: tuple[Option, ...] = (
     Option("max-rows-per-read", PIPELINES, PIPELINE, type=click.INT, default=_DEFAULT["max_rows_per_read"],
            show_default=True,
            help="run: versions are read together until their estimated change rows reach this; "
-           "snapshot --reader clickhouse: rows per chunk. Bounds memory."),
+           "snapshot: rows per chunk (with Spark, as far as Parquet row groups allow). Bounds memory."),
     Option("retries", PIPELINES, PIPELINE, type=click.INT, default=_DEFAULT["retries"], show_default=True,
            help="Attempts per ClickHouse call on transient errors (exponential backoff) before giving up."),
     Option("lock-ttl", PIPELINES, PIPELINE, type=click.FLOAT, default=_DEFAULT["lock_ttl"],
