@@ -262,3 +262,30 @@ def test_a_chunk_too_large_for_spark_says_what_to_change(spark, tmp_path):
         _cdc2ch("status", "--clickhouse", dsn), capture_output=True, text=True, timeout=120
     )
     assert "No pipelines found" in status.stdout + status.stderr
+
+
+def test_chunks_hold_at_most_max_rows_as_far_as_row_groups_allow(spark, tmp_path):
+    """What the driver holds of a snapshot is bounded by --max-rows-per-read: Spark's file splits are sized
+    from the table's bytes per row. Parquet splits only between row groups, so a chunk may exceed the bound
+    by at most a row group."""
+    import pyarrow.parquet as pq
+
+    from cdc2ch.source.chunked import ChunkedFrame
+
+    path = str(tmp_path / "row_groups")
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    hadoop.set("parquet.block.size", str(1 << 20))  # one file of many row groups
+    try:
+        spark.range(0, 200_000, 1, 1).selectExpr("id", "sha2(cast(id AS STRING), 256) AS h").write.format(
+            "delta"
+        ).save(path)
+    finally:
+        hadoop.unset("parquet.block.size")
+    (data_file,) = [p for p in os.listdir(path) if p.endswith(".parquet")]
+    meta = pq.ParquetFile(os.path.join(path, data_file)).metadata
+    largest_group = max(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
+    assert meta.num_row_groups > 4
+    frame = ChunkedFrame(DeltaSource(spark, path).snapshot(0), 200_000, 30_000)
+    sizes = [t.num_rows if t else 0 for t in (frame.read(i) for i in range(frame.count))]
+    assert sum(sizes) == 200_000 and sum(1 for n in sizes if n) >= 6
+    assert max(sizes) <= 30_000 + largest_group
