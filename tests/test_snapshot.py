@@ -232,19 +232,22 @@ def test_killed_snapshot_resumes(spark, tmp_path):
     assert sorted(got) == sorted(expected) and len(got) == 60_000  # no duplicates after FINAL
 
 
+def _one_file(spark, path: str, rows: int, column: str, row_group_bytes: int) -> None:
+    """A Delta table of one Parquet file (`id` and `column`) whose row groups hold about `row_group_bytes`."""
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    hadoop.set("parquet.block.size", str(row_group_bytes))
+    try:
+        spark.range(0, rows, 1, 1).selectExpr("id", column).write.format("delta").save(path)
+    finally:
+        hadoop.unset("parquet.block.size")
+
+
 def test_a_chunk_too_large_for_spark_says_what_to_change(spark, tmp_path):
     """A file of one large row group cannot be split, so its chunk is read whole. When that does not fit in
     the JVM (which then exits), the snapshot stops with a paragraph naming the cause and the fixes, and
     records no offset."""
     path = str(tmp_path / "one_row_group")
-    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
-    hadoop.set("parquet.block.size", str(1 << 30))
-    try:
-        spark.range(0, 5_000_000, 1, 1).selectExpr("id", "repeat('x', 100) AS pad").write.format(
-            "delta"
-        ).save(path)
-    finally:
-        hadoop.unset("parquet.block.size")
+    _one_file(spark, path, 5_000_000, "repeat('x', 100) AS pad", row_group_bytes=1 << 30)
     dsn = f"chdb://{tmp_path / 'ch'}"
     common = ("--table", path, "--primary-key", "id", "--target", "k.big", "--clickhouse", dsn)
     proc = subprocess.run(
@@ -273,14 +276,7 @@ def test_chunks_hold_at_most_max_rows_as_far_as_row_groups_allow(spark, tmp_path
     from cdc2ch.source.chunked import ChunkedFrame
 
     path = str(tmp_path / "row_groups")
-    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
-    hadoop.set("parquet.block.size", str(1 << 20))  # one file of many row groups
-    try:
-        spark.range(0, 200_000, 1, 1).selectExpr("id", "sha2(cast(id AS STRING), 256) AS h").write.format(
-            "delta"
-        ).save(path)
-    finally:
-        hadoop.unset("parquet.block.size")
+    _one_file(spark, path, 200_000, "sha2(cast(id AS STRING), 256) AS h", row_group_bytes=1 << 20)
     (data_file,) = [p for p in os.listdir(path) if p.endswith(".parquet")]
     meta = pq.ParquetFile(os.path.join(path, data_file)).metadata
     largest_group = max(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
