@@ -45,13 +45,17 @@ class SchemaChangeError(SourceError):
 ELLIPSIS = "…"
 
 
+# What error_text says of an error that cannot be read: its JVM is gone.
+JVM_STOPPED = "Spark's JVM stopped; most often it ran out of memory, as its last log lines say"
+
+
 def error_text(exc: BaseException) -> str:
     """An exception's text. A Spark error cannot be read once its JVM is gone (a local JVM exits when it runs
-    out of memory): then what happened, so the failure still gets its paragraph."""
+    out of memory): then JVM_STOPPED, so the failure still gets its paragraph."""
     try:
         return str(exc)
     except Exception:
-        return "Spark's JVM stopped; most often it ran out of memory, as its last log lines say"
+        return JVM_STOPPED
 
 
 def one_line(text: str) -> str:

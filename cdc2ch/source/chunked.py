@@ -6,7 +6,7 @@ partitions asked for and serves their batches to this process. No Python worker 
 
 Memory is bounded by a chunk, so a chunk is bounded by rows: partitions are split from the table's bytes per
 row to hold at most `max_rows` / cores rows, where the files allow it (Parquet splits only between row
-groups). A chunk is as many partitions as Spark has cores, or one when larger partitions would not fit.
+groups). A chunk is as many partitions as Spark has cores, or fewer when larger partitions would not fit.
 """
 
 from __future__ import annotations
