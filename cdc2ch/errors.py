@@ -50,8 +50,15 @@ JVM_STOPPED = "Spark's JVM stopped; most often it ran out of memory, as its last
 
 
 def error_text(exc: BaseException) -> str:
-    """An exception's text. A Spark error cannot be read once its JVM is gone (a local JVM exits when it runs
-    out of memory): then JVM_STOPPED, so the failure still gets its paragraph."""
+    """An exception's text, or JVM_STOPPED when the JVM is gone (a local JVM exits when it runs out of
+    memory): a call under way then fails on its connection, and an error it returned can no longer be read.
+    Either way the failure still gets its paragraph."""
+    try:
+        from py4j.protocol import Py4JNetworkError
+    except ImportError:  # no Spark in this process: no JVM to lose
+        Py4JNetworkError = ()
+    if isinstance(exc, Py4JNetworkError):
+        return JVM_STOPPED
     try:
         return str(exc)
     except Exception:

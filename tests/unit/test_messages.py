@@ -12,7 +12,7 @@ from clickhouse_connect.driver.exceptions import DatabaseError
 from cdc2ch.app import failure_summary
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import RunConfig, TargetName
-from cdc2ch.errors import ELLIPSIS, SchemaChangeError, summarise
+from cdc2ch.errors import ELLIPSIS, JVM_STOPPED, SchemaChangeError, error_text, summarise
 from cdc2ch.metrics import Metrics
 from cdc2ch.runner import Slot
 from cdc2ch.status import ERROR_CHARS_IN_TABLE, render_table
@@ -122,3 +122,18 @@ def test_the_final_error_line_is_json_under_log_format_json():
         assert log.final(message, 2) == f"cdc2ch: error: {message}"
     finally:
         log.configure("console")
+
+
+def test_an_error_from_a_jvm_that_is_gone_is_told_as_such():
+    """A local JVM exits on OutOfMemoryError. A call under way then fails on its connection (py4j's
+    'Error while sending or receiving'), and an error it already returned cannot be turned into text: both
+    read as JVM_STOPPED, which the snapshot's out-of-memory paragraph recognises."""
+    from py4j.protocol import Py4JNetworkError
+
+    class Unreadable(Exception):
+        def __str__(self):
+            raise ConnectionRefusedError("the JVM is gone")
+
+    assert error_text(Py4JNetworkError("Error while sending or receiving")) == JVM_STOPPED
+    assert error_text(Unreadable()) == JVM_STOPPED
+    assert error_text(ValueError("plain")) == "plain"
