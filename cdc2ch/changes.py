@@ -1,10 +1,65 @@
-"""Rows in the target layout (contract.py), as Arrow, on their way into insert batches: a deterministic
-replay order, batches cut from it, and the keys one commit wrote twice."""
+"""Rows in the target layout (contract.py), as Arrow, on their way into insert batches: the rows a later one
+of the same key outranks left out, a deterministic replay order, batches cut from it, and the keys one
+commit wrote twice."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pyarrow as pa
 import pyarrow.compute as pc
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A range's rows ready to insert, and what was found on the way."""
+
+    rows: pa.Table  # without the rows another row of their key outranks
+    order: pa.Array  # replay order of `rows`
+    duplicates: list[dict]  # duplicate_keys()
+    across: dict | None  # repeated_across_commits(), when asked for
+
+
+def prepare(rows: pa.Table, primary_key: tuple[str, ...], across_commits: bool) -> Prepared:
+    """One sort by key serves the duplicate checks and finds the outranked rows; a second orders what is
+    left for replay (one sort in all when the rows share one `_version`, as a snapshot's do)."""
+    by_key = key_order(rows, primary_key)
+    duplicates = duplicate_keys(rows, primary_key, by_key)
+    span = pc.min_max(rows.column("_version"))
+    if (
+        span["min"].as_py() == span["max"].as_py()
+    ):  # one version: nothing is outranked, and key order is replay order
+        return Prepared(rows, by_key, duplicates, None)
+    across = repeated_across_commits(rows, primary_key, by_key) if across_commits else None
+    kept = latest_per_key(rows, primary_key, by_key)
+    return Prepared(kept, replay_order(kept, primary_key), duplicates, across)
+
+
+def key_order(rows: pa.Table, primary_key: tuple[str, ...]) -> pa.Array:
+    """Row indices by key, then `_version`: each key's rows next to each other, oldest first (stable)."""
+    return pc.sort_indices(
+        rows, sort_keys=[(k, "ascending") for k in primary_key] + [("_version", "ascending")]
+    )
+
+
+def latest_per_key(rows: pa.Table, primary_key: tuple[str, ...], by_key: pa.Array) -> pa.Table:
+    """`rows` without those a row of the same key and a higher `_version` outranks (design.md section 3):
+    FINAL would never show them, so they need not be written. An ordinary update's pre-image goes (its
+    post-image outranks it), a key-changing update's stays (no row of its key outranks it), and so does
+    every row of a key's newest `_version`, repeats included, in their order. Keys are not null here."""
+    n = rows.num_rows
+    if n < 2:
+        return rows
+    cols = rows.select([*primary_key, "_version"]).take(by_key)
+    head, tail = cols.slice(0, n - 1), cols.slice(1)
+    outranked = pc.less(head.column("_version"), tail.column("_version"))
+    for key in primary_key:
+        outranked = pc.and_(outranked, pc.equal(head.column(key), tail.column(key)))
+    outranked = pc.fill_null(outranked, False)
+    if not pc.any(outranked).as_py():
+        return rows
+    keep = pc.invert(pa.concat_arrays([outranked.combine_chunks(), pa.array([False])]))
+    return rows.take(by_key.filter(keep))
 
 
 def replay_order(rows: pa.Table, primary_key: tuple[str, ...]) -> pa.Array:
@@ -27,7 +82,7 @@ def duplicate_keys(
     """Keys written live more than once by one commit: the Delta table holds duplicate keys, and
     ClickHouse will keep only one of those rows. One summary per version (at most `limit`).
 
-    In replay `order` such rows sit next to each other: one vectorised comparison of each row with the
+    In key or replay `order` such rows sit next to each other: one vectorised comparison of each row with the
     next finds them, and only the rare tables that have some pay for the summary.
     """
     rows = rows.select(["_commit_version", "_version", "_is_deleted", *primary_key]).take(order)
@@ -58,21 +113,22 @@ def duplicate_keys(
     return out
 
 
-def repeated_across_commits(rows: pa.Table, primary_key: tuple[str, ...]) -> dict | None:
+def repeated_across_commits(
+    rows: pa.Table, primary_key: tuple[str, ...], by_key: pa.Array | None = None
+) -> dict | None:
     """Keys written live by one commit and live again by a later one with no delete or update pre-image in
     between: an insert never replaces a row in Delta, so each such repeat is one more row with that key in
     the table, and ClickHouse will keep one per key. Found within `rows` (one read range); None if none.
 
     Needs the rows' update pre-images (tombstones): without them (--immutable-keys) an update looks the same,
-    so callers do not ask then. Costs one sort of the key columns, and only when the rows span commits.
+    so callers do not ask then. Costs one sort of the key columns (none given `by_key`, key_order()), and
+    only when the rows span commits.
     """
     versions = rows.column("_commit_version")
     if rows.num_rows < 2 or pc.min(versions).as_py() == pc.max(versions).as_py():
         return None
     cols = rows.select([*primary_key, "_version", "_is_deleted", "_commit_version"])
-    cols = cols.take(
-        pc.sort_indices(cols, sort_keys=[(k, "ascending") for k in primary_key] + [("_version", "ascending")])
-    )
+    cols = cols.take(key_order(cols, primary_key) if by_key is None else by_key)
     head, tail = cols.slice(0, cols.num_rows - 1), cols.slice(1)
     repeat = pc.and_(
         pc.and_(pc.equal(head.column("_is_deleted"), 0), pc.equal(tail.column("_is_deleted"), 0)),

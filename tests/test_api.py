@@ -64,7 +64,7 @@ def test_replicate_uses_the_session_as_it_is_and_logs_through_logging(
         first_latest,
         first_latest,
     )
-    assert first.rows == 70  # 50 inserts, 10 updates as pre- and post-image
+    assert first.rows == 50  # 50 inserts, 10 of them updated since: each key's newest row
     assert first.versions == first_latest + 1 and first.seconds > 0
     assert_replicated(spark, sink, path, target)
 

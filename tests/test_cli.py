@@ -72,7 +72,7 @@ def test_status_and_query(spark, cli, database, small_table):
     assert (row["committed_version"], row["latest_version"], row["versions_behind"]) == (2, 4, 2)
     assert row["seconds_behind"] == pytest.approx((history[4] - history[2]) / 1000, abs=0.002)
     assert row["seconds_behind"] > 0
-    assert row["rows_written"] == 4  # version 1: two inserts; version 2: an update's pre- and post-image
+    assert row["rows_written"] == 2  # two inserts, then an update of one: each key's newest row is written
     assert (
         row["pipeline"] == str(target) and row["error"] is None and row["last_success"] and row["last_commit"]
     )

@@ -1,9 +1,9 @@
 """Driver writes: rows collected to this process as Arrow and inserted in batches (`run` and `snapshot`).
 
-One insert loop for both: refuse null keys, put the rows in replay order (so a replay cuts the same
-batches), warn about keys the Delta table holds more than once (written twice by one commit, or live
-again in a later commit without a delete in between), then insert batch by batch, each with its deduplication
-token.
+One insert loop for both: refuse null keys, warn about keys the Delta table holds more than once (written
+twice by one commit, or live again in a later commit without a delete in between), leave out the rows a
+later row of their key outranks (FINAL would not show them), put the rest in replay order (so a replay cuts
+the same batches), then insert batch by batch, each with its deduplication token.
 """
 
 from __future__ import annotations
@@ -39,17 +39,18 @@ def insert_rows(
     on_batch: Callable[[int, pa.Table, float], None] = lambda i, batch, seconds: None,
     **context,
 ) -> tuple[int, int, bool]:
-    """Insert `rows` (target layout) in batches of cfg.batch_size. Returns (rows written, batches written,
-    complete): complete is False when `stop` was set before the last batch."""
+    """Insert `rows` (target layout) in batches of cfg.batch_size, without the outranked ones. Returns (rows
+    written, batches written, complete): complete is False when `stop` was set before the last batch."""
     contract.check_keys(rows, cfg.primary_key, where)
-    order = changes.replay_order(rows, cfg.primary_key)
-    for dup in changes.duplicate_keys(rows, cfg.primary_key, order):
+    ready = changes.prepare(rows, cfg.primary_key, across_commits=not cfg.immutable_keys)
+    for dup in ready.duplicates:
         log.warning("duplicate_keys", where=where, **context, **dup, hint=DUPLICATES_HINT)
-    across = None if cfg.immutable_keys else changes.repeated_across_commits(rows, cfg.primary_key)
-    if across is not None:
-        log.warning("duplicate_keys_across_commits", where=where, **context, **across, hint=DUPLICATES_HINT)
+    if ready.across is not None:
+        log.warning(
+            "duplicate_keys_across_commits", where=where, **context, **ready.across, hint=DUPLICATES_HINT
+        )
     written = batches = 0
-    for i, batch in enumerate(changes.batches(rows, cfg.batch_size, order)):
+    for i, batch in enumerate(changes.batches(ready.rows, cfg.batch_size, ready.order)):
         if stop is not None and stop.is_set():
             return written, batches, False
         t0 = time.monotonic()
