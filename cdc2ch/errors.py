@@ -1,5 +1,6 @@
 """Errors a user can cause or meet. Each carries one paragraph: what happened and what to do."""
 
+import os
 import re
 
 
@@ -51,18 +52,49 @@ JVM_STOPPED = "Spark's JVM stopped; most often it ran out of memory, as its last
 
 def error_text(exc: BaseException) -> str:
     """An exception's text, or JVM_STOPPED when the JVM is gone (a local JVM exits when it runs out of
-    memory): a call under way then fails on its connection, and an error it returned can no longer be read.
-    Either way the failure still gets its paragraph."""
+    memory): a call under way then fails on its connection, the next call cannot connect (even the one
+    PySpark makes to describe the error), and an error it returned can no longer be read. Either way the
+    failure still gets its paragraph."""
     try:
         from py4j.protocol import Py4JNetworkError
     except ImportError:  # no Spark in this process: no JVM to lose
         Py4JNetworkError = ()
-    if isinstance(exc, Py4JNetworkError):
+    if isinstance(exc, Py4JNetworkError) or (
+        isinstance(exc, ConnectionRefusedError) and _raised_by_py4j(exc)
+    ):
         return JVM_STOPPED
     try:
         return str(exc)
     except Exception:
         return JVM_STOPPED
+
+
+def _raised_by_py4j(exc: BaseException) -> bool:
+    """Whether `exc` was raised inside py4j: refused there, it is the JVM's gateway that is gone."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and f"{os.sep}py4j{os.sep}" in tb.tb_frame.f_code.co_filename
+
+
+CHANGE_FEED = "the change data feed"  # what a range read reads, in messages
+
+
+def out_of_memory(text: str) -> bool:
+    """Whether an error's text (error_text) says Spark ran out of memory: its heap, its direct memory
+    (Arrow's buffers, `OutOfMemoryException`), or its JVM exited, as a local one does on OutOfMemoryError."""
+    return text == JVM_STOPPED or "OutOfMemoryError" in text or "OutOfMemoryException" in text
+
+
+def range_out_of_memory(uri: str, span: str) -> SourceError:
+    """A change-feed range too large for Spark's memory: what to change."""
+    return SourceError(
+        f"Spark ran out of memory reading the change data feed for {span} of {uri}. A read range is held "
+        f"whole in memory, and one version is never split across ranges. Read smaller ranges with a lower "
+        f"--max-rows-per-read, give Spark more memory (--spark-conf spark.driver.memory=4g), or, where "
+        f"ClickHouse can reach the table's files, use --reader clickhouse. Nothing after the last committed "
+        f"version was recorded: the same command resumes there."
+    )
 
 
 def one_line(text: str) -> str:

@@ -23,7 +23,7 @@ from cdc2ch.clickhouse.lock import PipelineLock
 from cdc2ch.clickhouse.state import StateStore
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import RunConfig
-from cdc2ch.errors import JVM_STOPPED, SchemaChangeError, SourceError, StateError, error_text
+from cdc2ch.errors import SchemaChangeError, SourceError, StateError, error_text, out_of_memory
 from cdc2ch.log import get_logger
 from cdc2ch.offset import PipelineState
 from cdc2ch.progress import Progress
@@ -183,7 +183,7 @@ class Snapshotter:
     def _read_error(self, exc: Exception, version: int, chunk: int, rows_per_file: int) -> Exception:
         """A chunk's read failure in the user's terms; running out of memory says what to change."""
         text = error_text(exc)
-        if "OutOfMemoryError" not in text and text != JVM_STOPPED:
+        if not out_of_memory(text):
             return self.source.translate(exc, f"chunk {chunk} of the snapshot", version, None)
         return SourceError(
             f"Spark ran out of memory reading chunk {chunk} of the snapshot of version {version} of "

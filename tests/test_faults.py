@@ -380,3 +380,47 @@ def test_one_process_per_embedded_database(spark, tmp_path):
         "query", "SELECT released FROM cdc2ch.cdc2ch_locks FINAL", "--format", "TSV", "--clickhouse", dsn
     )
     assert query.wait() == 0 and query.stdout.split() == ["1"], query.stderr
+
+
+def test_a_range_too_large_for_spark_says_what_to_change(spark, tmp_path):
+    """A version is read whole, so one larger than the JVM's memory cannot be read: `run` stops with a
+    paragraph naming the cause and the fixes, and a new pipeline (its first range this one) leaves nothing
+    behind."""
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "big_version")
+    create_table(spark, path, "id BIGINT, pad STRING")
+    spark.range(0, 5_000_000, 1, 1).selectExpr("id", "repeat('x', 100) AS pad").write.format("delta").mode(
+        "append"
+    ).save(path)
+    dsn = f"chdb://{tmp_path / 'ch'}"
+    cli = [sys.executable, "-m", "cdc2ch"]
+    proc = subprocess.run(
+        [
+            *cli,
+            "run",
+            "--table",
+            path,
+            "--primary-key",
+            "id",
+            "--target",
+            "k.big",
+            "--clickhouse",
+            dsn,
+            "--once",
+        ]
+        + ["--from-version", "1", "--spark-conf", "spark.driver.memory=512m"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("cdc2ch: error: Spark ran out of memory reading the change data feed for"), last
+    assert "--max-rows-per-read" in last and "spark.driver.memory" in last and "--reader clickhouse" in last
+    assert "Traceback" not in proc.stderr
+    status = subprocess.run(
+        [*cli, "status", "--clickhouse", dsn], capture_output=True, text=True, timeout=120
+    )
+    assert "No pipelines found" in status.stdout + status.stderr

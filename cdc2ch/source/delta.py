@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 
 from cdc2ch import contract, schema
-from cdc2ch.errors import SourceError, error_text, summarise
+from cdc2ch.errors import CHANGE_FEED, SourceError, error_text, out_of_memory, range_out_of_memory, summarise
 from cdc2ch.source.log import (
     Commit,
     DeltaLog,
@@ -262,7 +262,7 @@ class DeltaSource:
                         .load(self.location)
                     )
             except Exception as exc:  # Delta checks the range when the read is planned
-                raise self.translate(exc, "the change data feed", start, end) from exc
+                raise self.translate(exc, CHANGE_FEED, start, end) from exc
         return SparkChanges(self, frame, start, end)
 
     def warm_up(self, immutable_keys: bool) -> float | None:
@@ -334,6 +334,8 @@ class DeltaSource:
                 f"These changes can no longer be replayed: resync with `cdc2ch snapshot` at the latest "
                 f"version, then `cdc2ch run` continues from there."
             )
+        if what == CHANGE_FEED and out_of_memory(text):
+            return range_out_of_memory(self.uri, span)
         first = next((ln for ln in text.splitlines() if ln.strip()), text)
         return SourceError(f"Reading {what} for {span} of {self.uri} failed: {summarise(first, 500)}")
 
@@ -408,11 +410,11 @@ class SparkChanges:
         return contract.spark_changes(variants_as_json(self.frame), immutable_keys)
 
     def arrow_rows(self, immutable_keys: bool) -> pa.Table:
-        rows = self.source.collect(self.feed(immutable_keys), "the change data feed", self.start, self.end)
+        rows = self.source.collect(self.feed(immutable_keys), CHANGE_FEED, self.start, self.end)
         return contract.arrow_rows(rows)
 
     def read_error(self, exc: Exception) -> Exception:
-        return self.source.translate(exc, "the change data feed", self.start, self.end)
+        return self.source.translate(exc, CHANGE_FEED, self.start, self.end)
 
 
 def check_table(spark, location: str, name: str | None) -> None:

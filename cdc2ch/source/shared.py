@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 import pyarrow as pa
 
 from cdc2ch import contract, retry
-from cdc2ch.errors import SourceError, error_text, summarise
+from cdc2ch.errors import CHANGE_FEED, SourceError, error_text, out_of_memory, range_out_of_memory, summarise
 from cdc2ch.source import sharefiles
 from cdc2ch.source.log import Commit, estimate_rows
 from cdc2ch.source.sharing import SharingClient, SharingRefused, load_profile
@@ -74,7 +74,7 @@ class SharedSource:
         try:
             lines = self.client.changes(start, end)
         except SharingRefused as exc:
-            raise self.translate(exc, "the change data feed", start, end) from None
+            raise self.translate(exc, CHANGE_FEED, start, end) from None
         self._check(lines)
         self._answer = (start, end, time.monotonic(), lines)
         return lines
@@ -291,7 +291,7 @@ class SharedChanges:
         raise AssertionError("unreachable")
 
     def read_error(self, exc: Exception) -> Exception:
-        return self.source.translate(exc, "the change data feed", self.start, self.end)
+        return self.source.translate(exc, CHANGE_FEED, self.start, self.end)
 
 
 def no_history_advice(uri: str, span: str, why: str) -> str:
@@ -368,6 +368,8 @@ def advice(uri: str, client, exc: Exception, what: str, start: int | None, end: 
             )
         return exc
     whole = error_text(exc)
+    if what == CHANGE_FEED and out_of_memory(whole):
+        return range_out_of_memory(uri, span)
     first = next((ln for ln in whole.splitlines() if ln.strip()), whole)
     return SourceError(f"Reading {what} for {span} of {uri} failed: {summarise(client.redact(first), 500)}")
 

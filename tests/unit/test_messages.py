@@ -12,7 +12,15 @@ from clickhouse_connect.driver.exceptions import DatabaseError
 from cdc2ch.app import failure_summary
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import RunConfig, TargetName
-from cdc2ch.errors import ELLIPSIS, JVM_STOPPED, SchemaChangeError, error_text, summarise
+from cdc2ch.errors import (
+    CHANGE_FEED,
+    ELLIPSIS,
+    JVM_STOPPED,
+    SchemaChangeError,
+    error_text,
+    out_of_memory,
+    summarise,
+)
 from cdc2ch.metrics import Metrics
 from cdc2ch.runner import Slot
 from cdc2ch.status import ERROR_CHARS_IN_TABLE, render_table
@@ -136,4 +144,34 @@ def test_an_error_from_a_jvm_that_is_gone_is_told_as_such():
 
     assert error_text(Py4JNetworkError("Error while sending or receiving")) == JVM_STOPPED
     assert error_text(Unreadable()) == JVM_STOPPED
+
+    def refused(where: str) -> ConnectionRefusedError:  # the next call cannot reach the gateway
+        try:
+            exec(compile("raise ConnectionRefusedError(111, 'Connection refused')", where, "exec"))
+        except ConnectionRefusedError as exc:
+            return exc
+
+    assert error_text(refused("/venv/site-packages/py4j/clientserver.py")) == JVM_STOPPED
+    assert (
+        error_text(refused("/venv/site-packages/urllib3/connection.py")) == "[Errno 111] Connection refused"
+    )
     assert error_text(ValueError("plain")) == "plain"
+
+
+def test_spark_out_of_memory_is_recognised_in_each_form_and_a_range_read_says_what_to_change():
+    from cdc2ch.source.shared import advice
+
+    heap = "java.lang.OutOfMemoryError: Java heap space\n\tat java.base/java.util.Arrays.copyOf"
+    arrow = "org.apache.arrow.memory.OutOfMemoryException: Failure allocating buffer."
+    assert all(out_of_memory(t) for t in (heap, arrow, JVM_STOPPED))
+    assert not out_of_memory("java.io.FileNotFoundException: part-0001.parquet")
+
+    class Client:  # the one call advice() makes of a sharing client
+        def redact(self, text):
+            return text
+
+    found = advice("share#s.t", Client(), RuntimeError(arrow), CHANGE_FEED, 3, 5)
+    assert str(found).startswith("Spark ran out of memory reading the change data feed for versions 3..5 of")
+    assert "--max-rows-per-read" in str(found) and "spark.driver.memory" in str(found)
+    other = advice("share#s.t", Client(), RuntimeError(arrow), "the metadata", None, None)
+    assert str(other).startswith("Reading the metadata for the latest version of share#s.t failed")
