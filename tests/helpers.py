@@ -218,3 +218,25 @@ def job_config(path: str, target: TargetName, dsn: str, **options):
         once=True,
         **options,
     )
+
+
+def out_of_memory_paragraph(command: str, *args: str, dsn: str) -> str:
+    """Run `cdc2ch <command> <args>` on the embedded target `dsn` with a 512 MiB driver heap, expecting it
+    to run out of memory: checks exit code 1, no traceback and no pipeline recorded; returns the last line."""
+    import subprocess
+    import sys
+
+    cli = [sys.executable, "-m", "cdc2ch"]
+    proc = subprocess.run(
+        [*cli, command, *args, "--clickhouse", dsn, "--spark-conf", "spark.driver.memory=512m"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    status = subprocess.run(
+        [*cli, "status", "--clickhouse", dsn], capture_output=True, text=True, timeout=120
+    )
+    assert "No pipelines found" in status.stdout + status.stderr
+    return proc.stderr.strip().splitlines()[-1]

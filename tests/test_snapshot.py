@@ -22,6 +22,7 @@ from tests.helpers import (
     delta_rows,
     job_config,
     latest_version,
+    out_of_memory_paragraph,
 )
 
 COLS = "id BIGINT, part STRING, name STRING, amount DECIMAL(18,4), at TIMESTAMP, day DATE"
@@ -248,23 +249,11 @@ def test_a_chunk_too_large_for_spark_says_what_to_change(spark, tmp_path):
     records no offset."""
     path = str(tmp_path / "one_row_group")
     _one_file(spark, path, 5_000_000, "repeat('x', 100) AS pad", row_group_bytes=1 << 30)
-    dsn = f"chdb://{tmp_path / 'ch'}"
-    common = ("--table", path, "--primary-key", "id", "--target", "k.big", "--clickhouse", dsn)
-    proc = subprocess.run(
-        _cdc2ch("snapshot", *common, "--spark-conf", "spark.driver.memory=512m"),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    last = proc.stderr.strip().splitlines()[-1]
+    last = out_of_memory_paragraph(
+        "snapshot", "--table", path, "--primary-key", "id", "--target", "k.big", dsn=f"chdb://{tmp_path / 'ch'}"
+    )  # fmt: skip
     assert last.startswith("cdc2ch: error: Spark ran out of memory reading chunk"), last
     assert "5,000,000 rows each" in last and "spark.driver.memory" in last and "--reader clickhouse" in last
-    assert "Traceback" not in proc.stderr
-    status = subprocess.run(
-        _cdc2ch("status", "--clickhouse", dsn), capture_output=True, text=True, timeout=120
-    )
-    assert "No pipelines found" in status.stdout + status.stderr
 
 
 def test_chunks_hold_at_most_max_rows_as_far_as_row_groups_allow(spark, tmp_path):
