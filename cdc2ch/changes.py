@@ -26,9 +26,7 @@ def prepare(rows: pa.Table, primary_key: tuple[str, ...], across_commits: bool) 
     by_key = key_order(rows, primary_key)
     duplicates = duplicate_keys(rows, primary_key, by_key)
     span = pc.min_max(rows.column("_version"))
-    if (
-        span["min"].as_py() == span["max"].as_py()
-    ):  # one version: nothing is outranked, and key order is replay order
+    if span["min"].as_py() == span["max"].as_py():  # nothing outranked; key order is replay order
         return Prepared(rows, by_key, duplicates, None)
     across = repeated_across_commits(rows, primary_key, by_key) if across_commits else None
     kept = latest_per_key(rows, primary_key, by_key)
