@@ -21,15 +21,17 @@ class Prepared:
 
 
 def prepare(rows: pa.Table, primary_key: tuple[str, ...], across_commits: bool) -> Prepared:
-    """One sort by key serves the duplicate checks and finds the outranked rows; a second orders what is
-    left for replay (one sort in all when the rows share one `_version`, as a snapshot's do)."""
+    """One sort by key serves the duplicate checks and finds the outranked rows, all three from the same
+    neighbouring rows; a second sort orders what is left for replay (one sort in all when the rows share one
+    `_version`, as a snapshot's do)."""
     by_key = key_order(rows, primary_key)
-    duplicates = duplicate_keys(rows, primary_key, by_key)
+    pairs = _neighbours(rows, primary_key, by_key)
+    duplicates = _duplicates(pairs, primary_key)
     span = pc.min_max(rows.column("_version"))
     if span["min"].as_py() == span["max"].as_py():  # nothing outranked; key order is replay order
         return Prepared(rows, by_key, duplicates, None)
-    across = repeated_across_commits(rows, primary_key, by_key) if across_commits else None
-    kept = latest_per_key(rows, primary_key, by_key)
+    across = _repeats(pairs, primary_key) if across_commits else None
+    kept = _latest(rows, by_key, pairs)
     return Prepared(kept, replay_order(kept, primary_key), duplicates, across)
 
 
@@ -40,20 +42,33 @@ def key_order(rows: pa.Table, primary_key: tuple[str, ...]) -> pa.Array:
     )
 
 
-def latest_per_key(rows: pa.Table, primary_key: tuple[str, ...], by_key: pa.Array) -> pa.Table:
+Pairs = tuple[pa.Table, pa.Table, pa.ChunkedArray] | None
+
+
+def _neighbours(rows: pa.Table, primary_key: tuple[str, ...], order: pa.Array) -> Pairs:
+    """Each row beside the next one in `order`: (head, tail, whether their keys are equal), over the key and
+    metadata columns; None for fewer than two rows. The checks below compare neighbours this way."""
+    cols = rows.select([*primary_key, "_commit_version", "_version", "_is_deleted"]).take(order)
+    n = cols.num_rows
+    if n < 2:
+        return None
+    head, tail = cols.slice(0, n - 1), cols.slice(1)
+    same = pc.equal(head.column(primary_key[0]), tail.column(primary_key[0]))
+    for key in primary_key[1:]:
+        same = pc.and_(same, pc.equal(head.column(key), tail.column(key)))
+    return head, tail, same
+
+
+def _latest(rows: pa.Table, by_key: pa.Array, pairs: Pairs) -> pa.Table:
     """`rows` without those a row of the same key and a higher `_version` outranks (design.md section 3):
     FINAL would never show them, so they need not be written. An ordinary update's pre-image goes (its
     post-image outranks it), a key-changing update's stays (no row of its key outranks it), and so does
-    every row of a key's newest `_version`, repeats included, in their order. Keys are not null here."""
-    n = rows.num_rows
-    if n < 2:
+    every row of a key's newest `_version`, repeats included, in their order. Keys are not null here;
+    `pairs` are the rows' neighbours in `by_key` order."""
+    if pairs is None:
         return rows
-    cols = rows.select([*primary_key, "_version"]).take(by_key)
-    head, tail = cols.slice(0, n - 1), cols.slice(1)
-    outranked = pc.less(head.column("_version"), tail.column("_version"))
-    for key in primary_key:
-        outranked = pc.and_(outranked, pc.equal(head.column(key), tail.column(key)))
-    outranked = pc.fill_null(outranked, False)
+    head, tail, same = pairs
+    outranked = pc.fill_null(pc.and_(same, pc.less(head.column("_version"), tail.column("_version"))), False)
     if not pc.any(outranked).as_py():
         return rows
     keep = pc.invert(pa.concat_arrays([outranked.combine_chunks(), pa.array([False])]))
@@ -83,16 +98,17 @@ def duplicate_keys(
     In key or replay `order` such rows sit next to each other: one vectorised comparison of each row with the
     next finds them, and only the rare tables that have some pay for the summary.
     """
-    rows = rows.select(["_commit_version", "_version", "_is_deleted", *primary_key]).take(order)
-    n = rows.num_rows
-    if n < 2:
+    return _duplicates(_neighbours(rows, primary_key, order), primary_key, limit)
+
+
+def _duplicates(pairs: Pairs, primary_key: tuple[str, ...], limit: int = 10) -> list[dict]:
+    if pairs is None:
         return []
-    head, tail = rows.slice(0, n - 1), rows.slice(1)
+    head, tail, same = pairs
     repeat = pc.and_(
-        pc.equal(head.column("_version"), tail.column("_version")), pc.equal(tail.column("_is_deleted"), 0)
+        pc.and_(same, pc.equal(head.column("_version"), tail.column("_version"))),
+        pc.equal(tail.column("_is_deleted"), 0),
     )
-    for key in primary_key:
-        repeat = pc.and_(repeat, pc.equal(head.column(key), tail.column(key)))
     if not pc.any(repeat).as_py():
         return []
     extra = tail.filter(repeat).select(["_commit_version", *primary_key])  # one row per surplus copy
@@ -111,29 +127,31 @@ def duplicate_keys(
     return out
 
 
-def repeated_across_commits(
-    rows: pa.Table, primary_key: tuple[str, ...], by_key: pa.Array | None = None
-) -> dict | None:
+def repeated_across_commits(rows: pa.Table, primary_key: tuple[str, ...]) -> dict | None:
     """Keys written live by one commit and live again by a later one with no delete or update pre-image in
     between: an insert never replaces a row in Delta, so each such repeat is one more row with that key in
     the table, and ClickHouse will keep one per key. Found within `rows` (one read range); None if none.
 
     Needs the rows' update pre-images (tombstones): without them (--immutable-keys) an update looks the same,
-    so callers do not ask then. Costs one sort of the key columns (none given `by_key`, key_order()), and
-    only when the rows span commits.
+    so callers do not ask then. Costs one sort of the key columns, and only when the rows span commits.
     """
     versions = rows.column("_commit_version")
     if rows.num_rows < 2 or pc.min(versions).as_py() == pc.max(versions).as_py():
         return None
-    cols = rows.select([*primary_key, "_version", "_is_deleted", "_commit_version"])
-    cols = cols.take(key_order(cols, primary_key) if by_key is None else by_key)
-    head, tail = cols.slice(0, cols.num_rows - 1), cols.slice(1)
+    return _repeats(_neighbours(rows, primary_key, key_order(rows, primary_key)), primary_key)
+
+
+def _repeats(pairs: Pairs, primary_key: tuple[str, ...]) -> dict | None:
+    if pairs is None:
+        return None
+    head, tail, same = pairs
     repeat = pc.and_(
-        pc.and_(pc.equal(head.column("_is_deleted"), 0), pc.equal(tail.column("_is_deleted"), 0)),
-        pc.not_equal(head.column("_commit_version"), tail.column("_commit_version")),
+        pc.and_(same, pc.equal(head.column("_is_deleted"), 0)),
+        pc.and_(
+            pc.equal(tail.column("_is_deleted"), 0),
+            pc.not_equal(head.column("_commit_version"), tail.column("_commit_version")),
+        ),
     )
-    for key in primary_key:
-        repeat = pc.and_(repeat, pc.equal(head.column(key), tail.column(key)))
     if not pc.any(repeat).as_py():
         return None
     extra = tail.filter(repeat)
