@@ -86,8 +86,10 @@ def out_of_memory(text: str) -> bool:
     return text == JVM_STOPPED or "OutOfMemoryError" in text or "OutOfMemoryException" in text
 
 
-def range_out_of_memory(uri: str, span: str) -> SourceError:
-    """A change-feed range too large for Spark's memory: what to change."""
+def range_out_of_memory(what: str, text: str, uri: str, span: str) -> SourceError | None:
+    """For a change-feed read whose error `text` says Spark ran out of memory, what to change; else None."""
+    if what != CHANGE_FEED or not out_of_memory(text):
+        return None
     return SourceError(
         f"Spark ran out of memory reading the change data feed for {span} of {uri}. A read range is held "
         f"whole in memory, and one version is never split across ranges. Read smaller ranges with a lower "

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 
 from cdc2ch import contract, schema
-from cdc2ch.errors import CHANGE_FEED, SourceError, error_text, out_of_memory, range_out_of_memory, summarise
+from cdc2ch.errors import CHANGE_FEED, SourceError, error_text, range_out_of_memory, summarise
 from cdc2ch.source.log import (
     Commit,
     DeltaLog,
@@ -334,8 +334,9 @@ class DeltaSource:
                 f"These changes can no longer be replayed: resync with `cdc2ch snapshot` at the latest "
                 f"version, then `cdc2ch run` continues from there."
             )
-        if what == CHANGE_FEED and out_of_memory(text):
-            return range_out_of_memory(self.uri, span)
+        too_large = range_out_of_memory(what, text, self.uri, span)
+        if too_large is not None:
+            return too_large
         first = next((ln for ln in text.splitlines() if ln.strip()), text)
         return SourceError(f"Reading {what} for {span} of {self.uri} failed: {summarise(first, 500)}")
 

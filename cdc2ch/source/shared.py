@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 import pyarrow as pa
 
 from cdc2ch import contract, retry
-from cdc2ch.errors import CHANGE_FEED, SourceError, error_text, out_of_memory, range_out_of_memory, summarise
+from cdc2ch.errors import CHANGE_FEED, SourceError, error_text, range_out_of_memory, summarise
 from cdc2ch.source import sharefiles
 from cdc2ch.source.log import Commit, estimate_rows
 from cdc2ch.source.sharing import SharingClient, SharingRefused, load_profile
@@ -368,8 +368,9 @@ def advice(uri: str, client, exc: Exception, what: str, start: int | None, end: 
             )
         return exc
     whole = error_text(exc)
-    if what == CHANGE_FEED and out_of_memory(whole):
-        return range_out_of_memory(uri, span)
+    too_large = range_out_of_memory(what, whole, uri, span)
+    if too_large is not None:
+        return too_large
     first = next((ln for ln in whole.splitlines() if ln.strip()), whole)
     return SourceError(f"Reading {what} for {span} of {uri} failed: {summarise(client.redact(first), 500)}")
 
