@@ -56,17 +56,27 @@ def error_text(exc: BaseException) -> str:
     PySpark makes to describe the error), and an error it returned can no longer be read. Either way the
     failure still gets its paragraph."""
     try:
-        from py4j.protocol import Py4JNetworkError
+        from py4j.protocol import Py4JError, Py4JNetworkError
     except ImportError:  # no Spark in this process: no JVM to lose
-        Py4JNetworkError = ()
-    if isinstance(exc, Py4JNetworkError) or (
-        isinstance(exc, ConnectionRefusedError) and _raised_by_py4j(exc)
+        Py4JError = Py4JNetworkError = ()
+    if (
+        isinstance(exc, Py4JNetworkError)
+        or (type(exc) is Py4JError and _lost_mid_call(exc))
+        or (isinstance(exc, ConnectionRefusedError) and _raised_by_py4j(exc))
     ):
         return JVM_STOPPED
     try:
         return str(exc)
     except Exception:
         return JVM_STOPPED
+
+
+def _lost_mid_call(exc: BaseException) -> bool:
+    """Whether a Py4JError is py4j's bare "An error occurred while calling X": the answer it makes up when the
+    connection broke while the JVM worked on the call (reset by a JVM that exited). An error the JVM sent
+    back carries its trace, or is a Py4JJavaError."""
+    text = str(exc)
+    return text.startswith("An error occurred while calling ") and "Trace:" not in text
 
 
 def _raised_by_py4j(exc: BaseException) -> bool:

@@ -135,8 +135,9 @@ def test_the_final_error_line_is_json_under_log_format_json():
 def test_an_error_from_a_jvm_that_is_gone_is_told_as_such():
     """A local JVM exits on OutOfMemoryError. A call under way then fails on its connection (py4j's
     'Error while sending or receiving'), and an error it already returned cannot be turned into text: both
-    read as JVM_STOPPED, which the snapshot's out-of-memory paragraph recognises."""
-    from py4j.protocol import Py4JNetworkError
+    read as JVM_STOPPED, which the snapshot's out-of-memory paragraph recognises. So does the bare error py4j
+    makes up when the connection is reset mid-call."""
+    from py4j.protocol import ERROR, STRING_TYPE, Py4JError, Py4JNetworkError, get_return_value
 
     class Unreadable(Exception):
         def __str__(self):
@@ -144,6 +145,20 @@ def test_an_error_from_a_jvm_that_is_gone_is_told_as_such():
 
     assert error_text(Py4JNetworkError("Error while sending or receiving")) == JVM_STOPPED
     assert error_text(Unreadable()) == JVM_STOPPED
+
+    def answered(answer: str) -> Exception:  # what py4j raises for an answer, by its own rule
+        try:
+            get_return_value(answer, None, "z:org.apache.spark.api.python.PythonRDD", "runJob")
+        except Exception as exc:
+            return exc
+
+    # A connection reset while the JVM worked on the call: py4j answers itself with a bare error.
+    assert error_text(answered(ERROR)) == JVM_STOPPED
+    # An error the JVM sent back keeps its text.
+    sent = answered(ERROR + STRING_TYPE + "java.lang.IllegalStateException: no such job")
+    assert "no such job" in error_text(sent)
+    assert error_text(Py4JError("An error occurred while calling o12.count. Trace:\nboom\n")) != JVM_STOPPED
+    assert error_text(Py4JError("o12.nothing does not exist in the JVM")) != JVM_STOPPED
 
     def refused(where: str) -> ConnectionRefusedError:  # the next call cannot reach the gateway
         try:
