@@ -31,8 +31,9 @@ def prepare(rows: pa.Table, primary_key: tuple[str, ...], across_commits: bool) 
     if span["min"].as_py() == span["max"].as_py():  # nothing outranked; key order is replay order
         return Prepared(rows, by_key, duplicates, None)
     across = _repeats(pairs, primary_key) if across_commits else None
-    kept = _latest(rows, by_key, pairs)
-    return Prepared(kept, replay_order(kept, primary_key), duplicates, across)
+    kept = _latest(by_key, pairs)
+    rows = rows if kept is None else rows.take(kept)
+    return Prepared(rows, replay_order(rows, primary_key), duplicates, across)
 
 
 def key_order(rows: pa.Table, primary_key: tuple[str, ...]) -> pa.Array:
@@ -59,20 +60,28 @@ def _neighbours(rows: pa.Table, primary_key: tuple[str, ...], order: pa.Array) -
     return head, tail, same
 
 
-def _latest(rows: pa.Table, by_key: pa.Array, pairs: Pairs) -> pa.Table:
-    """`rows` without those a row of the same key and a higher `_version` outranks (design.md section 3):
-    FINAL would never show them, so they need not be written. An ordinary update's pre-image goes (its
-    post-image outranks it), a key-changing update's stays (no row of its key outranks it), and so does
-    every row of a key's newest `_version`, repeats included, in their order. Keys are not null here;
-    `pairs` are the rows' neighbours in `by_key` order."""
+def _latest(by_key: pa.Array, pairs: Pairs) -> pa.Array | None:
+    """Which rows to write: those no row of the same key and a higher `_version` outranks (design.md section
+    3), as indices in `by_key` order; None when that is all of them. FINAL would never show an outranked row,
+    so it need not be written. An ordinary update's pre-image goes (its post-image outranks it), a
+    key-changing update's stays (no row of its key outranks it), and so does every row of a key's newest
+    `_version`, repeats included, in their order. Keys are not null here; `pairs` are the rows' neighbours in
+    `by_key` order."""
     if pairs is None:
-        return rows
+        return None
     head, tail, same = pairs
     outranked = pc.fill_null(pc.and_(same, pc.less(head.column("_version"), tail.column("_version"))), False)
     if not pc.any(outranked).as_py():
-        return rows
-    keep = pc.invert(pa.concat_arrays([outranked.combine_chunks(), pa.array([False])]))
-    return rows.take(by_key.filter(keep))
+        return None
+    return by_key.filter(pc.invert(pa.concat_arrays([outranked.combine_chunks(), pa.array([False])])))
+
+
+def latest_in_place(rows: pa.Table, primary_key: tuple[str, ...]) -> pa.Table:
+    """`rows` without the outranked ones (`_latest`), the rest in the order they came in: an executor task's
+    partition, which holds every row of its keys, already in replay order."""
+    by_key = key_order(rows, primary_key)
+    kept = _latest(by_key, _neighbours(rows, primary_key, by_key))
+    return rows if kept is None else rows.take(pc.take(kept, pc.sort_indices(kept)))
 
 
 def replay_order(rows: pa.Table, primary_key: tuple[str, ...]) -> pa.Array:

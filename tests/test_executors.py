@@ -26,6 +26,9 @@ def test_tasks_insert_their_partitions(
     (written,) = cli.events(result, "range_written")
     assert written["writer"] == "executors" and written["partitions"] > 1
     assert written["batches"] >= written["partitions"]  # no partition exceeds --batch-size per insert
+    # Each key's newest row only: its older states and update pre-images are outranked (no key changed).
+    feed = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(path)
+    assert feed.count() > written["rows"] == feed.select("id").distinct().count()
     assert fault_proxy.hits() == 3
     assert_replicated(spark, http_sink, path, target)
     assert _duplicates(http_sink, target) == 0

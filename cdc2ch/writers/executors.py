@@ -2,16 +2,17 @@
 
 The rows are hash-partitioned by key into a fixed number of partitions and sorted inside each, so a task
 retry (or a speculative copy) produces the same batches and the same deduplication tokens, and ClickHouse
-drops whatever had already landed. Each task reports what it did as a value (rows, batches, or the null
-key or insert failure that stopped it); the driver turns a failure into the same error the other writers
-raise, and the offset moves only after the whole job succeeded.
+drops whatever had already landed. A partition holds every row of its keys, so a task leaves out the rows a
+later one of their key outranks, as the driver writer does. Each task reports what it did as a value (rows,
+batches, or the null key or insert failure that stopped it); the driver turns a failure into the same error
+the other writers raise, and the offset moves only after the whole job succeeded.
 """
 
 from __future__ import annotations
 
 import time
 
-from cdc2ch import contract, retry
+from cdc2ch import changes, contract, retry
 from cdc2ch.errors import SinkError
 from cdc2ch.offset import PipelineState
 from cdc2ch.ports import Changes, RangeResult
@@ -47,6 +48,7 @@ def write_partitions(
     version = f"_c{names.index('_version')}"
     safe = safe.repartition(partitions, *[F.col(k) for k in keys]).sortWithinPartitions(version, *keys)
     null_keys, batch_token, call = contract.null_keys, contract.executor_batch_token, retry.call
+    latest = changes.latest_in_place
 
     def write(batches):  # runs in a Spark task; nested so it ships by value
         import functools
@@ -72,6 +74,7 @@ def write_partitions(
         if null is not None:
             yield result(null=null)
             return
+        table = latest(table, primary_key)  # a partition holds every row of its keys
         client = clickhouse_connect.get_client(**client_kwargs)
         written = count = 0
         try:
@@ -92,8 +95,8 @@ def write_partitions(
             client.close()
         yield result(written, count)
 
-    # The task calls contract and retry: shipped by value, executors need not have cdc2ch installed.
-    with shipped_by_value(contract, retry):
+    # The task calls changes, contract and retry: shipped by value, executors need not have cdc2ch installed.
+    with shipped_by_value(changes, contract, retry):
         return [r.asDict() for r in safe.mapInArrow(write, RESULT_SCHEMA).collect()]
 
 

@@ -1,5 +1,6 @@
-"""Rows another row of their key outranks are not written (changes.prepare): FINAL is the same with or
-without them, and the duplicate-key warnings are the same as on all the rows."""
+"""Rows another row of their key outranks are not written (changes.prepare, and changes.latest_in_place in
+executor tasks): FINAL is the same with or without them, and the duplicate-key warnings are the same as on
+all the rows."""
 
 from __future__ import annotations
 
@@ -72,6 +73,8 @@ def test_final_and_the_warnings_are_those_of_all_the_rows(seed):
     ready = changes.prepare(rows, ("id",), across_commits=True)
     kept = ready.rows.take(ready.order)
     assert final(kept) == final(everything)
+    # An executor task's partition comes in replay order and keeps it: the same rows, in the same order.
+    assert changes.latest_in_place(everything, ("id",)).equals(kept)
     assert ready.duplicates == changes.duplicate_keys(rows, ("id",), changes.replay_order(rows, ("id",)))
     assert ready.across == changes.repeated_across_commits(rows, ("id",))
     assert kept.num_rows <= rows.num_rows and set(kept.column("_version").to_pylist()) <= {
