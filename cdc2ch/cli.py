@@ -9,7 +9,7 @@ import click
 from click.core import ParameterSource
 
 from cdc2ch import __version__, app, log
-from cdc2ch.errors import Cdc2chError
+from cdc2ch.errors import Cdc2chError, jvm_stopped
 from cdc2ch.options import Invocation, click_options
 
 
@@ -19,8 +19,8 @@ def _fail(exc: Cdc2chError) -> None:
 
 
 def handle_errors(fn):
-    """A Cdc2chError ends the command with its message and exit code instead of a traceback; so does an
-    interruption (exit 130)."""
+    """A Cdc2chError ends the command with its message and exit code instead of a traceback; so do an
+    interruption (exit 130) and Spark's JVM going away."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -28,6 +28,11 @@ def handle_errors(fn):
             return fn(*args, **kwargs)
         except Cdc2chError as exc:
             _fail(exc)
+        except Exception as exc:  # where Spark's JVM went away outside a translated call, say so
+            stopped = jvm_stopped(exc)
+            if stopped is None:
+                raise
+            _fail(stopped)
         except KeyboardInterrupt:  # a second SIGTERM/SIGINT while stopping (the first one stops cleanly)
             message = "the range in flight will be replayed by the next run."
             click.echo(log.final(message, 130, kind="interrupted"), err=True)

@@ -71,6 +71,19 @@ def error_text(exc: BaseException) -> str:
         return JVM_STOPPED
 
 
+def jvm_stopped(exc: BaseException) -> "SourceError | None":
+    """For an error that only says Spark's JVM is gone (a call cdc2ch does not translate, such as starting
+    the session or a cleanup), the paragraph to give instead of a traceback; None for any other error."""
+    if isinstance(exc, Cdc2chError) or error_text(exc) != JVM_STOPPED:
+        return None
+    return SourceError(
+        "Spark's JVM stopped while cdc2ch was using it. Most often it ran out of memory; its last log lines "
+        "above say why. Give Spark more memory (--spark-conf spark.driver.memory=4g) or read less at a time "
+        "(a lower --max-rows-per-read). cdc2ch records progress only after the data landed: the same command "
+        "resumes where this one stopped."
+    )
+
+
 def _lost_mid_call(exc: BaseException) -> bool:
     """Whether a Py4JError is py4j's bare "An error occurred while calling X": the answer it makes up when the
     connection broke while the JVM worked on the call (reset by a JVM that exited). An error the JVM sent

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sys
 import threading
@@ -55,6 +56,44 @@ def configure(fmt: str = "console", level: str = "info") -> None:
         logger_factory=structlog.PrintLoggerFactory(file=stream),
         cache_logger_on_first_use=False,
     )
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, _Libraries)]:
+        root.removeHandler(handler)
+    root.addHandler(_Libraries(stream))
+
+
+def _level_of(record: logging.LogRecord) -> str:
+    if f"{os.sep}py4j{os.sep}" in record.pathname:
+        return "debug"
+    for level, name in ((logging.ERROR, "error"), (logging.WARNING, "warning"), (logging.INFO, "info")):
+        if record.levelno >= level:
+            return name
+    return "debug"
+
+
+class _Libraries(logging.Handler):
+    """Records the libraries cdc2ch uses send to the stdlib logging (warnings and errors), shown as cdc2ch's
+    log lines: JSON with --log-format json, an exception as one line, never a traceback. py4j logs a
+    connection to the JVM it lost with a traceback; cdc2ch says what that means itself, so py4j's records
+    are shown at --log-level debug only."""
+
+    def __init__(self, stream):
+        super().__init__()
+        self.stream = stream  # structlog's, as configured with this handler
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if in_api_call() or record.name == "cdc2ch" or record.name.startswith("cdc2ch."):
+            return  # the caller's logging handles these
+        if getattr(self.stream, "closed", False):
+            return  # the stream of an in-process run that has ended (click.testing)
+        try:
+            fields = {"logger": record.name, "message": record.getMessage()}
+            if record.exc_info and record.exc_info[1] is not None:
+                exc = record.exc_info[1]
+                fields["error"] = " ".join(f"{type(exc).__name__}: {exc}".split())
+            getattr(structlog.get_logger("cdc2ch.libraries"), _level_of(record))("library_log", **fields)
+        except Exception:
+            self.handleError(record)
 
 
 def relay(source: str, line: str, previous: str | None = None) -> str | None:

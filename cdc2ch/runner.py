@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from cdc2ch.clickhouse.state import Health, HealthStore, VerifyStore
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import RunConfig
-from cdc2ch.errors import Cdc2chError, SinkError, summarise
+from cdc2ch.errors import Cdc2chError, SinkError, jvm_stopped, summarise
 from cdc2ch.log import get_logger
 from cdc2ch.metrics import Metrics, PipelineMetrics, error_kind
 from cdc2ch.pipeline import Replicator
@@ -115,7 +115,8 @@ class Runner:
                     job.warm_up()  # the JVM's first read is slow; pay it before the first change arrives
                     self._warmed = True
             progressed = job.step()
-        except Exception as exc:
+        except Exception as raised:
+            exc = jvm_stopped(raised) or raised  # a JVM gone mid-call: the paragraph, not a traceback
             wrote = job is not None and job.claimed
             if job is not None:
                 job.close()
@@ -125,7 +126,9 @@ class Runner:
             # after it had claimed its offset, leaves its error for `cdc2ch status`.
             self._failed(slot, exc, record=self.isolate or wrote)
             if not self.isolate:
-                raise
+                if exc is raised:
+                    raise
+                raise exc from raised
             return False
         self._succeeded(slot)
         return progressed

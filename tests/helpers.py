@@ -234,7 +234,7 @@ def out_of_memory_paragraph(command: str, *args: str, dsn: str) -> str:
         timeout=600,
     )
     assert proc.returncode == 1, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     status = subprocess.run(
         [*cli, "status", "--clickhouse", dsn], capture_output=True, text=True, timeout=120
     )

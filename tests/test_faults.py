@@ -8,7 +8,10 @@ no row lost, and replays must add no duplicate blocks (merges are stopped, so du
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import re
 import signal
 import threading
 
@@ -256,6 +259,66 @@ def test_kill_at_each_point_then_converge(spark, cli, http_sink, server, fault_p
     assert_replicated(spark, http_sink, path, target)
     assert committed_version(http_sink, database, str(target)) == latest_version(spark, path)
     assert _duplicates(http_sink, target) == 0
+
+
+def test_the_jvm_killed_mid_run_ends_in_one_paragraph_and_the_run_resumes(
+    spark, cli, http_sink, server, fault_proxy, database, tmp_path
+):
+    """Spark's JVM (not cdc2ch) is killed when the first batch reaches ClickHouse, while the next range is
+    being read ahead: whichever call meets the gone JVM first, the process ends with exit code 1 and one
+    paragraph (no traceback), the offset has not passed what landed, and the same command converges."""
+    path = str(tmp_path / "jvm_killed")
+    _history(spark, path, versions=3)
+    target = TargetName(database, "jvm_killed")
+    _precreate(spark, http_sink, path, target)
+    args = ["run", "--table", path, "--primary-key", "id", "--target", str(target), "--once",
+            "--batch-size", "40", "--max-rows-per-read", "200", "--clickhouse", fault_proxy.url_for()]  # fmt: skip
+    proc = None
+    killed = []
+
+    def kill_the_jvm(req):
+        jvm = _descendant(proc.pid, "java")
+        if jvm:
+            killed.append(jvm)
+            os.kill(jvm, signal.SIGKILL)
+
+    fault_proxy.clear()
+    fault_proxy.add_fault("call", match=_is_data_insert(target), fn=kill_the_jvm)
+    proc = Proc(*args, env=_env(server))
+    assert proc.wait() == 1, proc.stderr[-3000:]
+    assert killed, "the JVM was not found"
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    last = json.loads(proc.stderr_lines[-1])
+    assert last["event"] == "error" and re.search("JVM stopped|ran out of memory", last["message"]), last
+    assert committed_version(http_sink, database, str(target)) < latest_version(spark, path)
+
+    fault_proxy.clear()
+    cli(*args)
+    assert_replicated(spark, http_sink, path, target)
+    assert _duplicates(http_sink, target) == 0
+
+
+def _descendant(pid: int, command: str) -> int | None:
+    """The first process under `pid` (at any depth) running `command`, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    todo = list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        try:
+            with open(f"/proc/{child}/comm") as f:
+                if f.read().strip() == command:
+                    return child
+        except OSError:
+            continue
+        todo.extend(children.get(child, []))
+    return None
 
 
 def test_random_kills_converge(spark, cli, http_sink, server, fault_proxy, database, tmp_path):

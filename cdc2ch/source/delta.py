@@ -56,7 +56,7 @@ def session_conf(spark, conf: dict[str, str]):
     when a read is planned (`load`), which builds the relation the later actions run. Blocks on several
     threads overlap safely: the settings stay until the last one leaves, and are then put back as they were
     before the first (leaving one's own block must not unset them under another thread's `load`)."""
-    entered = []
+    entered, failed = [], True
     try:
         with _CONF_LOCK:
             for key, value in conf.items():
@@ -67,17 +67,34 @@ def session_conf(spark, conf: dict[str, str]):
                 entered.append(key)
                 spark.conf.set(key, value)
         yield
+        failed = False
     finally:
-        with _CONF_LOCK:
-            for key in entered:
-                held = _CONF_HELD[(id(spark), key)]
-                held[0] -= 1
-                if held[0] == 0:
-                    del _CONF_HELD[(id(spark), key)]
-                    if held[1] is None:
-                        spark.conf.unset(key)
-                    else:
-                        spark.conf.set(key, held[1])
+        try:
+            _leave(spark, entered)
+        except Exception:
+            if not failed:  # else the block's own error is what the user must see (the JVM may be gone)
+                raise
+
+
+def _leave(spark, entered: list[str]) -> None:
+    """Count each key's blocks down, the last one out putting its value back; the first failure is raised last."""
+    failure = None
+    with _CONF_LOCK:
+        for key in entered:
+            held = _CONF_HELD[(id(spark), key)]
+            held[0] -= 1
+            if held[0] > 0:
+                continue
+            del _CONF_HELD[(id(spark), key)]
+            try:  # put back as it was before the first block
+                if held[1] is None:
+                    spark.conf.unset(key)
+                else:
+                    spark.conf.set(key, held[1])
+            except Exception as exc:
+                failure = failure or exc
+    if failure is not None:
+        raise failure
 
 
 _MISSING_CDF = re.compile(r"change data was not recorded for version \[?(\d+)\]?", re.I)

@@ -17,7 +17,9 @@ from cdc2ch.errors import (
     ELLIPSIS,
     JVM_STOPPED,
     SchemaChangeError,
+    SourceError,
     error_text,
+    jvm_stopped,
     out_of_memory,
     summarise,
 )
@@ -171,6 +173,96 @@ def test_an_error_from_a_jvm_that_is_gone_is_told_as_such():
         error_text(refused("/venv/site-packages/urllib3/connection.py")) == "[Errno 111] Connection refused"
     )
     assert error_text(ValueError("plain")) == "plain"
+
+
+def test_a_jvm_gone_outside_a_translated_call_gets_a_paragraph_and_the_block_error_stays():
+    """Starting the session or putting a setting back is not translated: when the JVM is gone there, the
+    command still ends with one paragraph (cli, runner), and a setting that cannot be put back does not hide
+    the error of the block that set it."""
+    from cdc2ch.source import delta
+    from cdc2ch.source.delta import session_conf
+
+    def refused_in_py4j() -> ConnectionRefusedError:
+        try:
+            where = "/venv/site-packages/py4j/clientserver.py"
+            exec(compile("raise ConnectionRefusedError(111, 'Connection refused')", where, "exec"))
+        except ConnectionRefusedError as exc:
+            return exc
+
+    stopped = jvm_stopped(refused_in_py4j())
+    assert isinstance(stopped, SourceError) and "spark.driver.memory" in str(stopped)
+    assert "resumes where this one stopped" in str(stopped)
+    assert jvm_stopped(ValueError("plain")) is None
+    assert jvm_stopped(SourceError(JVM_STOPPED)) is None  # already a paragraph
+
+    class Conf:  # a session whose JVM goes away inside the block
+        values: dict = {}
+        gone = False
+
+        def get(self, key, default=None):
+            return self.values.get(key, default)
+
+        def set(self, key, value):
+            if self.gone:
+                raise refused_in_py4j()
+            self.values[key] = value
+
+        def unset(self, key):
+            if self.gone:
+                raise refused_in_py4j()
+            self.values.pop(key, None)
+
+    class Session:
+        conf = Conf()
+
+    spark = Session()
+    with pytest.raises(KeyError, match="the block's own"):
+        with session_conf(spark, {"a": "1", "b": "2"}):
+            spark.conf.gone = True
+            raise KeyError("the block's own")
+    spark.conf.gone = False
+    with pytest.raises(ConnectionRefusedError):  # with nothing else to show, the failure to put back shows
+        with session_conf(spark, {"a": "1"}):
+            spark.conf.gone = True
+    assert not [key for key in delta._CONF_HELD if key[0] == id(spark)]  # every key counted down
+
+
+def test_library_records_are_log_lines_and_py4j_tracebacks_stay_out(capsys):
+    """py4j logs a connection it lost to the root logger with a traceback; libraries' records become
+    cdc2ch's log lines (JSON here), an exception as one line, and py4j's show at debug level only."""
+    import logging
+    import os
+
+    from cdc2ch import log
+
+    def record(name: str, level: int, path: str) -> logging.LogRecord:
+        try:
+            raise ConnectionResetError(104, "Connection reset by peer")
+        except ConnectionResetError:
+            import sys
+
+            info = sys.exc_info()
+        return logging.LogRecord(name, level, path, 1, "Exception while sending command.", None, info)
+
+    py4j = os.path.join("venv", "py4j", "java_gateway.py")
+    other = os.path.join("venv", "urllib3", "connectionpool.py")
+    try:
+        for level in ("info", "debug"):
+            log.configure("json", level)
+            capsys.readouterr()
+            logging.getLogger().handle(record("root", logging.ERROR, py4j))
+            logging.getLogger().handle(record("urllib3", logging.WARNING, other))
+            logging.getLogger().handle(record("cdc2ch.pipeline", logging.ERROR, other))  # the API's own
+            err = capsys.readouterr().err
+            assert "Traceback" not in err
+            events = [json.loads(line) for line in err.splitlines()]
+            assert [(e["logger"], e["level"]) for e in events] == (
+                [("urllib3", "warning")] if level == "info" else [("root", "debug"), ("urllib3", "warning")]
+            )
+            assert events[-1]["error"] == "ConnectionResetError: [Errno 104] Connection reset by peer"
+    finally:
+        with capsys.disabled():  # not onto capsys's stream, which closes with this test
+            log.configure("console")
 
 
 def test_spark_out_of_memory_is_recognised_in_each_form_and_a_range_read_says_what_to_change():
