@@ -267,12 +267,7 @@ def test_the_jvm_killed_mid_run_ends_in_one_paragraph_and_the_run_resumes(
     """Spark's JVM (not cdc2ch) is killed when the first batch reaches ClickHouse, while the next range is
     being read ahead: whichever call meets the gone JVM first, the process ends with exit code 1 and one
     paragraph (no traceback), the offset has not passed what landed, and the same command converges."""
-    path = str(tmp_path / "jvm_killed")
-    _history(spark, path, versions=3)
-    target = TargetName(database, "jvm_killed")
-    _precreate(spark, http_sink, path, target)
-    args = ["run", "--table", path, "--primary-key", "id", "--target", str(target), "--once",
-            "--batch-size", "40", "--max-rows-per-read", "200", "--clickhouse", fault_proxy.url_for()]  # fmt: skip
+    path, target, args = _small_ranges(spark, http_sink, fault_proxy, database, tmp_path, "jvm_killed")
     proc = None
     killed = []
 
@@ -296,6 +291,18 @@ def test_the_jvm_killed_mid_run_ends_in_one_paragraph_and_the_run_resumes(
     cli(*args)
     assert_replicated(spark, http_sink, path, target)
     assert _duplicates(http_sink, target) == 0
+
+
+def _small_ranges(spark, sink, fault_proxy, database: str, tmp_path, name: str):
+    """A table with a history, its precreated target, and `run --once` arguments (through the proxy) that
+    read it in several small ranges of several batches each."""
+    path = str(tmp_path / name)
+    _history(spark, path, versions=3)
+    target = TargetName(database, name)
+    _precreate(spark, sink, path, target)
+    args = ["run", "--table", path, "--primary-key", "id", "--target", str(target), "--once",
+            "--batch-size", "40", "--max-rows-per-read", "200", "--clickhouse", fault_proxy.url_for()]  # fmt: skip
+    return path, target, args
 
 
 def _descendant(pid: int, command: str) -> int | None:
@@ -324,12 +331,7 @@ def _descendant(pid: int, command: str) -> int | None:
 def test_random_kills_converge(spark, cli, http_sink, server, fault_proxy, database, tmp_path):
     """kill -9 after a random number of ClickHouse requests, three times over, then finish."""
     rng = random.Random(20261122)
-    path = str(tmp_path / "random")
-    _history(spark, path, versions=3)
-    target = TargetName(database, "random")
-    _precreate(spark, http_sink, path, target)
-    args = ["run", "--table", path, "--primary-key", "id", "--target", str(target), "--once",
-            "--batch-size", "40", "--max-rows-per-read", "200", "--clickhouse", fault_proxy.url_for()]  # fmt: skip
+    path, target, args = _small_ranges(spark, http_sink, fault_proxy, database, tmp_path, "random")
     for _ in range(3):
         after = rng.randint(3, 40)
         seen = [0]
