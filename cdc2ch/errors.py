@@ -97,7 +97,12 @@ def _raised_by_py4j(exc: BaseException) -> bool:
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
-    return tb is not None and f"{os.sep}py4j{os.sep}" in tb.tb_frame.f_code.co_filename
+    return tb is not None and py4j_source(tb.tb_frame.f_code.co_filename)
+
+
+def py4j_source(path: str) -> bool:
+    """Whether the source file at `path` is py4j's (the Python side of Spark's JVM gateway)."""
+    return f"{os.sep}py4j{os.sep}" in path
 
 
 CHANGE_FEED = "the change data feed"  # what a range read reads, in messages

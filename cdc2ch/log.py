@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import sys
 import threading
@@ -19,6 +18,8 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 
 import structlog
+
+from cdc2ch.errors import one_line, py4j_source
 
 _format = "console"
 _level = logging.INFO
@@ -63,7 +64,7 @@ def configure(fmt: str = "console", level: str = "info") -> None:
 
 
 def _level_of(record: logging.LogRecord) -> str:
-    if f"{os.sep}py4j{os.sep}" in record.pathname:
+    if py4j_source(record.pathname):
         return "debug"
     for level, name in ((logging.ERROR, "error"), (logging.WARNING, "warning"), (logging.INFO, "info")):
         if record.levelno >= level:
@@ -90,7 +91,7 @@ class _Libraries(logging.Handler):
             fields = {"logger": record.name, "message": record.getMessage()}
             if record.exc_info and record.exc_info[1] is not None:
                 exc = record.exc_info[1]
-                fields["error"] = " ".join(f"{type(exc).__name__}: {exc}".split())
+                fields["error"] = one_line(f"{type(exc).__name__}: {exc}")
             getattr(structlog.get_logger("cdc2ch.libraries"), _level_of(record))("library_log", **fields)
         except Exception:
             self.handleError(record)

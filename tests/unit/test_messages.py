@@ -134,6 +134,17 @@ def test_the_final_error_line_is_json_under_log_format_json():
         log.configure("console")
 
 
+PY4J_CLIENT = "/venv/site-packages/py4j/clientserver.py"
+
+
+def _refused_at(where: str) -> ConnectionRefusedError:
+    """A refused connection as if raised by the code of the file `where`."""
+    try:
+        exec(compile("raise ConnectionRefusedError(111, 'Connection refused')", where, "exec"))
+    except ConnectionRefusedError as exc:
+        return exc
+
+
 def test_an_error_from_a_jvm_that_is_gone_is_told_as_such():
     """A local JVM exits on OutOfMemoryError. A call under way then fails on its connection (py4j's
     'Error while sending or receiving'), and an error it already returned cannot be turned into text: both
@@ -162,15 +173,11 @@ def test_an_error_from_a_jvm_that_is_gone_is_told_as_such():
     assert error_text(Py4JError("An error occurred while calling o12.count. Trace:\nboom\n")) != JVM_STOPPED
     assert error_text(Py4JError("o12.nothing does not exist in the JVM")) != JVM_STOPPED
 
-    def refused(where: str) -> ConnectionRefusedError:  # the next call cannot reach the gateway
-        try:
-            exec(compile("raise ConnectionRefusedError(111, 'Connection refused')", where, "exec"))
-        except ConnectionRefusedError as exc:
-            return exc
-
-    assert error_text(refused("/venv/site-packages/py4j/clientserver.py")) == JVM_STOPPED
+    # the next call cannot reach the gateway
+    assert error_text(_refused_at(PY4J_CLIENT)) == JVM_STOPPED
     assert (
-        error_text(refused("/venv/site-packages/urllib3/connection.py")) == "[Errno 111] Connection refused"
+        error_text(_refused_at("/venv/site-packages/urllib3/connection.py"))
+        == "[Errno 111] Connection refused"
     )
     assert error_text(ValueError("plain")) == "plain"
 
@@ -182,14 +189,7 @@ def test_a_jvm_gone_outside_a_translated_call_gets_a_paragraph_and_the_block_err
     from cdc2ch.source import delta
     from cdc2ch.source.delta import session_conf
 
-    def refused_in_py4j() -> ConnectionRefusedError:
-        try:
-            where = "/venv/site-packages/py4j/clientserver.py"
-            exec(compile("raise ConnectionRefusedError(111, 'Connection refused')", where, "exec"))
-        except ConnectionRefusedError as exc:
-            return exc
-
-    stopped = jvm_stopped(refused_in_py4j())
+    stopped = jvm_stopped(_refused_at(PY4J_CLIENT))
     assert isinstance(stopped, SourceError) and "spark.driver.memory" in str(stopped)
     assert "resumes where this one stopped" in str(stopped)
     assert jvm_stopped(ValueError("plain")) is None
@@ -204,12 +204,12 @@ def test_a_jvm_gone_outside_a_translated_call_gets_a_paragraph_and_the_block_err
 
         def set(self, key, value):
             if self.gone:
-                raise refused_in_py4j()
+                raise _refused_at(PY4J_CLIENT)
             self.values[key] = value
 
         def unset(self, key):
             if self.gone:
-                raise refused_in_py4j()
+                raise _refused_at(PY4J_CLIENT)
             self.values.pop(key, None)
 
     class Session:
@@ -232,6 +232,7 @@ def test_library_records_are_log_lines_and_py4j_tracebacks_stay_out(capsys):
     cdc2ch's log lines (JSON here), an exception as one line, and py4j's show at debug level only."""
     import logging
     import os
+    import sys
 
     from cdc2ch import log
 
@@ -239,8 +240,6 @@ def test_library_records_are_log_lines_and_py4j_tracebacks_stay_out(capsys):
         try:
             raise ConnectionResetError(104, "Connection reset by peer")
         except ConnectionResetError:
-            import sys
-
             info = sys.exc_info()
         return logging.LogRecord(name, level, path, 1, "Exception while sending command.", None, info)
 
