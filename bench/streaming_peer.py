@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from cdc2ch import schema
 from cdc2ch.clickhouse.dsn import connect
 from cdc2ch.config import SparkSettings, TargetName
+from cdc2ch.design import TableDesign
 from cdc2ch.source.spark import session
 
 BATCH = 80_000
@@ -35,7 +36,9 @@ def main(path: str, start: int, dsn: str, table: str) -> None:
         sink.ensure_database("bench")
         sink.command(f"DROP TABLE IF EXISTS {schema.qualified(target)}")
         sink.command(
-            schema.target_table_ddl(target, schema.column_types(shape.jsonValue(), ("id",)), ("id",))
+            schema.target_table_ddl(
+                target, schema.column_types(shape.jsonValue(), TableDesign(("id",))), TableDesign(("id",))
+            )
         )
         table_sql, user = schema.qualified(target), [f.name for f in shape.fields]
         written = [0]

@@ -43,6 +43,7 @@ import pyarrow.compute as pc
 from cdc2ch import schema
 from cdc2ch.clickhouse.dsn import connect
 from cdc2ch.config import SparkSettings, TargetName
+from cdc2ch.design import TableDesign
 from cdc2ch.source.spark import session
 
 # quick: under 3 minutes on 2 cores (fewer versions, the push-down reader on W1 only)
@@ -283,10 +284,10 @@ def run_cdc2ch(path: str, start: int, dsn: str, table: str, *extra: str) -> dict
 
 def _target(sink, name: str, spark_schema) -> str:
     target = TargetName("bench", name)
-    types = schema.column_types(spark_schema.jsonValue(), ("id",))
+    types = schema.column_types(spark_schema.jsonValue(), TableDesign(("id",)))
     sink.ensure_database("bench")
     sink.command(f"DROP TABLE IF EXISTS {schema.qualified(target)}")
-    sink.command(schema.target_table_ddl(target, types, ("id",)))
+    sink.command(schema.target_table_ddl(target, types, TableDesign(("id",))))
     return schema.qualified(target)
 
 

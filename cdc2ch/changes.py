@@ -1,6 +1,10 @@
 """Rows in the target layout (contract.py), as Arrow, on their way into insert batches: the rows a later one
 of the same key outranks left out, a deterministic replay order, batches cut from it, and the keys one
-commit wrote twice."""
+commit wrote twice.
+
+`key` is always the columns of the row's identity (identity.Identity.columns): the sorting key and the
+partition columns, not the primary key alone. A null in a sorting column never makes two rows the same here
+(so nothing is left out on its account: the safe side)."""
 
 from __future__ import annotations
 
@@ -20,43 +24,41 @@ class Prepared:
     across: dict | None  # repeated_across_commits(), when asked for
 
 
-def prepare(rows: pa.Table, primary_key: tuple[str, ...], across_commits: bool) -> Prepared:
+def prepare(rows: pa.Table, key: tuple[str, ...], across_commits: bool) -> Prepared:
     """One sort by key serves the duplicate checks and finds the outranked rows, all three from the same
     neighbouring rows; a second sort orders what is left for replay (one sort in all when the rows share one
     `_version`, as a snapshot's do)."""
-    by_key = key_order(rows, primary_key)
-    pairs = _neighbours(rows, primary_key, by_key)
-    duplicates = _duplicates(pairs, primary_key)
+    by_key = key_order(rows, key)
+    pairs = _neighbours(rows, key, by_key)
+    duplicates = _duplicates(pairs, key)
     span = pc.min_max(rows.column("_version"))
     if span["min"].as_py() == span["max"].as_py():  # nothing outranked; key order is replay order
         return Prepared(rows, by_key, duplicates, None)
-    across = _repeats(pairs, primary_key) if across_commits else None
+    across = _repeats(pairs, key) if across_commits else None
     kept = _latest(by_key, pairs)
     rows = rows if kept is None else rows.take(kept)
-    return Prepared(rows, replay_order(rows, primary_key), duplicates, across)
+    return Prepared(rows, replay_order(rows, key), duplicates, across)
 
 
-def key_order(rows: pa.Table, primary_key: tuple[str, ...]) -> pa.Array:
+def key_order(rows: pa.Table, key: tuple[str, ...]) -> pa.Array:
     """Row indices by key, then `_version`: each key's rows next to each other, oldest first (stable)."""
-    return pc.sort_indices(
-        rows, sort_keys=[(k, "ascending") for k in primary_key] + [("_version", "ascending")]
-    )
+    return pc.sort_indices(rows, sort_keys=[(k, "ascending") for k in key] + [("_version", "ascending")])
 
 
 Pairs = tuple[pa.Table, pa.Table, pa.ChunkedArray] | None
 
 
-def _neighbours(rows: pa.Table, primary_key: tuple[str, ...], order: pa.Array) -> Pairs:
+def _neighbours(rows: pa.Table, key: tuple[str, ...], order: pa.Array) -> Pairs:
     """Each row beside the next one in `order`: (head, tail, whether their keys are equal), over the key and
     metadata columns; None for fewer than two rows. The checks below compare neighbours this way."""
-    cols = rows.select([*primary_key, "_commit_version", "_version", "_is_deleted"]).take(order)
+    cols = rows.select([*key, "_commit_version", "_version", "_is_deleted"]).take(order)
     n = cols.num_rows
     if n < 2:
         return None
     head, tail = cols.slice(0, n - 1), cols.slice(1)
-    same = pc.equal(head.column(primary_key[0]), tail.column(primary_key[0]))
-    for key in primary_key[1:]:
-        same = pc.and_(same, pc.equal(head.column(key), tail.column(key)))
+    same = pc.equal(head.column(key[0]), tail.column(key[0]))
+    for column in key[1:]:
+        same = pc.and_(same, pc.equal(head.column(column), tail.column(column)))
     return head, tail, same
 
 
@@ -65,7 +67,7 @@ def _latest(by_key: pa.Array, pairs: Pairs) -> pa.Array | None:
     3), as indices in `by_key` order; None when that is all of them. FINAL would never show an outranked row,
     so it need not be written. An ordinary update's pre-image goes (its post-image outranks it), a
     key-changing update's stays (no row of its key outranks it), and so does every row of a key's newest
-    `_version`, repeats included, in their order. Keys are not null here; `pairs` are the rows' neighbours in
+    `_version`, repeats included, in their order. Primary keys are not null here; `pairs` are the rows' neighbours in
     `by_key` order."""
     if pairs is None:
         return None
@@ -76,20 +78,18 @@ def _latest(by_key: pa.Array, pairs: Pairs) -> pa.Array | None:
     return by_key.filter(pc.invert(pa.concat_arrays([outranked.combine_chunks(), pa.array([False])])))
 
 
-def latest_in_place(rows: pa.Table, primary_key: tuple[str, ...]) -> pa.Table:
+def latest_in_place(rows: pa.Table, key: tuple[str, ...]) -> pa.Table:
     """`rows` without the outranked ones (`_latest`), the rest in the order they came in: an executor task's
     partition, which holds every row of its keys, already in replay order."""
-    by_key = key_order(rows, primary_key)
-    kept = _latest(by_key, _neighbours(rows, primary_key, by_key))
+    by_key = key_order(rows, key)
+    kept = _latest(by_key, _neighbours(rows, key, by_key))
     return rows if kept is None else rows.take(pc.take(kept, pc.sort_indices(kept)))
 
 
-def replay_order(rows: pa.Table, primary_key: tuple[str, ...]) -> pa.Array:
+def replay_order(rows: pa.Table, key: tuple[str, ...]) -> pa.Array:
     """Row indices in a deterministic order, so a replayed range produces the same batches (and dedup
     tokens match). Indices, not a sorted copy: batches are taken from them one at a time."""
-    return pc.sort_indices(
-        rows, sort_keys=[("_version", "ascending")] + [(k, "ascending") for k in primary_key]
-    )
+    return pc.sort_indices(rows, sort_keys=[("_version", "ascending")] + [(k, "ascending") for k in key])
 
 
 def batches(rows: pa.Table, batch_size: int, order: pa.Array | None = None):
@@ -98,19 +98,17 @@ def batches(rows: pa.Table, batch_size: int, order: pa.Array | None = None):
         yield rows.slice(offset, batch_size) if order is None else rows.take(order.slice(offset, batch_size))
 
 
-def duplicate_keys(
-    rows: pa.Table, primary_key: tuple[str, ...], order: pa.Array, limit: int = 10
-) -> list[dict]:
+def duplicate_keys(rows: pa.Table, key: tuple[str, ...], order: pa.Array, limit: int = 10) -> list[dict]:
     """Keys written live more than once by one commit: the Delta table holds duplicate keys, and
     ClickHouse will keep only one of those rows. One summary per version (at most `limit`).
 
     In key or replay `order` such rows sit next to each other: one vectorised comparison of each row with the
     next finds them, and only the rare tables that have some pay for the summary.
     """
-    return _duplicates(_neighbours(rows, primary_key, order), primary_key, limit)
+    return _duplicates(_neighbours(rows, key, order), key, limit)
 
 
-def _duplicates(pairs: Pairs, primary_key: tuple[str, ...], limit: int = 10) -> list[dict]:
+def _duplicates(pairs: Pairs, key: tuple[str, ...], limit: int = 10) -> list[dict]:
     if pairs is None:
         return []
     head, tail, same = pairs
@@ -120,8 +118,8 @@ def _duplicates(pairs: Pairs, primary_key: tuple[str, ...], limit: int = 10) -> 
     )
     if not pc.any(repeat).as_py():
         return []
-    extra = tail.filter(repeat).select(["_commit_version", *primary_key])  # one row per surplus copy
-    counts = extra.group_by(["_commit_version", *primary_key]).aggregate([([], "count_all")])
+    extra = tail.filter(repeat).select(["_commit_version", *key])  # one row per surplus copy
+    counts = extra.group_by(["_commit_version", *key]).aggregate([([], "count_all")])
     out = []
     for version in sorted(pc.unique(counts.column("_commit_version")).to_pylist())[:limit]:
         group = counts.filter(pc.equal(counts.column("_commit_version"), version))
@@ -130,13 +128,13 @@ def _duplicates(pairs: Pairs, primary_key: tuple[str, ...], limit: int = 10) -> 
                 "version": version,
                 "duplicate_keys": group.num_rows,
                 "extra_rows": int(pc.sum(group.column("count_all")).as_py()),
-                "example_key": {k: str(group.column(k)[0].as_py()) for k in primary_key},
+                "example_key": {k: str(group.column(k)[0].as_py()) for k in key},
             }
         )
     return out
 
 
-def repeated_across_commits(rows: pa.Table, primary_key: tuple[str, ...]) -> dict | None:
+def repeated_across_commits(rows: pa.Table, key: tuple[str, ...]) -> dict | None:
     """Keys written live by one commit and live again by a later one with no delete or update pre-image in
     between: an insert never replaces a row in Delta, so each such repeat is one more row with that key in
     the table, and ClickHouse will keep one per key. Found within `rows` (one read range); None if none.
@@ -147,10 +145,10 @@ def repeated_across_commits(rows: pa.Table, primary_key: tuple[str, ...]) -> dic
     versions = rows.column("_commit_version")
     if rows.num_rows < 2 or pc.min(versions).as_py() == pc.max(versions).as_py():
         return None
-    return _repeats(_neighbours(rows, primary_key, key_order(rows, primary_key)), primary_key)
+    return _repeats(_neighbours(rows, key, key_order(rows, key)), key)
 
 
-def _repeats(pairs: Pairs, primary_key: tuple[str, ...]) -> dict | None:
+def _repeats(pairs: Pairs, key: tuple[str, ...]) -> dict | None:
     if pairs is None:
         return None
     head, tail, same = pairs
@@ -164,11 +162,11 @@ def _repeats(pairs: Pairs, primary_key: tuple[str, ...]) -> dict | None:
     if not pc.any(repeat).as_py():
         return None
     extra = tail.filter(repeat)
-    keys = extra.group_by(list(primary_key)).aggregate([])
+    keys = extra.group_by(list(key)).aggregate([])
     return {
         "duplicate_keys": keys.num_rows,
         "extra_rows": extra.num_rows,
         "first_version": pc.min(extra.column("_commit_version")).as_py(),
         "last_version": pc.max(extra.column("_commit_version")).as_py(),
-        "example_key": {k: str(extra.column(k)[0].as_py()) for k in primary_key},
+        "example_key": {k: str(extra.column(k)[0].as_py()) for k in key},
     }

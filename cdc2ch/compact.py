@@ -293,8 +293,9 @@ class _Compaction:
 
 
 def _check_target(sink: Sink, target: TargetName) -> tuple[list[str], bool]:
-    """The table's key columns and whether CLEANUP merges are already allowed on it (engine_full lists the
-    table's settings), after checking it is a cdc2ch target table."""
+    """The table's row identity (its sorting-key and partition-key columns, identity.py) and whether CLEANUP
+    merges are already allowed on it (engine_full lists the table's settings), after checking it is a cdc2ch
+    target table."""
     rows = sink.query_rows(
         "SELECT engine, engine_full FROM system.tables WHERE database = {db:String} AND name = {t:String}",
         {"db": target.database, "t": target.table},
@@ -307,8 +308,8 @@ def _check_target(sink: Sink, target: TargetName) -> tuple[list[str], bool]:
         )
     engine, engine_full = rows[0]
     columns = sink.query_rows(
-        "SELECT name, is_in_sorting_key FROM system.columns WHERE database = {db:String} AND table = {t:String} "
-        "ORDER BY position",
+        "SELECT name, is_in_sorting_key OR is_in_partition_key FROM system.columns "
+        "WHERE database = {db:String} AND table = {t:String} ORDER BY position",
         {"db": target.database, "t": target.table},
         what="describe the target table",
     )

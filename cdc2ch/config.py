@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from cdc2ch.design import TableDesign
 from cdc2ch.errors import ConfigError
+from cdc2ch.identity import Identity
 from cdc2ch.tableref import parse_table
 
 if sys.version_info >= (3, 11):
@@ -154,6 +156,8 @@ class RunConfig:
     # snapshot only
     snapshot_version: int | None = None
     reader: str = "spark"
+    # the target table's design (design.py); default: sorted by the primary key, every column as Delta has it
+    design: TableDesign | None = None
 
     def __post_init__(self) -> None:
         if not self.primary_key:
@@ -162,6 +166,8 @@ class RunConfig:
             )
         if len(set(self.primary_key)) != len(self.primary_key):
             raise ConfigError(f"--primary-key {','.join(self.primary_key)} names a column twice.")
+        if self.design is None:
+            object.__setattr__(self, "design", TableDesign(self.primary_key))
         if self.batch_size < 1:
             raise ConfigError(f"--batch-size must be at least 1 (got {self.batch_size}).")
         if self.max_rows_per_read < self.batch_size:
@@ -185,6 +191,11 @@ class RunConfig:
             raise ConfigError(f"--lock-ttl must be at least 1 second (got {self.lock_ttl}).")
         if self.poll_interval <= 0:
             raise ConfigError(f"--poll-interval must be positive (got {self.poll_interval}).")
+
+    @property
+    def identity(self) -> Identity:
+        """Which target columns identify a row (identity.py)."""
+        return self.design.identity
 
 
 def _either(choices: tuple[str, ...]) -> str:

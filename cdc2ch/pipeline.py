@@ -13,15 +13,15 @@ from dataclasses import dataclass
 
 from cdc2ch import plan, schema
 from cdc2ch.config import RunConfig
-from cdc2ch.errors import SchemaChangeError, StateError
+from cdc2ch.errors import StateError
 from cdc2ch.log import get_logger
 from cdc2ch.metrics import Metrics, PipelineMetrics
 from cdc2ch.offset import PipelineState
 from cdc2ch.ports import ChangeSource, Ports, RangeWriter
 from cdc2ch.progress import Progress
+from cdc2ch.projection import designed
 from cdc2ch.readahead import ReadAhead
 from cdc2ch.resync import Resync
-from cdc2ch.source.log import Commit
 from cdc2ch.writers import pushdown
 
 log = get_logger("cdc2ch.pipeline")
@@ -51,13 +51,13 @@ class Replicator:
         metrics: PipelineMetrics | None = None,
         ports: Ports | None = None,
     ):
-        self.cfg, self.source = cfg, source
+        self.cfg, self.source = cfg, designed(source, cfg.design)  # rows in the target's columns
         self.stop = stop or threading.Event()
         self.metrics = metrics or Metrics().pipeline(cfg.pipeline)
         if ports is None:
             from cdc2ch.target import clickhouse_ports
 
-            ports = clickhouse_ports(cfg, source, sink, self.stop, self.metrics)
+            ports = clickhouse_ports(cfg, self.source, sink, self.stop, self.metrics)
         self.ports = ports
         self.log = log.bind(pipeline=cfg.pipeline)
         self.state: PipelineState | None = None
@@ -67,7 +67,7 @@ class Replicator:
         # only once its first range is read and checked: refused input leaves no table and no offset.
         self.claimed = False
         self.resync = Resync(
-            cfg, source, self.ports.tables, self.ports.store, self.ports.load_snapshot, self.log
+            cfg, self.source, self.ports.tables, self.ports.store, self.ports.load_snapshot, self.log
         )
 
     # -- start-up ---------------------------------------------------------------------------------
@@ -86,7 +86,9 @@ class Replicator:
             cfg.pipeline, uri, str(cfg.target), stored, requested, latest, cfg.reset, source.location, table_id
         )  # fmt: skip
         latest_schema = source.schema_at(latest)
-        schema.column_types(latest_schema, cfg.primary_key)
+        self.ports.tables.check(  # an existing target fits the design (a new pipeline's: the types too)
+            schema.column_types(latest_schema, cfg.design), new=stored is None
+        )
         writer = plan.choose_writer(cfg.reader, cfg.writer, self.ports.remote_target, self.ports.local_master)
         if writer == "clickhouse":  # refuse what ClickHouse cannot read, before any write
             pushdown.lake_function(source.location)
@@ -206,11 +208,13 @@ class Replicator:
                     check_range_for_clickhouse(self.source.uri, changes, state)
                 if not self.claimed:
                     self.writer.check(changes)  # a new pipeline writes nothing before its rows are checked
-                if plan.reads_ahead(estimates, i, max_rows):  # meanwhile: the claim, the DDL, the write
+                if plan.reads_ahead(estimates, i, max_rows):  # meanwhile: the DDL, the claim, the write
                     reads.read(*ranges[i + 1])
+                if not self.claimed:  # the DDL before the claim: a table ClickHouse refuses leaves no offset
+                    self.ports.lock.check()  # (and one another runner holds gets no DDL either)
+                change = self.ports.tables.prepare(schema.column_types(changes.schema, cfg.design))
                 if not self.claimed:
                     self._claim_new(state)
-                change = self.ports.tables.prepare(schema.column_types(changes.schema, cfg.primary_key))
                 if change.breaking:  # resync (or refuse) once no read runs any more
                     broken = (by_version.get(s) if s in breaks else None, s, e, change)
                     break
@@ -229,25 +233,10 @@ class Replicator:
                 if progress is not None:
                     progress.advance(result.rows, 1)
         if broken is not None:
-            return self._schema_broken(state, *broken)
+            return self.resync.broken(state, *broken)
         if progress is not None:
             progress.done()
         return state
-
-    def _schema_broken(
-        self, state: PipelineState, commit: Commit | None, start: int, end: int, change: schema.SchemaDiff
-    ) -> PipelineState:
-        at = f"version {start}" if commit is not None or start == end else f"versions {start}..{end}"
-        what = f" ({plan.describe(commit)})" if commit else ""
-        reason = f"{at} of {self.source.uri}{what}: " + "; ".join(change.breaking)
-        if self.cfg.on_schema_change == "resync":
-            return self.resync.run(state, reason)
-        raise SchemaChangeError(
-            f"The Delta schema changed at {reason}. ClickHouse table {self.cfg.target} cannot follow this in "
-            f"place, so replication stopped with version {state.committed_version} committed. Run again with "
-            f"--on-schema-change resync to rebuild {self.cfg.target} from a snapshot of the new schema (readers "
-            f"keep the old table until the new one is swapped in), or replicate into a new --target."
-        )
 
     def warm_up(self) -> None:
         """A service's first change should be visible as quickly as the rest: let the source pay its first

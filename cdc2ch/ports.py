@@ -143,6 +143,11 @@ class TargetTables(Protocol):
         """Create the target table, or evolve it (add columns, widen types) to take rows of `types`.
         Idempotent. Returns the difference; with breaking changes the table is left as it was."""
 
+    def check(self, types: dict[str, str], new: bool) -> None:
+        """Refuse an existing target table that cannot be kept equal to Delta under the pipeline's design
+        (engine, bookkeeping columns, sorting and partition keys; with `new`, a pipeline adopting the table,
+        its column types too). Read-only: ConfigError naming what is wrong and the CREATE TABLE that works."""
+
     def comment(self, suffix: str = "") -> str | None:
         """The comment of the table target+suffix, or None when it does not exist. Read-only."""
 

@@ -1,4 +1,5 @@
-"""`--on-schema-change resync`: rebuild the target from a snapshot into a side table, swap it in, go on.
+"""A schema change the target cannot follow in place: stop, or (`--on-schema-change resync`) rebuild the
+target from a snapshot into a side table, swap it in, go on.
 
 Crash-safe: the side table carries a comment naming the pipeline and the version it was built at, so a
 restart can tell a finished swap (the target carries a marker newer than the offset: move the offset) from
@@ -10,9 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from cdc2ch import plan
 from cdc2ch.config import RunConfig, TargetName
+from cdc2ch.errors import SchemaChangeError
 from cdc2ch.offset import PipelineState
 from cdc2ch.ports import ChangeSource, OffsetStore, TargetTables
+from cdc2ch.schema import SchemaDiff
+from cdc2ch.source.log import Commit
 
 SUFFIX = "__cdc2ch_resync"
 _MARKER = "cdc2ch: rebuilt by resync of pipeline {pipeline} at Delta version {version}"
@@ -50,6 +55,23 @@ class Resync:
         (created with `comment`) and returns its rows, or None when stopped midway."""
         self.cfg, self.pipeline, self.source = cfg, cfg.pipeline, source
         self.tables, self.store, self.load_snapshot, self.log = tables, store, load_snapshot, log
+
+    def broken(
+        self, state: PipelineState, commit: Commit | None, start: int, end: int, change: SchemaDiff
+    ) -> PipelineState:
+        """Versions start..end (of `commit`, when one) changed the schema in a way the table cannot follow in
+        place: rebuild it (--on-schema-change resync), or stop with the offset where it is."""
+        at = f"version {start}" if commit is not None or start == end else f"versions {start}..{end}"
+        what = f" ({plan.describe(commit)})" if commit else ""
+        reason = f"{at} of {self.source.uri}{what}: " + "; ".join(change.breaking)
+        if self.cfg.on_schema_change == "resync":
+            return self.run(state, reason)
+        raise SchemaChangeError(
+            f"The Delta schema changed at {reason}. ClickHouse table {self.cfg.target} cannot follow this in "
+            f"place, so replication stopped with version {state.committed_version} committed. Run again with "
+            f"--on-schema-change resync to rebuild {self.cfg.target} from a snapshot of the new schema (readers "
+            f"keep the old table until the new one is swapped in), or replicate into a new --target."
+        )
 
     def run(self, state: PipelineState, reason: str) -> PipelineState:
         """Rebuild at the latest version; returns the state after the swap (unchanged when stopped)."""

@@ -14,7 +14,10 @@ from typing import Any
 from cdc2ch.config import TargetName
 from cdc2ch.contract import CDF_COLUMNS, META_COLUMNS
 from cdc2ch.contract import sql_literal as literal
-from cdc2ch.errors import SourceError
+from cdc2ch.design import TableDesign
+from cdc2ch.design import setting_sql as _setting
+from cdc2ch.errors import ConfigError, SourceError
+from cdc2ch.identity import Identity
 
 _PRIMITIVE = {
     "boolean": "Bool",
@@ -99,11 +102,14 @@ def user_fields(schema_json: dict) -> list[dict]:
     return [f for f in schema_json["fields"] if f["name"] not in CDF_COLUMNS]
 
 
-def column_types(schema_json: dict, primary_key: tuple[str, ...]) -> dict[str, str]:
-    """Ordered {column: ClickHouse type} for the user columns; checks the key and reserved names."""
+def column_types(schema_json: dict, design: TableDesign) -> dict[str, str]:
+    """Ordered {column: ClickHouse type} for the user columns of a schema as the target sees it (design's
+    names, design.project_schema): the design's chosen types where it has them; checks the identity columns
+    and reserved names."""
+    identity = design.identity
     fields = user_fields(schema_json)
     names = [f["name"] for f in fields]
-    missing = [k for k in primary_key if k not in names]
+    missing = [k for k in identity.primary_key if k not in names]
     if missing:
         raise SourceError(
             f"Primary-key column(s) {', '.join(map(repr, missing))} are not in the Delta table, whose columns "
@@ -113,18 +119,43 @@ def column_types(schema_json: dict, primary_key: tuple[str, ...]) -> dict[str, s
     if clashes:
         raise SourceError(
             f"The Delta table has column(s) {', '.join(clashes)}, which cdc2ch reserves for its own "
-            f"bookkeeping in ClickHouse. Rename them in a view or in the table."
+            f"bookkeeping in ClickHouse. Rename them in a view or in the table, or with --rename-columns."
         )
     types = {}
     for f in fields:
-        is_key = f["name"] in primary_key
-        if is_key and not isinstance(f["type"], str):
+        name = f["name"]
+        if name in identity.columns and not isinstance(f["type"], str):
+            role = "Primary-key" if name in identity.primary_key else "Sorting or partition"
             raise SourceError(
-                f"Primary-key column {f['name']!r} has a nested type; a key must be a plain column "
+                f"{role} column {name!r} has a nested type; a row's identity must be made of plain columns "
                 f"(number, string, date, timestamp, decimal)."
             )
-        types[f["name"]] = clickhouse_type(f["type"], f.get("nullable", True) and not is_key, f["name"])
+        mapped = clickhouse_type(
+            f["type"], f.get("nullable", True) and name not in identity.primary_key, name
+        )
+        types[name] = _chosen(design, name, mapped)
     return types
+
+
+def _chosen(design: TableDesign, column: str, mapped: str) -> str:
+    """The type --column-types chose for `column`, when it holds every value of the `mapped` type."""
+    chosen = design.chosen_type(column)
+    if chosen is None:
+        return mapped
+    if not fits(chosen, mapped):
+        raise ConfigError(
+            f"--column-types gives column {design.source_name(column)!r} the type {chosen}, which cannot hold "
+            f"every value of its Delta type ({mapped} in ClickHouse): values would be lost or changed. Choose "
+            f"{mapped}, a wider type, or LowCardinality({mapped}) where its values repeat."
+        )
+    return chosen
+
+
+def fits(column_type: str, needed: str) -> bool:
+    """Whether a ClickHouse column of `column_type` holds every value of `needed` unchanged: it is `needed`
+    or a widening of it."""
+    have = parse_type(column_type)
+    return widen(parse_type(needed), have) == _plain(have)
 
 
 def _template(name: str) -> str:
@@ -140,14 +171,30 @@ def _strip_comments(sql: str) -> str:
 
 
 def target_table_ddl(
-    target: TargetName, types: dict[str, str], primary_key: tuple[str, ...], comment: str | None = None
+    target: TargetName, types: dict[str, str], design: TableDesign, comment: str | None = None
 ) -> str:
-    columns = ",\n".join(f"    {quote(name)} {ch_type}" for name, ch_type in types.items())
-    order_by = ", ".join(quote(k) for k in primary_key)
+    identity = design.identity
+    columns = ",\n".join(f"    {column_sql(name, ch_type, design)}" for name, ch_type in types.items())
+    settings = ", ".join(_setting(k, v) for k, v in design.table_settings(nullable_key(types, design)))
     ddl = _strip_comments(_template("create_target_table.sql")).format(
-        table=qualified(target), columns=columns, order_by=order_by
+        table=qualified(target),
+        columns=columns,
+        partition_by=f"PARTITION BY {design.partition_by}\n" if design.partition_by else "",
+        order_by=", ".join(quote(k) for k in identity.order_by),
+        settings=settings,
     )
     return ddl + (f"\nCOMMENT {literal(comment)}" if comment else "")
+
+
+def nullable_key(types: dict[str, str], design: TableDesign) -> bool:
+    """Whether a column of the row's identity is Nullable (the table then needs allow_nullable_key)."""
+    return any(_plain(parse_type(types[c]))[0] == "Nullable" for c in design.identity.columns if c in types)
+
+
+def column_sql(name: str, ch_type: str, design: TableDesign) -> str:
+    """A column's definition: name, type and the design's codec."""
+    codec = design.codec(name)
+    return f"{quote(name)} {ch_type}" + (f" CODEC({codec})" if codec else "")
 
 
 def state_table_ddl(database: str, table: str, template: str = "create_state_table.sql") -> str:
@@ -244,6 +291,8 @@ def _widen_base(old: tuple, new: tuple) -> tuple | None:
         return new if p - s >= _INT_DIGITS[o] else None
     if o == "Date32" and n == "DateTime64":
         return new
+    if o == n == "DateTime64":  # a finer precision in the same time zone
+        return new if int(na[0]) >= int(oa[0]) and na[1:] == oa[1:] else None
     if o == n == "Array":
         inner = widen(oa[0], na[0])
         return (o, (inner,)) if inner else None
@@ -265,8 +314,19 @@ def _widen_base(old: tuple, new: tuple) -> tuple | None:
     return None
 
 
+def _plain(tree: tuple) -> tuple:
+    """A type without LowCardinality, which changes how values are stored, not which values fit."""
+    name, args = tree
+    if name == "LowCardinality":
+        return _plain(args[0])
+    if name == "Nullable":
+        return ("Nullable", (_plain(args[0]),))
+    return tree
+
+
 def widen(old: tuple, new: tuple) -> tuple | None:
     """Like _widen_base, also across Nullable: a column stays Nullable once it is."""
+    old, new = _plain(old), _plain(new)
     nullable = old[0] == "Nullable" or new[0] == "Nullable"
     base = _widen_base(old[1][0] if old[0] == "Nullable" else old, new[1][0] if new[0] == "Nullable" else new)
     if base is None:
@@ -287,8 +347,9 @@ class SchemaDiff:
         return not (self.added or self.modified or self.breaking)
 
 
-def diff(existing: dict[str, str], wanted: dict[str, str], primary_key: tuple[str, ...]) -> SchemaDiff:
-    """Compare the target table's user columns with those a Delta schema maps to."""
+def diff(existing: dict[str, str], wanted: dict[str, str], identity: Identity) -> SchemaDiff:
+    """Compare the target table's user columns with those a Delta schema maps to. ClickHouse cannot change
+    the type of the identity's columns (sorting and partition keys) in place."""
     current = {c: t for c, t in existing.items() if c not in CDF_COLUMNS + META_COLUMNS}
     added = {c: t for c, t in wanted.items() if c not in current}
     modified: dict[str, tuple[str, str]] = {}
@@ -298,17 +359,18 @@ def diff(existing: dict[str, str], wanted: dict[str, str], primary_key: tuple[st
         if c not in wanted
     ]
     for c, new in wanted.items():
-        if c not in current:
+        if c not in current or fits(current[c], new):  # a wider or low-cardinality column holds it as is
             continue
         old_tree = parse_type(current[c])
         merged = widen(old_tree, parse_type(new))
         if merged is None:
             breaking.append(f"column {c!r} changed type from {current[c]} to {new}, which is not a widening")
-        elif merged != old_tree:
-            if c in primary_key:
+        elif merged != _plain(old_tree):
+            if c in identity.columns:
+                role = "primary-key" if c in identity.primary_key else "sorting or partition key"
                 breaking.append(
-                    f"primary-key column {c!r} widened from {current[c]} to {new}, and ClickHouse cannot "
-                    f"change the type of an ORDER BY column in place"
+                    f"{role} column {c!r} widened from {current[c]} to {new}, and ClickHouse cannot change "
+                    f"the type of an ORDER BY or PARTITION BY column in place"
                 )
             else:
                 modified[c] = (current[c], render_type(merged))

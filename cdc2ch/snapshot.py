@@ -27,6 +27,7 @@ from cdc2ch.errors import SchemaChangeError, SourceError, StateError, error_text
 from cdc2ch.log import get_logger
 from cdc2ch.offset import PipelineState
 from cdc2ch.progress import Progress
+from cdc2ch.projection import designed
 from cdc2ch.source.chunked import ChunkedFrame, arrow_schema
 from cdc2ch.source.delta import variants_as_json
 from cdc2ch.source.log import Commit
@@ -52,9 +53,9 @@ class Snapshotter:
     """One table at one version into the target; `stop` asks it to end after the current chunk."""
 
     def __init__(self, cfg: RunConfig, source, sink: Sink, stop: threading.Event | None = None):
-        self.cfg, self.source, self.sink = cfg, source, sink
+        self.cfg, self.source, self.sink = cfg, designed(source, cfg.design), sink
         self.stop = stop or threading.Event()
-        self.tables = TargetTables(sink, cfg.target, cfg.primary_key)
+        self.tables = TargetTables(sink, cfg.target, cfg.design)
         self.table_sql = self.tables.table_sql
         self.store = StateStore(sink, cfg.target.database)
         self.chunks = self.store.chunks
@@ -62,7 +63,9 @@ class Snapshotter:
         self.log = log.bind(pipeline=cfg.pipeline)
         self.loaded: tuple[int, int] | None = None  # (version, rows) of a finished run
 
-    def run(self) -> PipelineState | None:
+    def run(self, comment: str | None = None) -> PipelineState | None:
+        """Load the table as of cfg.snapshot_version (default: the latest) into the target (created with
+        `comment` if missing) and hand the pipeline over to `run`; None when stopped between chunks."""
         cfg = self.cfg
         latest = self.source.latest().version
         version = latest if cfg.snapshot_version is None else cfg.snapshot_version
@@ -89,7 +92,7 @@ class Snapshotter:
             )
         t0 = time.monotonic()
         with self.lock:
-            rows = self.load(version, commit[0])
+            rows = self.load(version, commit[0], comment)
             if rows is None:  # stopped between chunks
                 self.log.warning("snapshot_interrupted", version=version)
                 return None
@@ -113,7 +116,9 @@ class Snapshotter:
         table = self.source.snapshot(version)
         if cfg.reader == "clickhouse":  # again for a resync, which comes here directly
             self._check_reader(table.schema.jsonValue())
-        types = schema.column_types(table.schema.jsonValue(), cfg.primary_key)
+        types = schema.column_types(table.schema.jsonValue(), cfg.design)
+        stored = self.store.load(cfg.pipeline)
+        self.tables.check(types, new=stored is None or stored.committed_version < 0)
         change = self.tables.prepare(types, comment)
         if change.breaking:
             raise SchemaChangeError(
@@ -215,7 +220,12 @@ class Snapshotter:
             with self.sink.reads_files():
                 self.sink.command(
                     insert_from_lake(
-                        self.table_sql, self.source.location, columns, meta, f" WHERE _path IN ({paths})"
+                        self.table_sql,
+                        self.source.location,
+                        columns,
+                        meta,
+                        f" WHERE _path IN ({paths})",
+                        cfg.design,
                     ),
                     what=f"load snapshot chunk {chunk}",
                     settings={

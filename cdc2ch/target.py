@@ -25,7 +25,7 @@ log = get_logger("cdc2ch.pipeline")
 def clickhouse_ports(
     cfg: RunConfig, source, sink: Sink, stop: threading.Event, metrics: PipelineMetrics
 ) -> Ports:
-    tables = TargetTables(sink, cfg.target, cfg.primary_key)
+    tables = TargetTables(sink, cfg.target, cfg.design)
     to = Destination(cfg, sink, tables.table_sql, stop, metrics, log.bind(pipeline=cfg.pipeline))
     writers = {"clickhouse": PushdownWriter, "executors": ExecutorWriter, "driver": DriverWriter}
 

@@ -12,6 +12,7 @@ from cdc2ch.clickhouse import embedded
 from cdc2ch.clickhouse.dsn import connect
 from cdc2ch.config import RunConfig
 from cdc2ch.errors import Cdc2chError
+from cdc2ch.projection import designed
 from cdc2ch.source import open_source
 
 
@@ -33,11 +34,24 @@ def duplicates_finding(cfg: RunConfig, version: int, found: tuple[int, int, dict
     return Finding(
         cfg.pipeline,
         True,
-        f"{cfg.table} at version {version} holds {rows} rows for {keys} primary-key value(s) of "
-        f"{','.join(cfg.primary_key)} (e.g. {shown}); ClickHouse keeps one row per key, so {cfg.target} will "
-        f"have {rows - keys} fewer rows than the Delta table. Choose a --primary-key that identifies a row.",
+        f"{cfg.table} at version {version} holds {rows} rows for {keys} value(s) of "
+        f"{','.join(cfg.identity.columns)} (e.g. {shown}); ClickHouse keeps one row per sorting key, so "
+        f"{cfg.target} will have {rows - keys} fewer rows than the Delta table. Choose a --primary-key that "
+        f"identifies a row.",
         warning=True,
     )
+
+
+def _design_text(cfg: RunConfig) -> str:
+    """The design choices that differ from the defaults, as validate lists them."""
+    shown = cfg.design.describe()
+    return "".join(f", {k.replace('_', ' ')} {_shown(v)}" for k, v in shown.items())
+
+
+def _shown(value) -> str:
+    if isinstance(value, dict):
+        return ",".join(f"{k}={v}" for k, v in value.items())
+    return ",".join(value) if isinstance(value, list) else str(value)
 
 
 def check(configs: list[RunConfig], spark_factory) -> list[Finding]:
@@ -63,12 +77,13 @@ def check(configs: list[RunConfig], spark_factory) -> list[Finding]:
         spark = spark_factory()
         for cfg in configs:
             try:
-                source = open_source(spark, cfg.table)  # a catalog name is resolved here
+                # a catalog name is resolved here; the rows as the target's design sees them
+                source = designed(open_source(spark, cfg.table), cfg.design)
                 inputs = Replicator(cfg, source, sink).check_inputs()
                 # the commits `run` checks before its first read
                 commits = source.commits(inputs.start, inputs.latest)
                 plan.check_commits(inputs.start, commits, source.uri, cfg.primary_key, str(cfg.target))
-                duplicates = source.duplicate_keys(cfg.primary_key, inputs.latest)
+                duplicates = source.duplicate_keys(cfg.identity.columns, inputs.latest)
             except Cdc2chError as exc:
                 findings.append(Finding(cfg.pipeline, False, f"{cfg.table} -> {cfg.target}: {exc}"))
                 continue
@@ -87,7 +102,7 @@ def check(configs: list[RunConfig], spark_factory) -> list[Finding]:
                     cfg.pipeline,
                     True,
                     f"{cfg.table} -> {cfg.target}: {found}latest version {latest}, {where}, key "
-                    f"{','.join(cfg.primary_key)}, writer {inputs.writer}",
+                    f"{','.join(cfg.primary_key)}{_design_text(cfg)}, writer {inputs.writer}",
                 )
             )
             if duplicates is not None:

@@ -20,7 +20,9 @@ from cdc2ch.canonical import CLICKHOUSE, SPARK
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import RunConfig
 from cdc2ch.errors import Cdc2chError, SourceError
+from cdc2ch.identity import Identity
 from cdc2ch.progress import Progress
+from cdc2ch.projection import designed
 
 ROWS_PER_BUCKET = 2_000  # narrowing a mismatching bucket reads about this many keys on each side
 MAX_BUCKETS = 1 << 16
@@ -91,12 +93,17 @@ def nothing_to_verify(cfg: RunConfig) -> Cdc2chError:
 
 
 class Sides:
-    """The SQL of both sides for one table: key text, row hash and bucket, rendered by each dialect."""
+    """The SQL of both sides for one table: key text, row hash and bucket, rendered by each dialect.
 
-    def __init__(self, fields: list[dict], primary_key: tuple[str, ...], buckets: int):
+    A key is a row's identity (identity.py: sorting key and partition columns), so what is compared is what
+    `SELECT ... FINAL` shows. Buckets go by the sorting key alone, which every row ClickHouse collapses into
+    one shares (the partition columns may differ within one partition)."""
+
+    def __init__(self, fields: list[dict], identity: Identity, buckets: int):
         by_name = {f["name"]: f for f in fields}
         self.fields = fields
-        self.keys = [by_name[k] for k in primary_key]
+        self.keys = [by_name[k] for k in identity.columns]
+        self.sorting = [by_name[k] for k in identity.order_by]
         self.buckets = buckets
 
     def key(self, d) -> str:
@@ -106,7 +113,7 @@ class Sides:
         return canonical.hash60(canonical.row_text(self.fields, d), d)
 
     def bucket(self, d) -> str:
-        return canonical.bucket(self.key(d), self.buckets, d)
+        return canonical.bucket(canonical.row_text(self.sorting, d), self.buckets, d)
 
     def column(self, f: dict, d) -> str:
         return canonical.text(canonical.quoted(f["name"], d), f["type"], d)
@@ -114,7 +121,8 @@ class Sides:
 
 class Verifier:
     def __init__(self, cfg: RunConfig, source, sink: Sink, store, log, stop: threading.Event | None = None):
-        self.cfg, self.source, self.sink, self.store, self.log = cfg, source, sink, store, log
+        self.cfg, self.sink, self.store, self.log = cfg, sink, store, log
+        self.source = designed(source, cfg.design)  # the Delta rows in the target's columns
         self.stop = stop or threading.Event()
         self.table_sql = schema.qualified(cfg.target)
         self._found: set[str] = set()  # key texts already reported (memory grows with differences only)
@@ -169,16 +177,20 @@ class Verifier:
         keyed = df.selectExpr("*", f"{sides.key(SPARK)} AS __cdc2ch_wanted")
         return keyed.join(wanted, "__cdc2ch_wanted", "left_semi").drop("__cdc2ch_wanted")
 
-    def _target_keys(self, sides: Sides, where: str) -> dict[str, tuple[int, int, bool, dict]]:
-        """{key text: (row hash, newest commit version, deleted, key)} of the keys in `where`: the row FINAL
-        would keep, read from all rows (FINAL may leave tombstones out, and a key deleted after the version
+    def _target_keys(
+        self, sides: Sides, where: str = "1", having: str = "1"
+    ) -> dict[str, tuple[int, int, bool, dict]]:
+        """{key text: (row hash, newest commit version, deleted, key)} of the rows FINAL would keep among
+        those in `where` (over the sorting key) or `having` (over the key text): one per sorting key and
+        partition, read from all rows (FINAL may leave tombstones out, and a key deleted after the version
         being verified must show as changed, not missing)."""
         names = [f["name"] for f in sides.keys]
-        keys = ", ".join(f"any({schema.quote(n)})" for n in names)
+        keys = ", ".join(f"argMax({schema.quote(n)}, _version)" for n in names)
+        sorting = canonical.row_text(sides.sorting, CLICKHOUSE)
         rows = self.sink.query_rows(
-            f"SELECT {sides.key(CLICKHOUSE)} AS __cdc2ch_k, argMax({sides.hash(CLICKHOUSE)}, _version), "
-            f"max(_commit_version), argMax(_is_deleted, _version), {keys} FROM {self.table_sql} "
-            f"WHERE {where} GROUP BY __cdc2ch_k",
+            f"SELECT argMax({sides.key(CLICKHOUSE)}, _version) AS __cdc2ch_k, "
+            f"argMax({sides.hash(CLICKHOUSE)}, _version), max(_commit_version), argMax(_is_deleted, _version), "
+            f"{keys} FROM {self.table_sql} WHERE {where} GROUP BY {sorting}, _partition_id HAVING {having}",
             what="read keys of the target table",
         )
         return {r[0]: (int(r[1]), int(r[2]), bool(r[3]), dict(zip(names, map(_show, r[4:])))) for r in rows}
@@ -186,7 +198,7 @@ class Verifier:
     def _target_keys_in(self, sides: Sides, keys) -> dict[str, tuple[int, int, bool, dict]]:
         out: dict = {}
         for chunk in _chunks(sorted(keys)):
-            out.update(self._target_keys(sides, f"__cdc2ch_k IN ({_ch_list(chunk)})"))
+            out.update(self._target_keys(sides, having=f"__cdc2ch_k IN ({_ch_list(chunk)})"))
         return out
 
     # -- verify ------------------------------------------------------------------------------------
@@ -199,7 +211,7 @@ class Verifier:
         compared = [f for f in fields if f["name"] in present]
         (target_rows,) = self.sink.query_rows(f"SELECT count() FROM {self._live()}")[0]
         buckets = max(16, min(MAX_BUCKETS, int(target_rows) // ROWS_PER_BUCKET + 1))
-        sides = Sides(compared, self.cfg.primary_key, buckets)
+        sides = Sides(compared, self.cfg.identity, buckets)
         df = self._delta(version)
         self.log.info("verify_started", version=version, buckets=buckets, target_rows=int(target_rows))
         theirs, ours = self._delta_buckets(df, sides), self._target_buckets(sides)
@@ -257,7 +269,7 @@ class Verifier:
 
     def _narrow(self, report: Report, df, sides: Sides, version: int, group: str, repair: bool) -> Report:
         delta = self._delta_keys(df, sides, where=f"{sides.bucket(SPARK)} IN ({group})")
-        target = self._target_keys(sides, f"{sides.bucket(CLICKHOUSE)} IN ({group})")
+        target = self._target_keys(sides, where=f"{sides.bucket(CLICKHOUSE)} IN ({group})")
         found, newer = _compare(delta, target, version)
         for _ in range(RECHECKS):  # keys `run` changed after `version`: compare again where run is now
             if not newer:

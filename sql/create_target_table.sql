@@ -1,6 +1,8 @@
--- Replicated Delta table. One row per change; FINAL collapses each key to its state at the
--- last committed Delta version (design: _version = _commit_version * 4 + rank, rank 3 live,
--- 2 delete, 1 update pre-image). Deleted keys stay as tombstones (_is_deleted = 1).
+-- Replicated Delta table. One row per change; FINAL collapses each row identity (its sorting key within
+-- its partition) to its state at the last committed Delta version (design: _version = _commit_version * 4
+-- + rank, rank 3 live, 2 delete, 1 update pre-image). Deleted rows stay as tombstones (_is_deleted = 1).
+-- Replayed batches carry the same insert_deduplication_token and are dropped on arrival
+-- (non_replicated_deduplication_window, among the settings).
 CREATE TABLE IF NOT EXISTS {table}
 (
 {columns},
@@ -12,6 +14,5 @@ CREATE TABLE IF NOT EXISTS {table}
     `_synced_at`        DateTime64(3, 'UTC') DEFAULT now64(3)
 )
 ENGINE = ReplacingMergeTree(`_version`, `_is_deleted`)
-ORDER BY ({order_by})
--- Replayed batches carry the same insert_deduplication_token and are dropped on arrival.
-SETTINGS non_replicated_deduplication_window = 10000
+{partition_by}ORDER BY ({order_by})
+SETTINGS {settings}

@@ -51,11 +51,14 @@ class Cli:
     def __call__(self, *args: str, expect: int = 0):
         argv = list(args)
         if (
-            argv[0] in ("run", "snapshot", "status", "query", "validate", "compact", "verify")
+            argv[0] in ("run", "snapshot", "status", "query", "validate", "compact", "verify", "reshape")
             and "--clickhouse" not in argv
         ):
             argv += ["--clickhouse", self.dsn]
-        if argv[0] in ("run", "snapshot", "status", "validate", "verify") and "--log-format" not in argv:
+        if (
+            argv[0] in ("run", "snapshot", "status", "validate", "verify", "reshape")
+            and "--log-format" not in argv
+        ):
             argv += ["--log-format", "json"]
         result = CliRunner().invoke(main, argv, catch_exceptions=False)
         assert result.exit_code == expect, (

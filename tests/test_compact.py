@@ -11,6 +11,7 @@ from cdc2ch import schema
 from cdc2ch.clickhouse import ddl
 from cdc2ch.compact import SIDE_SUFFIX, VIEW_SUFFIX, compact
 from cdc2ch.config import TargetName, parse_duration
+from cdc2ch.design import TableDesign
 from cdc2ch.errors import ConfigError
 from tests.helpers import SinkTap, assert_replicated, create_table
 
@@ -134,7 +135,7 @@ INSERT_COLUMNS = "tenant, id, name, _commit_version, _commit_timestamp, _change_
 
 def hand_table(sink, database: str, name: str = "hand") -> TargetName:
     target = TargetName(database, name)
-    ddl.create_target(sink, target, TYPES, KEY)
+    ddl.create_target(sink, target, TYPES, TableDesign(KEY))
     return target
 
 

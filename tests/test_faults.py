@@ -19,6 +19,7 @@ import pytest
 
 from cdc2ch import contract, schema
 from cdc2ch.config import TargetName
+from cdc2ch.design import TableDesign
 from tests.helpers import (
     Proc,
     assert_replicated,
@@ -45,9 +46,11 @@ def _history(spark, path: str, versions: int = 4, rows: int = 120) -> None:
 
 def _precreate(spark, sink, path: str, target: TargetName) -> None:
     """Create the target as cdc2ch would, with merges stopped, so a duplicate block would stay visible."""
-    types = schema.column_types(spark.read.format("delta").load(path).schema.jsonValue(), ("id",))
+    types = schema.column_types(
+        spark.read.format("delta").load(path).schema.jsonValue(), TableDesign(("id",))
+    )
     sink.ensure_database(target.database)
-    sink.command(schema.target_table_ddl(target, types, ("id",)))
+    sink.command(schema.target_table_ddl(target, types, TableDesign(("id",))))
     sink.command(f"SYSTEM STOP MERGES {schema.qualified(target)}")
 
 

@@ -11,6 +11,7 @@ import pytest
 from cdc2ch import changes
 from cdc2ch.clickhouse.dsn import redact
 from cdc2ch.config import TargetName
+from cdc2ch.design import TableDesign
 from cdc2ch.errors import ConfigError, SourceError
 from cdc2ch.plan import plan_ranges
 from cdc2ch.schema import clickhouse_type, column_types, quote
@@ -148,10 +149,13 @@ def test_type_mapping():
             {"name": "_change_type", "type": "string", "nullable": True},
         ]
     }
-    assert column_types(schema, ("id",)) == {"id": "Int64"}  # keys are never Nullable; CDF columns dropped
+    assert column_types(schema, TableDesign(("id",))) == {
+        "id": "Int64"
+    }  # keys are never Nullable; CDF columns dropped
     with pytest.raises(SourceError, match="reserves"):
         column_types(
-            {"fields": [{"name": "_version", "type": "long"}, {"name": "id", "type": "long"}]}, ("id",)
+            {"fields": [{"name": "_version", "type": "long"}, {"name": "id", "type": "long"}]},
+            TableDesign(("id",)),
         )
 
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from cdc2ch import schema
+from cdc2ch.clickhouse import adopt
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import TargetName
+from cdc2ch.design import TableDesign
+from cdc2ch.errors import SinkError
 from cdc2ch.log import get_logger
 
 log = get_logger("cdc2ch.clickhouse.ddl")
@@ -14,16 +17,24 @@ def create_target(
     sink: Sink,
     target: TargetName,
     types: dict[str, str],
-    primary_key: tuple[str, ...],
+    design: TableDesign,
     comment: str | None = None,
 ) -> None:
-    """Create the target table (and its database) for rows of `types` keyed by `primary_key`."""
+    """Create the target table (and its database) for rows of `types`, as `design` says. A table ClickHouse
+    refuses (a codec, setting or partition expression it does not take) leaves no new database behind."""
+    params = {"db": target.database}
+    new = not sink.query_rows("SELECT 1 FROM system.databases WHERE name = {db:String}", params)
     sink.ensure_database(target.database)
-    sink.command(schema.target_table_ddl(target, types, primary_key, comment), what="create the target table")
+    try:
+        sink.command(schema.target_table_ddl(target, types, design, comment), what="create the target table")
+    except SinkError:
+        if new and not sink.query_rows("SELECT 1 FROM system.tables WHERE database = {db:String}", params):
+            sink.command(f"DROP DATABASE IF EXISTS {schema.quote(target.database)}", what="drop the database")
+        raise
     log.info("target_created", target=str(target), columns=len(types))
 
 
-def evolve_target(sink: Sink, target: TargetName, change: schema.SchemaDiff) -> None:
+def evolve_target(sink: Sink, target: TargetName, change: schema.SchemaDiff, design: TableDesign) -> None:
     """Apply additive and widening changes: new columns (NULL in older rows) and wider types."""
     # New columns go after the last user column, before cdc2ch's own, in Delta's order.
     existing = list(sink.table_columns(target) or {})
@@ -32,7 +43,7 @@ def evolve_target(sink: Sink, target: TargetName, change: schema.SchemaDiff) -> 
         position = f" AFTER {schema.quote(after)}" if after else ""
         sink.command(
             f"ALTER TABLE {schema.qualified(target)} ADD COLUMN IF NOT EXISTS "
-            f"{schema.quote(name)} {ch_type}{position}",
+            f"{schema.column_sql(name, ch_type, design)}{position}",
             what=f"add column {name!r}",
         )
         after = name
@@ -50,7 +61,7 @@ def prepare_target(
     sink: Sink,
     target: TargetName,
     types: dict[str, str],
-    primary_key: tuple[str, ...],
+    design: TableDesign,
     comment: str | None = None,
 ) -> schema.SchemaDiff:
     """Create the target table, or evolve it to take rows of `types` (add columns, widen types).
@@ -60,26 +71,29 @@ def prepare_target(
     """
     existing = sink.table_columns(target)
     if existing is None:
-        create_target(sink, target, types, primary_key, comment)
-        return schema.diff(types, types, primary_key)
-    change = schema.diff(existing, types, primary_key)
+        create_target(sink, target, types, design, comment)
+        return schema.diff(types, types, design.identity)
+    change = schema.diff(existing, types, design.identity)
     if not change.breaking:
-        evolve_target(sink, target, change)
+        evolve_target(sink, target, change, design)
     return change
 
 
 class TargetTables:
     """The target table as the replication loop and snapshots see it (the TargetTables port)."""
 
-    def __init__(self, sink: Sink, target: TargetName, primary_key: tuple[str, ...]):
-        self.sink, self.target, self.primary_key = sink, target, primary_key
+    def __init__(self, sink: Sink, target: TargetName, design: TableDesign):
+        self.sink, self.target, self.design = sink, target, design
         self.table_sql = schema.qualified(target)
 
     def _named(self, suffix: str) -> TargetName:
         return TargetName(self.target.database, self.target.table + suffix)
 
     def prepare(self, types: dict[str, str], comment: str | None = None) -> schema.SchemaDiff:
-        return prepare_target(self.sink, self.target, types, self.primary_key, comment)
+        return prepare_target(self.sink, self.target, types, self.design, comment)
+
+    def check(self, types: dict[str, str], new: bool) -> None:
+        adopt.check(self.sink, self.target, self.design, types, new)
 
     def comment(self, suffix: str = "") -> str | None:
         return self.sink.table_comment(self._named(suffix))

@@ -41,8 +41,8 @@ def insert_rows(
 ) -> tuple[int, int, bool]:
     """Insert `rows` (target layout) in batches of cfg.batch_size, without the outranked ones. Returns (rows
     written, batches written, complete): complete is False when `stop` was set before the last batch."""
-    contract.check_keys(rows, cfg.primary_key, where)
-    ready = changes.prepare(rows, cfg.primary_key, across_commits=not cfg.immutable_keys)
+    contract.check_keys(rows, cfg.identity.primary_key, where)
+    ready = changes.prepare(rows, cfg.identity.columns, across_commits=not cfg.immutable_keys)
     for dup in ready.duplicates:
         log.warning("duplicate_keys", where=where, **context, **dup, hint=DUPLICATES_HINT)
     if ready.across is not None:
@@ -75,7 +75,9 @@ class DriverWriter:
         t0 = time.monotonic()
         rows = rng.arrow_rows(self.cfg.immutable_keys)
         seconds = time.monotonic() - t0
-        contract.check_keys(rows, self.cfg.primary_key, f"versions {rng.start}..{rng.end} of {rng.uri}")
+        contract.check_keys(
+            rows, self.cfg.identity.primary_key, f"versions {rng.start}..{rng.end} of {rng.uri}"
+        )
         self._checked = (rng.start, rng.end, rows, seconds)
 
     def _read(self, rng: Changes) -> tuple[pa.Table, float]:

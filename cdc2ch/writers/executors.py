@@ -32,19 +32,21 @@ def write_partitions(
     df,
     client_kwargs: dict,
     table_sql: str,
-    primary_key: tuple[str, ...],
+    identity: tuple[tuple[str, ...], tuple[str, ...]],
     partitions: int,
     batch_size: int,
     token_prefix: str,
     attempts: int,
 ) -> list[dict]:
-    """Insert `df` (rows in the target layout) from the executors. Returns one result per partition."""
+    """Insert `df` (rows in the target layout) from the executors. Returns one result per partition.
+    `identity`: (primary key, identity columns) as plain tuples, which ship to the tasks by value."""
     from pyspark.sql import functions as F
 
     from cdc2ch.source.spark import positional_columns, shipped_by_value
 
     safe, names = positional_columns(df)
-    keys = [f"_c{names.index(k)}" for k in primary_key]
+    primary_key, key = identity
+    keys = [f"_c{names.index(k)}" for k in key]
     version = f"_c{names.index('_version')}"
     safe = safe.repartition(partitions, *[F.col(k) for k in keys]).sortWithinPartitions(version, *keys)
     null_keys, batch_token, call = contract.null_keys, contract.executor_batch_token, retry.call
@@ -74,7 +76,7 @@ def write_partitions(
         if null is not None:
             yield result(null=null)
             return
-        table = latest(table, primary_key)  # a partition holds every row of its keys
+        table = latest(table, key)  # a partition holds every row of its keys
         client = clickhouse_connect.get_client(**client_kwargs)
         written = count = 0
         try:
@@ -113,7 +115,7 @@ class ExecutorWriter:
         from pyspark.sql import functions as F
 
         rows = rng.spark_rows(self.cfg.immutable_keys)
-        for key in self.cfg.primary_key:
+        for key in self.cfg.identity.primary_key:
             nulls, first = (
                 rows.where(contract.spark_col(key).isNull())
                 .agg(F.count(F.lit(1)), F.min("_commit_version"))
@@ -133,7 +135,7 @@ class ExecutorWriter:
                 rng.spark_rows(cfg.immutable_keys),
                 self.to.sink.task_client,
                 self.to.table_sql,
-                cfg.primary_key,
+                (cfg.identity.primary_key, cfg.identity.columns),
                 partitions,
                 cfg.batch_size,
                 contract.range_token(cfg.pipeline, start, end),

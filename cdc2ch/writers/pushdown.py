@@ -13,6 +13,7 @@ from urllib.parse import unquote, urlsplit
 
 from cdc2ch import contract, schema
 from cdc2ch.clickhouse import codes
+from cdc2ch.design import TableDesign
 from cdc2ch.errors import SinkError, SourceError
 from cdc2ch.offset import PipelineState
 from cdc2ch.ports import Changes, RangeResult
@@ -39,13 +40,21 @@ def lake_function(uri: str) -> str:
     )
 
 
-def insert_from_lake(table_sql: str, uri: str, columns: list[str], meta: list[str], where: str = "") -> str:
-    """INSERT ... SELECT of the user columns read from the lake, followed by the expressions of `meta`
-    for contract.WRITTEN_META."""
+def insert_from_lake(
+    table_sql: str,
+    uri: str,
+    columns: list[str],
+    meta: list[str],
+    where: str = "",
+    design: TableDesign | None = None,
+) -> str:
+    """INSERT ... SELECT of the user columns (target names) read from the lake (by their Delta names, which
+    `design` knows), followed by the expressions of `meta` for contract.WRITTEN_META."""
     cols = ", ".join(schema.quote(c) for c in columns)
+    read = ", ".join(schema.quote(design.source_name(c) if design else c) for c in columns)
     return (
         f"INSERT INTO {table_sql} ({cols}, {', '.join(contract.WRITTEN_META)}) "
-        f"SELECT {cols}, {', '.join(meta)} FROM {lake_function(uri)}{where}"
+        f"SELECT {read}, {', '.join(meta)} FROM {lake_function(uri)}{where}"
     )
 
 
@@ -89,6 +98,7 @@ class PushdownWriter:
             columns,
             contract.sql_change_meta(),
             contract.sql_change_filter(cfg.immutable_keys),
+            cfg.design,
         )
         token = contract.pushdown_range_token(cfg.pipeline, start, end)
         try:
@@ -122,7 +132,7 @@ class PushdownWriter:
     def _null_keys_in_lake(self, rng: Changes) -> SourceError | None:
         """The insert failed on a null: count the null keys (on this error path only) to say where."""
         lake = lake_function(rng.location)
-        for key in self.cfg.primary_key:
+        for key in self.cfg.primary_key:  # Delta's names: ClickHouse reads the lake
             with self.to.sink.reads_files():
                 nulls, version = self.to.sink.query_rows(
                     f"SELECT count(), min(_commit_version) FROM {lake} WHERE {schema.quote(key)} IS NULL",

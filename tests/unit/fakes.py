@@ -17,6 +17,7 @@ import pyarrow as pa
 from cdc2ch import contract, schema
 from cdc2ch.config import RunConfig, TargetName
 from cdc2ch.errors import SourceError
+from cdc2ch.identity import Identity
 from cdc2ch.offset import PipelineState
 from cdc2ch.ports import Ports, RangeResult
 from cdc2ch.source.log import Commit
@@ -181,19 +182,22 @@ class MemoryTarget:
 class MemoryTables:
     """The TargetTables port of one target on a MemoryTarget."""
 
-    def __init__(self, db: MemoryTarget, target: TargetName, primary_key: tuple[str, ...]):
-        self.db, self.name, self.primary_key = db, str(target), primary_key
+    def __init__(self, db: MemoryTarget, target: TargetName, identity: Identity):
+        self.db, self.name, self.identity = db, str(target), identity
         self.table_sql = self.name
 
     def prepare(self, types: dict[str, str], comment: str | None = None) -> schema.SchemaDiff:
         existing = self.db.tables.get(self.name)
         if existing is None:
             self.db.tables[self.name] = {"columns": dict(types), "comment": comment or "", "rows": []}
-            return schema.diff(types, types, self.primary_key)
-        change = schema.diff(existing["columns"], types, self.primary_key)
+            return schema.diff(types, types, self.identity)
+        change = schema.diff(existing["columns"], types, self.identity)
         if not change.breaking:
             existing["columns"].update(change.added)
         return change
+
+    def check(self, types: dict[str, str], new: bool) -> None:
+        """The in-memory target always fits."""
 
     def comment(self, suffix: str = "") -> str | None:
         table = self.db.tables.get(self.name + suffix)
@@ -327,8 +331,8 @@ class Harness:
     def _load_snapshot(self, side: RunConfig, version: int, comment: str) -> int | None:
         """A snapshot into the side table, the way Snapshotter writes one (live rows at `version`)."""
         self.snapshots.append(version)
-        tables = MemoryTables(self.db, side.target, side.primary_key)
-        tables.prepare(schema.column_types(self.source.schema_at(version), side.primary_key), comment)
+        tables = MemoryTables(self.db, side.target, side.identity)
+        tables.prepare(schema.column_types(self.source.schema_at(version), side.design), comment)
         rows = self.table.rows_at(version)
         ts = self.table.versions[version]["commit"].timestamp
         for row in rows:
@@ -346,7 +350,7 @@ class Harness:
         ports = Ports(
             store=self.store,
             lock=self.lock,
-            tables=MemoryTables(self.db, cfg.target, cfg.primary_key),
+            tables=MemoryTables(self.db, cfg.target, cfg.identity),
             writer=lambda kind: self.writer,
             load_snapshot=self._load_snapshot,
             remote_target=False,

@@ -93,6 +93,10 @@ def test_the_clickhouse_package_depends_only_on_its_foundations():
         "cdc2ch.retry",
         "cdc2ch.offset",
         "cdc2ch.log",
+        # pure values the DDL renders: the row contract's column names, the table design and row identity
+        "cdc2ch.contract",
+        "cdc2ch.design",
+        "cdc2ch.identity",
     }
     graph = import_graph()
     for name, deps in graph.items():

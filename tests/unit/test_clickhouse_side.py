@@ -25,6 +25,7 @@ from cdc2ch.clickhouse import codes, ddl, dsn, embedded, server
 from cdc2ch.clickhouse.lock import LockedError
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.config import TargetName
+from cdc2ch.design import TableDesign
 from cdc2ch.errors import ConfigError, SinkError
 from cdc2ch.metrics import error_kind
 
@@ -320,18 +321,31 @@ def test_embedded_engine_already_open_elsewhere(tmp_path, monkeypatch):
 class CatalogSink:
     """Just what ddl uses of a Sink: a table's columns, and the statements it was sent."""
 
-    def __init__(self, columns):
-        self.columns = columns
+    def __init__(self, columns, refuse: str | None = None):
+        self.columns, self.refuse = columns, refuse
         self.statements: list[str] = []
 
     def table_columns(self, target):
         return self.columns
 
+    def query_rows(self, sql, parameters=None, what="", settings=None):
+        return []  # no database, no table: a new target
+
     def ensure_database(self, database):
         self.statements.append(f"CREATE DATABASE {database}")
 
     def command(self, sql, what="", settings=None):
+        if self.refuse and self.refuse in sql:
+            raise SinkError(f"ClickHouse refused to {what}", 36)
         self.statements.append(" ".join(sql.split()))
+
+
+def test_a_target_clickhouse_refuses_to_create_leaves_no_database():
+    sink = CatalogSink(None, refuse="CODEC")
+    design = TableDesign(("id",), codecs=(("name", "NoSuchCodec"),))
+    with pytest.raises(SinkError, match="refused to create the target table"):
+        ddl.prepare_target(sink, TARGET, {"id": "Int64", "name": "Nullable(String)"}, design)
+    assert sink.statements == ["CREATE DATABASE db", "DROP DATABASE IF EXISTS `db`"]
 
 
 TARGET = TargetName("db", "t")
@@ -340,13 +354,15 @@ META = {"_commit_version": "UInt64", "_commit_timestamp": "DateTime64(3, 'UTC')"
 
 def test_prepare_target_creates_a_missing_table():
     sink = CatalogSink(None)
-    change = ddl.prepare_target(sink, TARGET, {"id": "Int64", "name": "Nullable(String)"}, ("id",), "hi")
+    change = ddl.prepare_target(
+        sink, TARGET, {"id": "Int64", "name": "Nullable(String)"}, TableDesign(("id",)), "hi"
+    )
     assert change.empty
     assert sink.statements == [
         "CREATE DATABASE db",
         " ".join(
             schema.target_table_ddl(
-                TARGET, {"id": "Int64", "name": "Nullable(String)"}, ("id",), "hi"
+                TARGET, {"id": "Int64", "name": "Nullable(String)"}, TableDesign(("id",)), "hi"
             ).split()
         ),
     ]
@@ -354,7 +370,9 @@ def test_prepare_target_creates_a_missing_table():
 
 def test_prepare_target_adds_and_widens_columns_in_place():
     sink = CatalogSink({"id": "Int64", "n": "Int32", **META})
-    change = ddl.prepare_target(sink, TARGET, {"id": "Int64", "n": "Int64", "s": "Nullable(String)"}, ("id",))
+    change = ddl.prepare_target(
+        sink, TARGET, {"id": "Int64", "n": "Int64", "s": "Nullable(String)"}, TableDesign(("id",))
+    )
     assert change.added == {"s": "Nullable(String)"} and change.modified == {"n": ("Int32", "Int64")}
     assert sink.statements == [
         f"ALTER TABLE {schema.qualified(TARGET)} ADD COLUMN IF NOT EXISTS `s` Nullable(String) AFTER `n`",
@@ -364,5 +382,5 @@ def test_prepare_target_adds_and_widens_columns_in_place():
 
 def test_prepare_target_leaves_the_table_alone_on_a_breaking_change():
     sink = CatalogSink({"id": "Int64", "gone": "String", **META})
-    change = ddl.prepare_target(sink, TARGET, {"id": "Int64", "s": "String"}, ("id",))
+    change = ddl.prepare_target(sink, TARGET, {"id": "Int64", "s": "String"}, TableDesign(("id",)))
     assert change.breaking and sink.statements == []

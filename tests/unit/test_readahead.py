@@ -166,6 +166,7 @@ def test_a_refused_claim_writes_nothing_and_leaves_no_read_running(monkeypatch):
 
     monkeypatch.setattr(FakeChanges, "arrow_rows", slow)
     monkeypatch.setattr(h.lock, "acquire", refused)
+    monkeypatch.setattr(h.lock, "check", refused)  # held by another runner: checked before the DDL too
     with pytest.raises(LockedError, match="already being run"):
         h.run()
     assert h.db.tables == {} and h.store.states == {} and not h.store.ensured

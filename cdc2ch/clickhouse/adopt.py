@@ -1,0 +1,135 @@
+"""Whether an existing target table can be kept equal to Delta under the pipeline's design: its engine,
+version and is-deleted columns, sorting and partition keys and column types, read from ClickHouse's system
+tables. Read-only; a refusal names what is wrong and prints the CREATE TABLE that would work."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from cdc2ch import schema
+from cdc2ch.clickhouse.transport import Sink
+from cdc2ch.config import TargetName
+from cdc2ch.contract import WRITTEN_META
+from cdc2ch.design import TableDesign
+from cdc2ch.errors import ConfigError
+from cdc2ch.identity import expression_columns
+
+ENGINES = ("ReplacingMergeTree", "ReplicatedReplacingMergeTree", "SharedReplacingMergeTree")
+
+
+@dataclass(frozen=True)
+class Existing:
+    """A table as ClickHouse describes it."""
+
+    engine: str
+    engine_full: str
+    sorting_key: str
+    partition_key: str
+    columns: dict[str, str]  # name -> type, in table order
+
+    @property
+    def version_args(self) -> tuple[str, ...]:
+        """The engine's version and is-deleted arguments (the last two for a Replicated engine's path ones)."""
+        inner = self.engine_full.partition("(")[2].partition(")")[0]
+        args = tuple(a.strip().strip("`") for a in inner.split(",") if a.strip())
+        return args[-2:] if self.engine != "ReplacingMergeTree" else args
+
+
+def describe(sink: Sink, target: TargetName) -> Existing | None:
+    """The table `target` as ClickHouse describes it, or None when it does not exist."""
+    params = {"db": target.database, "t": target.table}
+    tables = sink.query_rows(
+        "SELECT engine, engine_full, sorting_key, partition_key FROM system.tables "
+        "WHERE database = {db:String} AND name = {t:String}",
+        params,
+        what="describe the target table",
+    )
+    if not tables:
+        return None
+    columns = sink.query_rows(
+        "SELECT name, type FROM system.columns WHERE database = {db:String} AND table = {t:String} "
+        "ORDER BY position",
+        params,
+        what="describe the target table's columns",
+    )
+    engine, engine_full, sorting_key, partition_key = tables[0]
+    return Existing(
+        engine,
+        engine_full or "",
+        sorting_key or "",
+        partition_key or "",
+        dict(columns),
+    )
+
+
+def problems(table: Existing, design: TableDesign, types: dict[str, str], new: bool) -> list[str]:
+    """What keeps `table` from holding rows of `types` under `design`. The column types are checked when
+    the pipeline is `new` (adopting the table); afterwards schema evolution (ddl.prepare_target) follows them."""
+    found = []
+    base = table.engine.removeprefix("Replicated").removeprefix("Shared")
+    if table.engine not in ENGINES or table.version_args != ("_version", "_is_deleted"):
+        found.append(
+            f"its engine is {table.engine_full.split(' ORDER BY')[0].split(' PARTITION BY')[0] or table.engine}, "
+            f"but cdc2ch versions rows by `_version` and marks deletes in `_is_deleted`: it needs "
+            f"{base if base == 'ReplacingMergeTree' else 'ReplacingMergeTree'}(_version, _is_deleted)"
+        )
+    missing = [c for c in WRITTEN_META if c not in table.columns]
+    if missing:
+        found.append(f"it has no column {', '.join(missing)} (cdc2ch's bookkeeping)")
+    identity = design.identity
+    sorted_by = expression_columns(table.sorting_key)
+    if sorted_by != identity.order_by:
+        found.append(
+            f"it is sorted by ({table.sorting_key or 'nothing'}), the pipeline's design by "
+            f"({', '.join(identity.order_by)}); a row's identity is its sorting key, so the two must agree"
+        )
+    if set(expression_columns(table.partition_key)) != set(identity.partition_columns):
+        found.append(
+            f"it is partitioned by {table.partition_key or 'nothing'}, the pipeline's design by "
+            f"{design.partition_by or 'nothing'}; rows are collapsed within a partition, so the two must agree"
+        )
+    for column, needed in types.items():
+        have = table.columns.get(column)
+        if new and have is not None and not schema.fits(have, needed):
+            found.append(f"column {column!r} is {have}, which cannot hold every value of Delta's {needed}")
+    if new:
+        extra = [
+            c for c in table.columns if c not in types and c not in (*WRITTEN_META, *schema.META_COLUMNS)
+        ]
+        if extra:
+            found.append(f"column(s) {', '.join(extra)} are not among the Delta columns replicated into it")
+    return found
+
+
+def its_design(table: Existing, design: TableDesign) -> TableDesign:
+    """The design the table seems made for: its sorting key (with any primary-key column it lacks) and
+    partition expression, where they can hold the primary key; else the pipeline's."""
+    sorted_by = tuple(design.source_name(c) for c in expression_columns(table.sorting_key))
+    order_by = sorted_by + tuple(k for k in design.primary_key if k not in sorted_by)
+    try:
+        return replace(design, order_by=order_by, partition_by=table.partition_key or None)
+    except ConfigError:
+        return design
+
+
+def check(sink: Sink, target: TargetName, design: TableDesign, types: dict[str, str], new: bool) -> None:
+    """Refuse an existing `target` that cdc2ch cannot keep equal to Delta; nothing is written either way."""
+    table = describe(sink, target)
+    if table is None:
+        return
+    found = problems(table, design, types, new)
+    if not found:
+        return
+    suggested = its_design(table, design)
+    flags = []
+    if suggested.identity.order_by != suggested.identity.primary_key:
+        flags.append(f"--order-by {','.join(suggested.order_by)}")
+    if suggested.partition_by:
+        flags.append(f"--partition-by '{suggested.partition_by}'")
+    options = f" (with {' '.join(flags)})" if flags and suggested != design else ""
+    ddl = schema.target_table_ddl(target, types, suggested)
+    raise ConfigError(
+        f"ClickHouse table {target} already exists, but cdc2ch cannot keep it equal to the Delta table: "
+        f"{'; '.join(found)}. Nothing was written and no offset was recorded. Drop or rename the table and let "
+        f"cdc2ch create it{options}, replicate into another --target, or create it by hand like this:\n\n{ddl}"
+    )
