@@ -54,6 +54,7 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP)
 	$(BIN)/python bench/workloads.py
 	$(BIN)/python bench/snapshot_readers.py 2000000
+	$(BIN)/python bench/reshape_cost.py 2000000
 	$(BIN)/python bench/verify_cost.py 5000000
 	$(BIN)/python bench/sharing_rate.py 1000000
 

@@ -205,6 +205,28 @@ def load_snapshot(cfg: RunConfig, stop: threading.Event) -> None:
         Snapshotter(cfg, open_source(lambda: session(cfg.spark), cfg.table), sink, stop).run()
 
 
+def reshape(invocation: Invocation) -> None:
+    """`cdc2ch reshape`: rebuild one pipeline's target with a new design and swap it in."""
+    from cdc2ch.reshape import Reshape
+    from cdc2ch.source import open_source
+    from cdc2ch.source.spark import session
+
+    configs, process = _configured(invocation)
+    if len(configs) > 1:
+        raise ConfigError(
+            f"reshape rebuilds one table, but {process.config_path} lists {len(configs)} pipelines: choose one "
+            f"with --pipeline NAME ({', '.join(c.pipeline for c in configs)})."
+        )
+    cfg = configs[0]
+    _start_logging(process)
+    with stop_on_signals() as stop, _target(cfg, cfg.retries, check_lock=False) as sink:
+        done = Reshape(cfg, open_source(lambda: session(cfg.spark), cfg.table), sink, stop).run()
+    if done is not None:
+        click.echo(
+            f"{done.pipeline}: {done.target} reshaped at version {done.version} in {done.seconds:.1f}s"
+        )
+
+
 def validate(invocation: Invocation) -> None:
     """`cdc2ch validate`: print one line per check (ok, WARN or FAIL); exit 2 if any failed."""
     from cdc2ch.source.spark import session

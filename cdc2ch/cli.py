@@ -88,6 +88,21 @@ def snapshot(**_):
 
 
 @main.command()
+@click_options("reshape")
+@handle_errors
+def reshape(**_):
+    """Give a live replica a new design (--order-by, --partition-by, columns, settings) without stopping its
+    readers: a side table with the new design is loaded from the committed version and caught up while `run`
+    serves the old one, then the two are swapped atomically (EXCHANGE TABLES).
+
+    Pass the pipeline's table, key and target with the complete new design; afterwards run `run` with the same
+    design options. Killed at any point, the same command finishes or starts over; the last catch-up and the
+    swap wait for a running `run` of the pipeline to stop.
+    """
+    app.reshape(_current())
+
+
+@main.command()
 @click_options("validate")
 @handle_errors
 def validate(**_):

@@ -147,6 +147,15 @@ class StateStore:
         )
         return _state(rows[0]) if rows else None
 
+    def forget(self, pipeline: str) -> None:
+        """Remove a pipeline's offset (a side pipeline whose work is done). Idempotent."""
+        if self.exists():
+            self.sink.command(
+                f"ALTER TABLE {self._table} DELETE WHERE pipeline = {schema.literal(pipeline)}",
+                what="remove a finished pipeline's offset",
+                settings={"mutations_sync": 2},
+            )
+
     def save(self, state: PipelineState) -> None:
         row = pa.Table.from_pylist(
             [
