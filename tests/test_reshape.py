@@ -133,3 +133,15 @@ def test_reshape_killed_at_each_step_finishes_when_run_again(
     cli("run", *base, *DESIGN, "--once")
     assert_replicated(spark, http_sink, path, target)
     assert committed_version(http_sink, database, str(target)) == latest_version(spark, path)
+
+
+def test_reshape_refuses_a_database_that_cannot_exchange_tables(spark, sink, cli, database, tmp_path):
+    path = delta_table(spark, tmp_path, "ordinary", 50)
+    sink.command(
+        f"CREATE DATABASE {database} ENGINE = Ordinary", settings={"allow_deprecated_database_ordinary": 1}
+    )
+    target = TargetName(database, "ordinary")
+    cli.replicate("run", path, target, "--once")
+    result = cli.replicate("reshape", path, target, *DESIGN, expect=2)
+    assert "cannot swap two tables atomically" in " ".join(result.stderr.split())
+    assert _sorting(sink, target) == ("id", "") and _leftovers(sink, target) == []
