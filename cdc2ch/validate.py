@@ -31,13 +31,14 @@ class Finding:
 def duplicates_finding(cfg: RunConfig, version: int, found: tuple[int, int, dict]) -> Finding:
     keys, rows, example = found
     shown = ", ".join(f"{k}={v}" for k, v in example.items())
+    identity = cfg.identity
+    what = "primary-key" if identity.columns == identity.primary_key else "sorting-key and partition"
     return Finding(
         cfg.pipeline,
         True,
-        f"{cfg.table} at version {version} holds {rows} rows for {keys} value(s) of "
-        f"{','.join(cfg.identity.columns)} (e.g. {shown}); ClickHouse keeps one row per sorting key, so "
-        f"{cfg.target} will have {rows - keys} fewer rows than the Delta table. Choose a --primary-key that "
-        f"identifies a row.",
+        f"{cfg.table} at version {version} holds {rows} rows for {keys} {what} value(s) of "
+        f"{','.join(identity.columns)} (e.g. {shown}); ClickHouse keeps one row per key, so {cfg.target} will "
+        f"have {rows - keys} fewer rows than the Delta table. Choose a --primary-key that identifies a row.",
         warning=True,
     )
 
