@@ -151,6 +151,13 @@ def _chosen(design: TableDesign, column: str, mapped: str) -> str:
     return chosen
 
 
+def takes(column_type: str, needed: str) -> bool:
+    """Whether an existing column of `column_type` takes rows of Delta's `needed` type as it is, the way
+    schema evolution sees it (diff): the same type, or LowCardinality or Nullable of it."""
+    have = parse_type(column_type)
+    return widen(have, parse_type(needed)) == _plain(have)
+
+
 def fits(column_type: str, needed: str) -> bool:
     """Whether a ClickHouse column of `column_type` holds every value of `needed` unchanged: it is `needed`
     or a widening of it."""
@@ -359,7 +366,7 @@ def diff(existing: dict[str, str], wanted: dict[str, str], identity: Identity) -
         if c not in wanted
     ]
     for c, new in wanted.items():
-        if c not in current or fits(current[c], new):  # a wider or low-cardinality column holds it as is
+        if c not in current:
             continue
         old_tree = parse_type(current[c])
         merged = widen(old_tree, parse_type(new))

@@ -90,8 +90,11 @@ def problems(table: Existing, design: TableDesign, types: dict[str, str], new: b
         )
     for column, needed in types.items():
         have = table.columns.get(column)
-        if new and have is not None and not schema.fits(have, needed):
-            found.append(f"column {column!r} is {have}, which cannot hold every value of Delta's {needed}")
+        if new and have is not None and not schema.takes(have, needed):
+            found.append(
+                f"column {column!r} is {have}, which does not take Delta's {needed} as it is (it must be "
+                f"{needed}, or LowCardinality of it; --column-types chooses another type)"
+            )
     if new:
         extra = [
             c for c in table.columns if c not in types and c not in (*WRITTEN_META, *schema.META_COLUMNS)
