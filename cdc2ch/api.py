@@ -130,7 +130,7 @@ def replicate(
         spark = _session(spark, "replicate")
         given = dict(table=table, primary_key=primary_key, clickhouse=clickhouse, target=target)
         cfg = _config("run", "replicate", {**given, **options}, once=bool(once))
-        with connect(cfg.clickhouse_dsn, cfg.retries) as sink:
+        with connect(cfg.clickhouse_dsn, cfg.retries, cluster=cfg.cluster) as sink:
             PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl).check()
             runner = Runner([cfg], spark, sink, stop or threading.Event(), Metrics(), isolate=False)
             runner.run()  # raises what failed, as the command would report it
@@ -178,7 +178,7 @@ def snapshot(
             table=table, primary_key=primary_key, clickhouse=clickhouse, target=target, version=version
         )
         cfg = _config("snapshot", "snapshot", {**given, **options}, once=True)
-        with connect(cfg.clickhouse_dsn, cfg.retries) as sink:
+        with connect(cfg.clickhouse_dsn, cfg.retries, cluster=cfg.cluster) as sink:
             PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl).check()
             job = Snapshotter(cfg, open_source(spark, cfg.table), sink, stop)
             state = job.run()

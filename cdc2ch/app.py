@@ -87,7 +87,7 @@ def _target(cfg: RunConfig, retries: int, check_lock: bool):
     from cdc2ch.clickhouse.dsn import connect
     from cdc2ch.clickhouse.lock import PipelineLock
 
-    with connect(cfg.clickhouse_dsn, retries) as sink:
+    with connect(cfg.clickhouse_dsn, retries, cluster=cfg.cluster) as sink:
         if check_lock:
             PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl).check()
         yield sink

@@ -245,6 +245,12 @@ CATALOGUE: tuple[Option, ...] = (
            help="Target ClickHouse: chdb:///path for the embedded engine, or http(s)://user@host:8123/db for "
            "a server (password from CDC2CH_CLICKHOUSE_PASSWORD or CDC2CH_CLICKHOUSE_PASSWORD_FILE, never "
            "the URL)."),
+    Option("cluster", PIPELINES, PROCESS, metavar="NAME",
+           help="The ClickHouse cluster (of the server's remote_servers) the targets live on: each target is "
+           "a ReplicatedReplacingMergeTree `<table>_local` on every node behind a Distributed table sharded "
+           "by the primary key, cdc2ch's state tables are replicated to every node, and all DDL runs ON "
+           "CLUSTER. Not for the embedded engine, nor for ClickHouse Cloud (its tables replicate as they "
+           "are)."),
 )
 # fmt: on
 

@@ -307,6 +307,13 @@ def _check_target(sink: Sink, target: TargetName) -> tuple[list[str], bool]:
             f"and --clickhouse; `cdc2ch status` lists the pipelines and the tables they write to."
         )
     engine, engine_full = rows[0]
+    if engine == "Distributed":
+        raise ConfigError(
+            f"Table {target} is a Distributed table over a cluster's shard tables, and `cdc2ch compact` does "
+            f"not compact a cluster's target yet: its young tombstones would have to be set aside on every "
+            f"shard. Nothing was changed. To drop every tombstone (young ones included), run OPTIMIZE TABLE "
+            f"on its `_local` table ON CLUSTER with FINAL CLEANUP yourself."
+        )
     columns = sink.query_rows(
         "SELECT name, is_in_sorting_key OR is_in_partition_key FROM system.columns "
         "WHERE database = {db:String} AND table = {t:String} ORDER BY position",

@@ -158,6 +158,8 @@ class RunConfig:
     reader: str = "spark"
     # the target table's design (design.py); default: sorted by the primary key, every column as Delta has it
     design: TableDesign | None = None
+    # the ClickHouse cluster the target lives on (clickhouse/placement.py); None: one server
+    cluster: str | None = None
 
     def __post_init__(self) -> None:
         if not self.primary_key:
@@ -212,6 +214,7 @@ class ProcessOptions:
     log_level: str
     clickhouse_dsn: str
     spark: SparkSettings = field(default_factory=SparkSettings)
+    cluster: str | None = None
     config_path: str | None = None
     metrics_port: int | None = None
     serve: ServeOptions | None = None

@@ -134,6 +134,7 @@ def process_options(values: Mapping[str, Any]) -> ProcessOptions:
         log_level=values["log_level"],
         clickhouse_dsn=values["clickhouse_dsn"],
         spark=_spark(values),
+        cluster=values.get("cluster"),
         config_path=values.get("config_path"),
         metrics_port=values.get("metrics_port"),
         serve=ServeOptions(

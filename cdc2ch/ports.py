@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from cdc2ch.config import RunConfig
+from cdc2ch.design import TableDesign
 from cdc2ch.offset import PipelineState
 from cdc2ch.schema import SchemaDiff
 from cdc2ch.source.log import Commit
@@ -154,8 +155,13 @@ class TargetTables(Protocol):
     def drop(self, suffix: str) -> None:
         """Drop the side table target+suffix if it exists. Idempotent."""
 
-    def exchange(self, suffix: str) -> None:
-        """Atomically swap the target table and the side table target+suffix."""
+    def exchange(self, suffix: str, design: TableDesign | None = None) -> None:
+        """Swap the target table and the side table target+suffix (built with `design`, default the
+        target's): atomically on one server; on a cluster, the shards' tables atomically, then settle()."""
+
+    def settle(self, design: TableDesign | None = None) -> None:
+        """Finish a swap that ran (on a cluster: the Distributed table takes the swapped table's columns).
+        Idempotent; nothing to do on one server."""
 
 
 class OffsetStore(Protocol):

@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, fields, replace
 
-from cdc2ch import schema
+from cdc2ch.clickhouse.ddl import TargetTables
 from cdc2ch.clickhouse.lock import LockedError, PipelineLock
 from cdc2ch.clickhouse.state import StateStore
 from cdc2ch.clickhouse.transport import Sink
@@ -65,6 +65,7 @@ class Reshape:
         self.stop = stop or threading.Event()
         self.side = side_config(cfg)
         self.store = StateStore(sink, cfg.target.database)
+        self.tables = TargetTables(sink, cfg.target, cfg.design)
         self.mark = marker(cfg)
         self.log = log.bind(pipeline=cfg.pipeline)
 
@@ -74,7 +75,8 @@ class Reshape:
         cfg, sink = self.cfg, self.sink
         self._check_database()
         state = self.store.load(cfg.pipeline)
-        if sink.table_comment(cfg.target) == self.mark:  # swapped already: a crash before the hand-over
+        if self.tables.comment() == self.mark:  # swapped already: a crash before the hand-over
+            self.tables.settle()
             return self._hand_over(state, time.monotonic() - t0)
         if state is None or state.committed_version < 0 or not sink.table_exists(cfg.target):
             raise StateError(
@@ -82,7 +84,7 @@ class Reshape:
                 f"replica to reshape. Run `cdc2ch run` with the new design options instead: they shape the "
                 f"table it creates."
             )
-        if sink.table_comment(self.side.target) not in (None, self.mark):  # built for another design
+        if self.tables.comment(SUFFIX) not in (None, self.mark):  # built for another design
             self.log.warning("reshape_side_dropped", side_table=str(self.side.target))
             self._drop_side()
         side = self.store.load(self.side.pipeline)
@@ -135,10 +137,7 @@ class Reshape:
                     f"The side table of pipeline {self.cfg.pipeline!r} reached version {side.committed_version} "
                     f"but {self.cfg.target} holds {state.committed_version}. Run the same command again."
                 )
-            self.sink.command(
-                f"EXCHANGE TABLES {schema.qualified(self.side.target)} AND {schema.qualified(self.cfg.target)}",
-                what="swap in the reshaped table",
-            )
+            self.tables.exchange(SUFFIX)
             self.log.info("reshape_swapped", version=side.committed_version)
             done = self._hand_over(state, time.monotonic() - t0)
             return replace(done, rows=rows)
@@ -174,7 +173,5 @@ class Reshape:
         return Reshaped(self.cfg.pipeline, str(self.cfg.target), version, 0, seconds)
 
     def _drop_side(self) -> None:
-        self.sink.command(
-            f"DROP TABLE IF EXISTS {schema.qualified(self.side.target)}", what="drop the side table"
-        )
+        self.tables.drop(SUFFIX)
         self.store.forget(self.side.pipeline)

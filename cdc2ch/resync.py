@@ -95,6 +95,7 @@ class Resync:
         built_at = parse_marker(self.tables.comment(), self.pipeline)
         if built_at is not None and built_at > state.committed_version:
             self.log.warning("resync_recovered", version=built_at)
+            self.tables.settle()
             return self._finish(state, built_at, 0)
         side_at = parse_marker(self.tables.comment(SUFFIX), self.pipeline)
         if side_at is not None and side_at <= state.committed_version:

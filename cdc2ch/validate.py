@@ -68,7 +68,7 @@ def check(configs: list[RunConfig], spark_factory) -> list[Finding]:
             target = f"chdb://{stack.enter_context(tempfile.TemporaryDirectory(prefix='cdc2ch-validate-'))}"
             note = f"embedded database {embedded.data_path(dsn)} does not exist yet; `run` creates it"
         try:
-            sink = stack.enter_context(connect(target, retries=1))
+            sink = stack.enter_context(connect(target, retries=1, cluster=configs[0].cluster))
             version = sink.query_rows("SELECT version()", what="ask ClickHouse its version")[0][0]
             if target == dsn:
                 note = f"reachable, ClickHouse {version}"

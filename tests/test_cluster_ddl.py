@@ -17,6 +17,7 @@ from cdc2ch.clickhouse.cluster import (
     local_table_ddl,
     state_table_ddl_on_cluster,
 )
+from cdc2ch.clickhouse.placement import Cluster, OneServer
 from cdc2ch.config import TargetName
 from cdc2ch.contract import sql_literal
 from cdc2ch.design import TableDesign
@@ -181,3 +182,59 @@ def test_a_template_of_another_shape_is_refused(monkeypatch):
     )
     with pytest.raises(RuntimeError, match="one ReplacingMergeTree"):
         state_table_ddl_on_cluster("d", "t", "create_state_table.sql", "main")
+
+
+def test_every_statement_a_cluster_pipeline_sends_is_clickhouse_sql(sink, database):
+    """What placement.Cluster sends for a target's life: create, add and widen columns, swap in a rebuilt
+    table, follow it with the Distributed table, drop the side tables, and the state tables."""
+    target, side = TargetName(database, "orders"), TargetName(database, "orders__cdc2ch_resync")
+    place = Cluster("main")
+    statements = [
+        *place.database(database),
+        *place.target(target, TYPES, CUSTOM, "cdc2ch: marker"),
+        *place.alter_columns(target, "ADD COLUMN IF NOT EXISTS `note` Nullable(String) AFTER `amount`"),
+        *place.alter_columns(target, "MODIFY COLUMN `amount` Nullable(Decimal(38, 2))"),
+        *place.swap(side, target, CUSTOM),
+        *place.settle(target, CUSTOM),
+        *place.drop(side),
+        *(place.state_table(database, f"t{i}", name) for i, name in enumerate(STATE_TEMPLATES)),
+    ]
+    texts = [parsed(sink, sql) for sql in statements]
+    assert all(" ON CLUSTER main" in text for text in texts)
+    assert texts[-len(STATE_TEMPLATES) - 4 :][:3] == [
+        f"EXCHANGE TABLES {database}.orders__cdc2ch_resync_local AND {database}.orders_local ON CLUSTER main",
+        f"CREATE OR REPLACE TABLE {database}.orders ON CLUSTER main AS {database}.orders_local\n"
+        f"ENGINE = Distributed(main, {database}, orders_local, cityHash64(id))",
+        f"DROP TABLE IF EXISTS {database}.orders__cdc2ch_resync ON CLUSTER main SYNC",
+    ]
+
+
+def test_one_server_sends_what_it_always_did(sink, database):
+    target = TargetName(database, "orders")
+    place = OneServer()
+    assert place.target(target, TYPES, CUSTOM) == [schema.target_table_ddl(target, TYPES, CUSTOM)]
+    assert place.stored(target) == target
+    assert [parsed(sink, sql) for sql in place.swap(TargetName(database, "x"), target, CUSTOM)] == [
+        f"EXCHANGE TABLES {database}.x AND {database}.orders"
+    ]
+    assert place.settle(target, CUSTOM) == []
+
+
+def test_run_on_a_cluster_the_server_lacks_writes_nothing(
+    spark, http_sink, cli, clickhouse_http, database, tmp_path, monkeypatch
+):
+    """`run --cluster` against a server (the session's engine over HTTP) that has no such cluster: refused
+    from the server's own list of clusters before any statement, and no database, table or offset is left."""
+    path = str(tmp_path / "orders")
+    spark.range(5).selectExpr("id", "cast(id AS string) AS name").write.format("delta").option(
+        "delta.enableChangeDataFeed", "true"
+    ).save(path)
+    monkeypatch.setenv("CDC2CH_CLICKHOUSE_PASSWORD", clickhouse_http.password)
+    result = cli.replicate(
+        "run", path, TargetName(database, "orders"), "--once", "--cluster", "cdc2ch_no_such_cluster",
+        "--clickhouse", clickhouse_http.dsn, expect=2,
+    )  # fmt: skip
+    assert "--cluster cdc2ch_no_such_cluster names no cluster of ClickHouse at" in result.stderr
+    assert not http_sink.query_rows(
+        "SELECT name FROM system.databases WHERE name = {db:String}", {"db": database}
+    )

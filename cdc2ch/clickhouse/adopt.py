@@ -66,12 +66,11 @@ def problems(table: Existing, design: TableDesign, types: dict[str, str], new: b
     """What keeps `table` from holding rows of `types` under `design`. The column types are checked when
     the pipeline is `new` (adopting the table); afterwards schema evolution (ddl.prepare_target) follows them."""
     found = []
-    base = table.engine.removeprefix("Replicated").removeprefix("Shared")
     if table.engine not in ENGINES or table.version_args != ("_version", "_is_deleted"):
         found.append(
             f"its engine is {table.engine_full.split(' ORDER BY')[0].split(' PARTITION BY')[0] or table.engine}, "
             f"but cdc2ch versions rows by `_version` and marks deletes in `_is_deleted`: it needs "
-            f"{base if base == 'ReplacingMergeTree' else 'ReplacingMergeTree'}(_version, _is_deleted)"
+            f"ReplacingMergeTree(_version, _is_deleted)"
         )
     missing = [c for c in WRITTEN_META if c not in table.columns]
     if missing:
@@ -115,12 +114,38 @@ def its_design(table: Existing, design: TableDesign) -> TableDesign:
         return design
 
 
+def where_problems(sink: Sink, target: TargetName, table: Existing) -> list[str]:
+    """What makes `target` (described as `table`) the wrong kind for where cdc2ch writes: a Distributed
+    table without --cluster, or with --cluster anything but a Distributed table over existing shard tables."""
+    cluster, stored = sink.placement.cluster, sink.placement.stored(target)
+    if cluster is None:
+        if table.engine == "Distributed":
+            return [
+                "it is a Distributed table, whose rows live in a cluster's shard tables: pass --cluster with the "
+                "cluster's name, and cdc2ch writes through it and checks the shard tables behind it"
+            ]
+        return []
+    if table.engine != "Distributed":
+        return [
+            f"it is a {table.engine} table, but with --cluster {cluster} the target is a Distributed table over "
+            f"{stored} on every node"
+        ]
+    if describe(sink, stored) is None:
+        return [f"the shard table {stored} behind it does not exist on this node"]
+    return []
+
+
 def check(sink: Sink, target: TargetName, design: TableDesign, types: dict[str, str], new: bool) -> None:
-    """Refuse an existing `target` that cdc2ch cannot keep equal to Delta; nothing is written either way."""
+    """Refuse an existing `target` that cdc2ch cannot keep equal to Delta; nothing is written either way.
+    On a cluster the Distributed table's shard tables (placement.stored) are the ones checked."""
     table = describe(sink, target)
     if table is None:
         return
-    found = problems(table, design, types, new)
+    found = where_problems(sink, target, table)
+    stored = sink.placement.stored(target)
+    if not found:
+        table = describe(sink, stored) if stored != target else table
+        found = problems(table, design, types, new)
     if not found:
         return
     suggested = its_design(table, design)
@@ -130,7 +155,7 @@ def check(sink: Sink, target: TargetName, design: TableDesign, types: dict[str, 
     if suggested.partition_by:
         flags.append(f"--partition-by '{suggested.partition_by}'")
     options = f" (with {' '.join(flags)})" if flags and suggested != design else ""
-    ddl = schema.target_table_ddl(target, types, suggested)
+    ddl = ";\n\n".join(sink.placement.target(target, types, suggested))
     raise ConfigError(
         f"ClickHouse table {target} already exists, but cdc2ch cannot keep it equal to the Delta table: "
         f"{'; '.join(found)}. Nothing was written and no offset was recorded. Drop or rename the table and let "

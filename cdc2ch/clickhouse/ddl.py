@@ -26,7 +26,8 @@ def create_target(
     new = not sink.query_rows("SELECT 1 FROM system.databases WHERE name = {db:String}", params)
     sink.ensure_database(target.database)
     try:
-        sink.command(schema.target_table_ddl(target, types, design, comment), what="create the target table")
+        for sql in sink.placement.target(target, types, design, comment):
+            sink.command(sql, what="create the target table")
     except SinkError:
         if new and not sink.query_rows("SELECT 1 FROM system.tables WHERE database = {db:String}", params):
             sink.command(f"DROP DATABASE IF EXISTS {schema.quote(target.database)}", what="drop the database")
@@ -41,19 +42,14 @@ def evolve_target(sink: Sink, target: TargetName, change: schema.SchemaDiff, des
     after = existing[max(existing.index("_commit_version") - 1, 0)] if "_commit_version" in existing else None
     for name, ch_type in change.added.items():
         position = f" AFTER {schema.quote(after)}" if after else ""
-        sink.command(
-            f"ALTER TABLE {schema.qualified(target)} ADD COLUMN IF NOT EXISTS "
-            f"{schema.column_sql(name, ch_type, design)}{position}",
-            what=f"add column {name!r}",
-        )
+        clause = f"ADD COLUMN IF NOT EXISTS {schema.column_sql(name, ch_type, design)}{position}"
+        for sql in sink.placement.alter_columns(target, clause):
+            sink.command(sql, what=f"add column {name!r}")
         after = name
         log.info("column_added", target=str(target), column=name, type=ch_type)
     for name, (old, new) in change.modified.items():
-        sink.command(
-            f"ALTER TABLE {schema.qualified(target)} MODIFY COLUMN {schema.quote(name)} {new}",
-            what=f"widen column {name!r} to {new}",
-            settings={"mutations_sync": 2},
-        )
+        for sql in sink.placement.alter_columns(target, f"MODIFY COLUMN {schema.quote(name)} {new}"):
+            sink.command(sql, what=f"widen column {name!r} to {new}", settings={"mutations_sync": 2})
         log.info("column_widened", target=str(target), column=name, was=old, type=new)
 
 
@@ -96,14 +92,19 @@ class TargetTables:
         adopt.check(self.sink, self.target, self.design, types, new)
 
     def comment(self, suffix: str = "") -> str | None:
-        return self.sink.table_comment(self._named(suffix))
+        return self.sink.table_comment(self.sink.placement.stored(self._named(suffix)))
 
     def drop(self, suffix: str) -> None:
-        table = schema.qualified(self._named(suffix))
-        self.sink.command(f"DROP TABLE IF EXISTS {table}", what=f"drop {table}")
+        for sql in self.sink.placement.drop(self._named(suffix)):
+            self.sink.command(sql, what=f"drop {self._named(suffix)}")
 
-    def exchange(self, suffix: str) -> None:
-        self.sink.command(
-            f"EXCHANGE TABLES {schema.qualified(self._named(suffix))} AND {self.table_sql}",
-            what="swap in the rebuilt table",
-        )
+    def exchange(self, suffix: str, design: TableDesign | None = None) -> None:
+        """Swap in the table built under `suffix` (with `design`, default the target's)."""
+        for sql in self.sink.placement.swap(self._named(suffix), self.target, design or self.design):
+            self.sink.command(sql, what="swap in the rebuilt table")
+        self.settle(design)
+
+    def settle(self, design: TableDesign | None = None) -> None:
+        """Finish a swap (again, after a crash right after it): on a cluster, the Distributed table's columns."""
+        for sql in self.sink.placement.settle(self.target, design or self.design):
+            self.sink.command(sql, what="follow the swapped table")

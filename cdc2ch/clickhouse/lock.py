@@ -125,10 +125,8 @@ class PipelineLock:
             self._refuse_if_held(self._live())
 
     def acquire(self) -> None:
-        self.sink.ensure_database(self.database)
-        self.sink.command(
-            schema.state_table_ddl(self.database, LOCK_TABLE, "create_locks_table.sql"),
-            what="create the lock table",
+        self.sink.ensure_state_table(
+            self.database, LOCK_TABLE, "create_locks_table.sql", what="create the lock table"
         )
         self._refuse_if_held(self._live())
         self._write()

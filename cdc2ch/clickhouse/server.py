@@ -15,6 +15,7 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from cdc2ch import retry
 from cdc2ch.clickhouse import codes
+from cdc2ch.clickhouse.placement import OneServer
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.errors import ConfigError, SinkError, one_line, summarise
 
@@ -65,9 +66,17 @@ def _timeouts(query: str, display: str) -> dict[str, float]:
     return out
 
 
-def connect(dsn: str, retries: int, served: bool = False, ca_cert: str | None = None) -> Sink:
+def connect(
+    dsn: str,
+    retries: int,
+    served: bool = False,
+    ca_cert: str | None = None,
+    placement: OneServer | None = None,
+) -> Sink:
     """`served`: the ClickHouse HTTP interface of a `cdc2ch run --serve` (password from
-    CDC2CH_SERVE_PASSWORD; `ca_cert` its TLS certificate, trusted besides the system's)."""
+    CDC2CH_SERVE_PASSWORD; `ca_cert` its TLS certificate, trusted besides the system's). `placement`: one
+    server (default) or a cluster, whose statements all carry its client settings."""
+    placement = placement or OneServer()
     parts = urlsplit(dsn)
     where = SERVE_PASSWORD_ENV if served else f"{PASSWORD_ENV} (or {PASSWORD_FILE_ENV})"
     if parts.password is not None:
@@ -98,6 +107,7 @@ def connect(dsn: str, retries: int, served: bool = False, ca_cert: str | None = 
         autogenerate_session_id=False,
         **timeouts,
         **({"ca_cert": ca_cert} if ca_cert else {}),
+        **({"settings": dict(placement.client_settings)} if placement.client_settings else {}),
     )
 
     # A server that is restarting or briefly unreachable gets the same bounded backoff as any call.
@@ -120,4 +130,4 @@ def connect(dsn: str, retries: int, served: bool = False, ca_cert: str | None = 
             f"host, port and network, and that the server is running; nothing was written.",
             code=code,
         ) from exc
-    return Sink(client, display, retries, task_client=kwargs)
+    return Sink(client, display, retries, task_client=kwargs, placement=placement)

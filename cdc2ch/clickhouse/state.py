@@ -58,9 +58,10 @@ class ChunkStore:
         self._table = f"{schema.quote(database)}.{schema.quote(CHUNKS_TABLE)}"
 
     def ensure(self) -> None:
-        self.sink.ensure_database(self.database)
-        self.sink.command(
-            schema.state_table_ddl(self.database, CHUNKS_TABLE, "create_snapshot_chunks_table.sql"),
+        self.sink.ensure_state_table(
+            self.database,
+            CHUNKS_TABLE,
+            "create_snapshot_chunks_table.sql",
             what="create the snapshot progress table",
         )
 
@@ -102,8 +103,9 @@ class StateStore:
     def ensure(self) -> None:
         """Create the offsets table (adding the columns of later releases to an older one) and the snapshot
         progress table."""
-        self.sink.ensure_database(self.database)
-        self.sink.command(schema.state_table_ddl(self.database, STATE_TABLE), what="create the state table")
+        self.sink.ensure_state_table(
+            self.database, STATE_TABLE, "create_state_table.sql", what="create the state table"
+        )
         for column, definition in ADDED_STATE_COLUMNS.items():
             self.sink.command(
                 f"ALTER TABLE {self._table} ADD COLUMN IF NOT EXISTS {schema.quote(column)} {definition}",
@@ -243,10 +245,8 @@ class HealthStore:
         self._last = PipelineState.epoch()  # updated_at of this store's last save
 
     def ensure(self) -> None:
-        self.sink.ensure_database(self.database)
-        self.sink.command(
-            schema.state_table_ddl(self.database, HEALTH_TABLE, "create_health_table.sql"),
-            what="create the health table",
+        self.sink.ensure_state_table(
+            self.database, HEALTH_TABLE, "create_health_table.sql", what="create the health table"
         )
 
     def load_all(self) -> dict[str, Health]:
@@ -308,10 +308,8 @@ class VerifyStore:
         self._table = f"{schema.quote(database)}.{schema.quote(VERIFY_TABLE)}"
 
     def record(self, report) -> None:
-        self.sink.ensure_database(self.database)
-        self.sink.command(
-            schema.state_table_ddl(self.database, VERIFY_TABLE, "create_verify_table.sql"),
-            what="create the verify results table",
+        self.sink.ensure_state_table(
+            self.database, VERIFY_TABLE, "create_verify_table.sql", what="create the verify results table"
         )
         values = {**report.counts, "pipeline": report.pipeline, "version": report.version, "ok": int(report.ok),
                   "repaired": report.repaired, "summary": report.summary(),

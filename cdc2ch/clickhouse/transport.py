@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 import pyarrow as pa
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from cdc2ch import retry, schema
+from cdc2ch import retry
 from cdc2ch.clickhouse import codes
+from cdc2ch.clickhouse.placement import OneServer
 from cdc2ch.config import TargetName
 from cdc2ch.errors import SinkError, summarise
 from cdc2ch.log import get_logger
@@ -47,8 +48,10 @@ class Sink:
         reads_files: Callable[[], AbstractContextManager] = nullcontext,
         task_client: dict | None = None,
         wait_base: float = 0.5,
+        placement: OneServer | None = None,
     ):
         self.client = client
+        self.placement = placement or OneServer()  # one server, or a cluster's nodes (placement.py)
         # clickhouse_connect.get_client arguments for Spark tasks to open their own connection (servers only;
         # holds the password, so it is never logged)
         self.task_client = task_client
@@ -167,7 +170,13 @@ class Sink:
 
     # -- catalog --------------------------------------------------------------------------------
     def ensure_database(self, database: str) -> None:
-        self.command(f"CREATE DATABASE IF NOT EXISTS {schema.quote(database)}", what="create the database")
+        for sql in self.placement.database(database):
+            self.command(sql, what="create the database")
+
+    def ensure_state_table(self, database: str, table: str, template: str, what: str) -> None:
+        """Create one of cdc2ch's own tables (and its database) from its sql/ template, if missing."""
+        self.ensure_database(database)
+        self.command(self.placement.state_table(database, table, template), what=what)
 
     def table_columns(self, target: TargetName) -> dict[str, str] | None:
         """{column: type} in table order, or None when the table does not exist."""

@@ -207,10 +207,13 @@ class MemoryTables:
         self.db.statements.append(f"DROP {self.name + suffix}")
         self.db.tables.pop(self.name + suffix, None)
 
-    def exchange(self, suffix: str) -> None:
+    def exchange(self, suffix: str, design=None) -> None:
         self.db.statements.append(f"EXCHANGE {self.name + suffix}")
         t = self.db.tables
         t[self.name], t[self.name + suffix] = t[self.name + suffix], t[self.name]
+
+    def settle(self, design=None) -> None:
+        pass
 
 
 class Crash(Exception):

@@ -137,6 +137,7 @@ def test_config_file_keys_by_section():
     process = {o.name for o in CATALOGUE if o.scope == PROCESS}
     assert process == {
         "clickhouse",
+        "cluster",
         "spark-master",
         "spark-conf",
         "log-format",
