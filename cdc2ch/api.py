@@ -24,8 +24,19 @@ from cdc2ch import options as catalogue
 from cdc2ch.config import RunConfig, TargetName
 from cdc2ch.errors import ConfigError, SourceError
 from cdc2ch.log import api_call
+from cdc2ch.patterns import is_pattern
 
-__all__ = ["PipelineStatus", "ReplicateResult", "SnapshotResult", "replicate", "snapshot", "status"]
+__all__ = [
+    "Discovered",
+    "PipelineStatus",
+    "ReplicateResult",
+    "SnapshotResult",
+    "TableMatch",
+    "discover",
+    "replicate",
+    "snapshot",
+    "status",
+]
 
 # Flags the caller's process owns, with what to do instead.
 NOT_IN_API = {
@@ -221,9 +232,50 @@ def status(spark=None, *, clickhouse: str | None = None, target: str | None = No
 
 
 # -- options ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TableMatch:
+    """One table a pattern matches, with what to pass to `replicate` or `snapshot` for it."""
+
+    table: str
+    primary_key: tuple[str, ...]
+    target: str
+
+
+@dataclass(frozen=True)
+class Discovered:
+    tables: list[TableMatch]  # the tables that can be replicated
+    skipped: list[dict]  # {"table", "reason"} of those that cannot
+
+
+def discover(spark, *, table: str, primary_key=None, target: str | None = None, **options: Any) -> Discovered:
+    """The tables a pattern in `table` matches now, as `cdc2ch validate` lists them: each one that can be
+    replicated, with the primary key (`primary_key`, or its own in `primary_keys`) and target (`target` as a
+    template) to pass to `replicate`/`snapshot`, and those skipped with why."""
+    from cdc2ch import discovery
+    from cdc2ch.source import open_source
+
+    with api_call():
+        if not is_pattern(table):
+            raise ConfigError(f"cdc2ch.discover() lists a pattern of tables, and {table!r} names one table.")
+        spark = _session(spark, "discover")
+        given = dict(table=table, primary_key=primary_key, target=target)
+        found = discovery.expand(_values("run", "discover", {**given, **options}), spark,
+                                 catalogue.build_config, open_source)  # fmt: skip
+        return Discovered(
+            [TableMatch(c.table, c.primary_key, str(c.target)) for c in found.configs],
+            [{"table": s.table, "reason": s.reason} for s in found.skipped],
+        )
+
+
 def _config(command: str, function: str, keywords: dict[str, Any], once: bool) -> RunConfig:
     values = _values(command, function, keywords)
     values["once"] = once
+    if is_pattern(values.get("table")):
+        raise ConfigError(
+            f"cdc2ch.{function}() works on one table, and {values['table']!r} is a pattern of tables. "
+            f"cdc2ch.api.discover(spark, table=...) lists them, each with its primary key and target: call "
+            f"{function}() for each."
+        )
     return catalogue.build_config(values)
 
 

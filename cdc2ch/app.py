@@ -71,8 +71,42 @@ def stop_on_signals():
 
 
 def _configured(invocation: Invocation) -> tuple[list[RunConfig], ProcessOptions]:
-    """The invocation's pipelines and process options, checked before logging is set up."""
-    return resolve(invocation, load_config(invocation))
+    """The invocation's pipelines (a pattern's tables listed now) and process options; with no pattern,
+    checked before logging is set up. A pattern matching no table that can be followed is refused."""
+    configs, process, skipped = _pipelines(invocation)
+    if not configs:
+        raise ConfigError(
+            f"No table to replicate: the --table pattern matched none that can be followed now "
+            f"({len(skipped)} skipped, each named above with why). Fix those tables or the pattern."
+        )
+    return configs, process
+
+
+def _pipelines(invocation: Invocation):
+    """(pipelines, process options, tables skipped by the patterns)."""
+    from cdc2ch import discovery
+    from cdc2ch.options import build_config, check_unique
+    from cdc2ch.source import open_source
+    from cdc2ch.source.spark import session
+
+    items, process = resolve(invocation, load_config(invocation))
+    if all(isinstance(item, RunConfig) for item in items):
+        return items, process, []
+    _start_logging(process)
+    spark = session(process.spark)
+    configs, skipped = [], []
+    for item in items:
+        if isinstance(item, RunConfig):
+            configs.append(item)
+            continue
+        found = discovery.expand(item.values, spark, build_config, open_source)
+        log.info("pattern_listed", pattern=item.text, tables=len(found.configs), skipped=len(found.skipped))
+        configs += found.configs
+        skipped += found.skipped
+    check_unique(configs, "The pipelines of the --table patterns")
+    for s in skipped:
+        log.warning("table_skipped", pattern=s.pattern, table=s.table, reason=s.reason)
+    return configs, process, skipped
 
 
 def _start_logging(process: ProcessOptions) -> None:
@@ -183,16 +217,20 @@ def _serving(process: ProcessOptions):
 
 
 def snapshot(invocation: Invocation) -> None:
-    """`cdc2ch snapshot`: load one table as of one version."""
+    """`cdc2ch snapshot`: load one table as of one version (each table of a --table pattern in turn)."""
+    from cdc2ch.patterns import is_pattern
+
     configs, process = _configured(invocation.with_values(once=True))
-    if len(configs) > 1:
+    if len(configs) > 1 and not is_pattern(invocation.values.get("table")):
         raise ConfigError(
             f"snapshot loads one table, but {process.config_path} lists {len(configs)} pipelines: choose one "
             f"with --pipeline NAME ({', '.join(c.pipeline for c in configs)})."
         )
     _start_logging(process)
     with stop_on_signals() as stop:
-        load_snapshot(configs[0], stop)
+        for cfg in configs:
+            if not stop.is_set():
+                load_snapshot(cfg, stop)
 
 
 def load_snapshot(cfg: RunConfig, stop: threading.Event) -> None:
@@ -231,11 +269,13 @@ def validate(invocation: Invocation) -> None:
     """`cdc2ch validate`: print one line per check (ok, WARN or FAIL); exit 2 if any failed."""
     from cdc2ch.source.spark import session
     from cdc2ch.status import aligned
-    from cdc2ch.validate import check
+    from cdc2ch.validate import Finding, check
 
-    configs, process = _configured(invocation)
+    configs, process, skipped = _pipelines(invocation)
     _start_logging(process)
-    findings = check(configs, lambda: session(configs[0].spark))
+    findings = check(configs, lambda: session(configs[0].spark)) if configs else []
+    # A table a pattern skips is no reason to refuse the others: run goes ahead without it.
+    findings += [Finding(s.table, True, f"skipped: {s.reason}", warning=True) for s in skipped]
     click.echo("\n".join(aligned(["", "", ""], [[f.verdict, f.subject, f.detail] for f in findings])[1:]))
     if not all(f.ok for f in findings):
         sys.exit(ConfigError.exit_code)

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from cdc2ch.config import READERS, SCHEMA_CHANGES, WRITERS, RunConfig, default_dsn
+from cdc2ch.design import names, pairs
 
 # Where an option may be set besides the command line and the environment.
 PROCESS = "process"  # concerns the whole process: a config file's top level only
@@ -42,6 +43,13 @@ def parse_timestamp(value: str | None) -> datetime | None:
             f"{value!r} is not an ISO-8601 timestamp such as 2026-11-01T12:00:00Z."
         ) from None
     return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts
+
+
+def table_keys(items) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """--primary-keys items (orders=tenant,id) as ((table, key columns), ...)."""
+    return tuple(
+        (table, names(columns)) for table, columns in pairs(items, "--primary-keys", "orders=tenant,id")
+    )
 
 
 @dataclass(frozen=True)
@@ -187,12 +195,19 @@ CATALOGUE: tuple[Option, ...] = (
     Option("table", PIPELINES, TABLE,
            help="The Delta table: a path or URI (./orders, /lake/orders, s3a://...), or a catalog name "
            "(schema.table or catalog.schema.table, found through Spark's catalog). Required unless a "
-           "--config file names the tables."),
+           "--config file names the tables. A glob in its last part names many tables, one pipeline each: "
+           "/lake/sales/*, sales.orders_*, ./p.share#share.schema.* (see --target, --primary-keys)."),
     Option("primary-key", PIPELINES, TABLE,
            help="Column(s) identifying a row, comma-separated: id or tenant,id. Becomes the ORDER BY key. "
            "Required with --table."),
+    Option("primary-keys", PIPELINES, TABLE, multiple=True, metavar="TABLE=COLUMNS", parse=table_keys,
+           help="With a pattern in --table: one table's own primary key, orders=tenant,id (repeat for "
+           "several; in a config file a table, primary-keys = { orders = [\"tenant\", \"id\"] }). Tables "
+           "not named take --primary-key; a table with neither is skipped and reported."),
     Option("target", PIPELINES, TABLE,
-           help="ClickHouse table as database.table. Default: cdc2ch.<last path segment, or name part, of --table>."),
+           help="ClickHouse table as database.table. Default: cdc2ch.<last path segment, or name part, of --table>. "
+           "With a pattern in --table, a template where {table} and {schema} are each table's (default "
+           "cdc2ch.{table})."),
     # -- the target table's design (design.py)
     Option("order-by", PIPELINES, PIPELINE, metavar="COLUMNS",
            help="The target's sorting key (ORDER BY), comma-separated Delta columns that hold every "

@@ -34,6 +34,7 @@ from cdc2ch.catalogue import (  # noqa: F401 - the catalogue's names, as callers
 )
 from cdc2ch.config import ConfigFile, ProcessOptions, RunConfig, ServeOptions, SparkSettings, TargetName
 from cdc2ch.errors import ConfigError
+from cdc2ch.patterns import TablePattern, is_pattern
 from cdc2ch.tableref import parse_table
 
 
@@ -67,7 +68,9 @@ def convert(option: Option, value: Any) -> Any:
     it from the command line: a list is comma-joined (primary-key = ["tenant", "id"]), a table becomes
     key=value items ([spark-conf]), a date or time its ISO text. Raises click.BadParameter."""
     if isinstance(value, dict) and option.multiple:
-        value = [f"{k}={v}" for k, v in value.items()]
+        value = [
+            f"{k}={','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}" for k, v in value.items()
+        ]
     elif isinstance(value, (list, tuple)) and not option.multiple:
         value = ",".join(str(v) for v in value)
     elif isinstance(value, str) and option.multiple:
@@ -176,7 +179,10 @@ def build_config(values: Mapping[str, Any]) -> RunConfig:
     ref = parse_table(table)  # a path, a catalog name or a share, else refused here, before anything starts
     if ref.is_shared:
         check_shared(ref, values)
-    target_name = TargetName.parse(target) if target else TargetName.for_source(table)
+    if isinstance(target, TargetName):  # one table of a pattern (discovery.expand)
+        target_name = target
+    else:
+        target_name = TargetName.parse(target) if target else TargetName.for_source(table)
     key = design.names(primary_key)
     return RunConfig(
         table=table,
@@ -187,6 +193,19 @@ def build_config(values: Mapping[str, Any]) -> RunConfig:
         design=table_design(key, values),
         **{k: v for k, v in values.items() if k in _RUN_FIELDS},
     )
+
+
+def check_unique(configs: list[RunConfig], where: str) -> None:
+    """Refuse two pipelines with one target table or one name."""
+    for attr, what in (("target", "target table"), ("pipeline", "pipeline name")):
+        values = [str(getattr(c, attr)) for c in configs]
+        twice = sorted({v for v in values if values.count(v) > 1})
+        if twice:
+            raise ConfigError(
+                f"{where}: {what} {twice[0]!r} is used by more than one pipeline; each pipeline needs its own "
+                f"(set `name` and `target` in its [[pipelines]] entry, or a --target template that tells a "
+                f"pattern's tables apart)."
+            )
 
 
 def table_design(primary_key: tuple[str, ...], values: Mapping[str, Any]) -> design.TableDesign:
@@ -218,22 +237,17 @@ def check_shared(ref, values: Mapping[str, Any]) -> None:
         )
 
 
-def resolve(invocation: Invocation, file: ConfigFile | None) -> tuple[list[RunConfig], ProcessOptions]:
-    """The RunConfigs of the pipelines to run (with --pipeline and a file: only that one) and the
-    process-wide options."""
+def resolve(
+    invocation: Invocation, file: ConfigFile | None
+) -> tuple[list[RunConfig | TablePattern], ProcessOptions]:
+    """The RunConfigs of the pipelines to run (with --pipeline and a file: only that one), a TablePattern
+    where `table` is a pattern (discovery expands it), and the process-wide options."""
     merged = merge(invocation, file)
-    configs = [build_config(m) for m in merged]
+    configs = [TablePattern(m) if is_pattern(m.get("table")) else build_config(m) for m in merged]
     process = process_options(merged[0])
     if file is None:
         return configs, process
-    for attr, what in (("target", "target table"), ("pipeline", "pipeline name")):
-        values = [str(getattr(c, attr)) for c in configs]
-        twice = sorted({v for v in values if values.count(v) > 1})
-        if twice:
-            raise ConfigError(
-                f"Config file {file.path}: {what} {twice[0]!r} is used by more than one pipeline; each "
-                f"pipeline needs its own (set `name` and `target` in its [[pipelines]] entry)."
-            )
+    check_unique([c for c in configs if isinstance(c, RunConfig)], f"Config file {file.path}")
     if "pipeline" in invocation.explicit:
         wanted = invocation.values["pipeline"]
         chosen = [c for c in configs if c.pipeline == wanted]

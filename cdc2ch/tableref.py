@@ -122,7 +122,7 @@ def parse_table(text: str) -> TableRef:
     if is_path(t):
         return TableRef(t)
     try:
-        parts = _split_name(t)
+        parts = split_name(t)
     except ValueError as exc:
         parts, why = None, str(exc)
     else:
@@ -142,7 +142,7 @@ def parse_table(text: str) -> TableRef:
     )
 
 
-def _split_name(text: str) -> list[str]:
+def split_name(text: str) -> list[str]:
     """Split on dots outside backticks; each part an identifier (ValueError saying why not)."""
     parts: list[str] = []
     i = 0

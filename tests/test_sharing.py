@@ -404,3 +404,33 @@ def test_validate_and_verify_on_a_share(share, small, spark, sink, cli, database
     (found,) = report["sample"]
     assert (found["kind"], found["key"]) == ("differing", {"id": 7}) and "name" in found["columns"], report
     _no_secret(share, checked, ok, drift)
+
+
+# -- patterns over a share -----------------------------------------------------------------------------------
+def test_a_sharing_pattern_replicates_a_schema_and_a_whole_share(
+    share, spark, sink, cli, database, monkeypatch
+):
+    """`#share.schema.*` lists one schema's tables, `#share.*` every table of the share (both listings paged:
+    two tables a page here)."""
+    monkeypatch.setattr("cdc2ch.source.sharing.PAGE", 2)
+    name = f"p{database}"
+    paths = {}
+    for schema_name, table in (("sales", "a"), ("sales", "b"), ("other", "c")):
+        paths[schema_name, table] = str(share.root / f"{name}_{schema_name}_{table}")
+        create_table(spark, paths[schema_name, table], "id BIGINT, v STRING")
+        _append_rows(spark, paths[schema_name, table], 3)
+        share.share(f"{name}.{schema_name}.{table}", paths[schema_name, table])
+
+    cli.replicate("run", f"{share.profile_path}#{name}.sales.*", f"{database}.{{table}}", "--once")
+    for table in ("a", "b"):
+        assert_replicated(spark, sink, paths["sales", table], TargetName(database, table))
+    assert not sink.table_exists(TargetName(database, "c"))
+
+    cli.replicate("run", f"{share.profile_path}#{name}.*", f"{database}.{{schema}}_{{table}}", "--once")
+    for schema_name, table in paths:
+        target = TargetName(database, f"{schema_name}_{table}")
+        assert_replicated(spark, sink, paths[schema_name, table], target)
+
+
+def _append_rows(spark, path: str, rows: int) -> None:
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES " + ", ".join(f"({i}, 'v{i}')" for i in range(rows)))

@@ -29,6 +29,7 @@ ATTEMPTS = 6  # per request, for 429, 5xx and connection failures
 MAX_WAIT = 30.0  # seconds between attempts at most, whatever Retry-After asks
 TIMEOUT = 60.0  # seconds per request
 USER_AGENT = "cdc2ch"
+PAGE = 500  # tables per page of a share listing
 
 
 @dataclass(frozen=True)
@@ -227,10 +228,13 @@ class SharingClient:
             text = text.replace(secret, "***")
         return text
 
-    def request(self, method: str, suffix: str, query: dict | None = None, body: dict | None = None):
-        """(headers, body) of one call on the table, retried on 429/5xx/connection failures with capped
-        exponential backoff that honours Retry-After; SourceError for what retrying cannot mend."""
-        url = self.table_url + suffix
+    def request(
+        self, method: str, suffix: str, query: dict | None = None, body: dict | None = None, base: str = ""
+    ):
+        """(headers, body) of one call on the table (on `base`, a URL of the server, instead when given),
+        retried on 429/5xx/connection failures with capped exponential backoff that honours Retry-After;
+        SourceError for what retrying cannot mend."""
+        url = (base or self.table_url) + suffix
         if query:
             url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
 
@@ -288,6 +292,23 @@ class SharingClient:
     def version(self, starting_timestamp: str | None = None) -> int:
         headers, _ = self.request("GET", "/version", {"startingTimestamp": starting_timestamp})
         return int(headers["delta-table-version"])
+
+    def tables(self) -> list[tuple[str, str]]:
+        """(schema, table) of every table of the share in the client's schema, or of the whole share when
+        the schema is empty (the server's /tables and /all-tables listings, every page)."""
+        share = f"{self.profile.endpoint}/shares/{urllib.parse.quote(self.share, safe='')}"
+        suffix = (
+            f"/schemas/{urllib.parse.quote(self.schema, safe='')}/tables" if self.schema else "/all-tables"
+        )
+        out, token = [], None
+        while True:
+            page = json.loads(
+                self.request("GET", suffix, {"maxResults": PAGE, "pageToken": token}, base=share)[1]
+            )
+            out += [(item["schema"], item["name"]) for item in page.get("items") or ()]
+            token = page.get("nextPageToken")
+            if not token:
+                return out
 
     def metadata(self) -> tuple[dict, dict]:
         """(protocol, metaData) of the latest version."""

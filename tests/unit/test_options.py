@@ -153,7 +153,7 @@ def test_config_file_keys_by_section():
     }
     assert ENTRY_KEYS == (FILE_KEYS - process) | {"name"}
     table = [o.name for o in CATALOGUE if o.scope == TABLE]
-    assert table == ["from-version", "from-timestamp", "table", "primary-key", "target"]
+    assert table == ["from-version", "from-timestamp", "table", "primary-key", "primary-keys", "target"]
     # An option name means the same in every command where it is a file key.
     for name in FILE_KEYS:
         assert len({o.scope for o in CATALOGUE if o.name == name and o.scope != COMMAND}) == 1, name
@@ -277,7 +277,7 @@ def test_unknown_and_misplaced_keys(tmp_path):
 @pytest.mark.parametrize("option", [o for o in options_of("run") if o.scope == TABLE], ids=lambda o: o.name)
 def test_table_options_are_refused_with_a_config_file(option, tmp_path, monkeypatch):
     config = _config(tmp_path, TWO)
-    value = "2026-01-01" if option.name == "from-timestamp" else "1"
+    value = {"from-timestamp": "2026-01-01", "primary-keys": "t=id"}.get(option.name, "1")
     expected = f"--{option.name} (or {option.env}) sets one table's {option.name}, but --config {config}"
     assert expected in _error(["--config", config, f"--{option.name}", value])
     monkeypatch.setenv(option.env, value)

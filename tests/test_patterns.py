@@ -1,0 +1,105 @@
+"""A pattern in --table replicates every table it matches (Spark and delta-rs tables, mixed keys), reports
+and skips the ones it cannot follow with nothing written for them, and lists them in `validate`."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from cdc2ch import api
+from cdc2ch.config import TargetName
+from cdc2ch.errors import ConfigError
+from tests.helpers import assert_replicated, create_table
+
+
+def _spark_table(spark, path: str, columns: str = "id BIGINT, name STRING", rows: int = 5, cdf: bool = True):
+    if cdf:
+        create_table(spark, path, columns)
+    else:
+        spark.sql(f"CREATE TABLE delta.`{path}` ({columns}) USING delta")
+    values = ", ".join(
+        f"({i}, {i % 2}, 'n{i}')" if "tenant" in columns else f"({i}, 'n{i}')" for i in range(rows)
+    )
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES {values}")
+
+
+def _lake(spark, root) -> dict[str, str]:
+    """A directory of tables: good ones by Spark and delta-rs, a two-column key, and four that cannot be
+    followed (not Delta, no Change Data Feed, no `id` column, no key at all is covered by the unit layer)."""
+    paths = {name: str(root / name) for name in ("a", "b", "rs", "multi", "plain", "nocdf", "nokey")}
+    for name in ("a", "b"):
+        _spark_table(spark, paths[name], rows=3 + len(name))
+    data = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "name": ["x", "y", "z"]})
+    write_deltalake(paths["rs"], data, configuration={"delta.enableChangeDataFeed": "true"})
+    _spark_table(spark, paths["multi"], "id BIGINT, tenant INT, name STRING")
+    spark.range(3).write.parquet(paths["plain"])  # a directory, not a Delta table
+    _spark_table(spark, paths["nocdf"], cdf=False)
+    _spark_table(spark, paths["nokey"], "ident BIGINT, name STRING")
+    spark.sql(f"UPDATE delta.`{paths['a']}` SET name = 'changed' WHERE id = 1")
+    spark.sql(f"DELETE FROM delta.`{paths['multi']}` WHERE id = 0")
+    return paths
+
+
+def test_a_storage_pattern_replicates_what_it_can_and_reports_the_rest(spark, cli, sink, database, tmp_path):
+    paths = _lake(spark, tmp_path / "sales")
+    pattern = f"{tmp_path}/sales/*"
+    args = ("--table", pattern, "--primary-key", "id", "--primary-keys", "multi=tenant,id",
+            "--target", f"{database}.{{schema}}_{{table}}")  # fmt: skip
+
+    checked = cli("validate", *args).stdout
+    for name in ("a", "b", "rs", "multi"):
+        assert f"{paths[name]} -> {database}.sales_{name}" in checked
+    assert "key tenant,id" in checked
+    warned = [line for line in checked.splitlines() if line.startswith("WARN")]
+    assert len(warned) == 3 and not any(line.startswith("FAIL") for line in checked.splitlines())
+    assert any(paths["plain"] in w and "not a Delta table" in w for w in warned)
+    assert any(paths["nocdf"] in w and "Change Data Feed is not enabled" in w for w in warned)
+    assert any(paths["nokey"] in w and "'id' are not in the Delta table" in w for w in warned)
+
+    # The Python API lists the same, with what to pass to replicate() for each table.
+    found = api.discover(spark, table=pattern, primary_key="id", primary_keys={"multi": ["tenant", "id"]},
+                         target=f"{database}.{{schema}}_{{table}}")  # fmt: skip
+    assert [(t.table, t.primary_key, t.target) for t in found.tables] == [
+        (paths[n], ("tenant", "id") if n == "multi" else ("id",), f"{database}.sales_{n}")
+        for n in ("a", "b", "multi", "rs")
+    ]
+    assert sorted(s["table"] for s in found.skipped) == sorted(paths[n] for n in ("nocdf", "nokey", "plain"))
+    with pytest.raises(ConfigError, match="is a pattern of tables. cdc2ch.api.discover"):
+        api.replicate(spark, table=pattern, primary_key="id")
+
+    result = cli("run", *args, "--once")
+    skipped = {e["table"]: e["reason"] for e in cli.events(result, "table_skipped")}
+    assert sorted(skipped) == sorted(paths[n] for n in ("plain", "nocdf", "nokey"))
+    for name in ("a", "b", "rs", "multi"):
+        assert_replicated(spark, sink, paths[name], TargetName(database, f"sales_{name}"))
+    tables = {r[0] for r in sink.query_rows(f"SELECT name FROM system.tables WHERE database = '{database}'")}
+    assert {t for t in tables if t.startswith("sales_")} == {f"sales_{n}" for n in ("a", "b", "rs", "multi")}
+
+    # A later commit to one table reaches its target on the next poll of the same command.
+    spark.sql(f"INSERT INTO delta.`{paths['b']}` VALUES (100, 'new')")
+    cli("run", *args, "--once")
+    assert_replicated(spark, sink, paths["b"], TargetName(database, "sales_b"))
+
+
+def test_a_pattern_whose_targets_collide_is_refused(spark, cli, database, tmp_path):
+    for schema_name in ("x", "y"):
+        _spark_table(spark, str(tmp_path / schema_name / "t"))
+    refused = cli.replicate("run", f"{tmp_path}/*/t", f"{database}.{{table}}", "--once", expect=2).stderr
+    assert f"Tables {tmp_path}/x/t and {tmp_path}/y/t, both matched by --table" in refused
+
+
+def test_a_catalog_pattern_replicates_the_schemas_matching_tables(spark, cli, sink, database, tmp_path):
+    spark.sql(f"CREATE DATABASE {database}")
+    for name in ("orders_eu", "orders_us", "customers"):
+        path = str(tmp_path / name)
+        _spark_table(spark, path)
+        spark.sql(f"CREATE TABLE {database}.{name} USING delta LOCATION '{path}'")
+    spark.sql(f"CREATE TABLE {database}.orders_csv USING parquet AS SELECT 1L AS id")  # not Delta
+    result = cli.replicate("run", f"{database}.orders_*", f"{database}.{{table}}", "--once")
+    for name in ("orders_eu", "orders_us"):
+        assert_replicated(spark, sink, str(tmp_path / name), TargetName(database, name))
+    assert not sink.table_exists(TargetName(database, "customers"))
+    assert not sink.table_exists(TargetName(database, "orders_csv"))
+    (skipped,) = cli.events(result, "table_skipped")
+    assert skipped["table"] == f"{database}.orders_csv" and "Delta" in skipped["reason"], skipped
