@@ -70,10 +70,10 @@ def stop_on_signals():
         os.close(write_end)
 
 
-def _configured(invocation: Invocation) -> tuple[list[RunConfig], ProcessOptions]:
+def _configured(invocation: Invocation, listed=None) -> tuple[list[RunConfig], ProcessOptions]:
     """The invocation's pipelines (a pattern's tables listed now) and process options; with no pattern,
     checked before logging is set up. A pattern matching no table that can be followed is refused."""
-    configs, process, skipped = _pipelines(invocation)
+    configs, process, skipped, _ = listed or _pipelines(invocation)
     if not configs:
         raise ConfigError(
             f"No table to replicate: the --table pattern matched none that can be followed now "
@@ -83,17 +83,25 @@ def _configured(invocation: Invocation) -> tuple[list[RunConfig], ProcessOptions
 
 
 def _pipelines(invocation: Invocation):
-    """(pipelines, process options, tables skipped by the patterns)."""
-    from cdc2ch import discovery
-    from cdc2ch.options import build_config, check_unique
-    from cdc2ch.source import open_source
+    """(pipelines, process options, tables skipped by the patterns, a function listing the pipelines again
+    (None without a pattern))."""
     from cdc2ch.source.spark import session
 
     items, process = resolve(invocation, load_config(invocation))
     if all(isinstance(item, RunConfig) for item in items):
-        return items, process, []
+        return items, process, [], None
     _start_logging(process)
-    spark = session(process.spark)
+    reported: set[str] = set()  # skipped tables already logged: a service lists them again and again
+    configs, skipped = _expand(items, session(process.spark), reported)
+    return configs, process, skipped, lambda: _expand(items, session(process.spark), reported)[0]
+
+
+def _expand(items: list, spark, reported: set[str]):
+    """The pipelines of `items`, each --table pattern listed now; (pipelines, tables skipped)."""
+    from cdc2ch import discovery
+    from cdc2ch.options import build_config, check_unique
+    from cdc2ch.source import open_source
+
     configs, skipped = [], []
     for item in items:
         if isinstance(item, RunConfig):
@@ -105,8 +113,10 @@ def _pipelines(invocation: Invocation):
         skipped += found.skipped
     check_unique(configs, "The pipelines of the --table patterns")
     for s in skipped:
-        log.warning("table_skipped", pattern=s.pattern, table=s.table, reason=s.reason)
-    return configs, process, skipped
+        if s.table not in reported:
+            log.warning("table_skipped", pattern=s.pattern, table=s.table, reason=s.reason)
+            reported.add(s.table)
+    return configs, skipped
 
 
 def _start_logging(process: ProcessOptions) -> None:
@@ -129,21 +139,24 @@ def _target(cfg: RunConfig, retries: int, check_lock: bool):
 
 def run(invocation: Invocation) -> None:
     """`cdc2ch run`: replicate the pipelines of the flags or of the --config file."""
-    configs, process = _configured(invocation)
+    listed = _pipelines(invocation)
+    configs, process = _configured(invocation, listed)
     check_serve(process)
     _start_logging(process)
     with stop_on_signals() as stop:
-        run_pipelines(configs, process, stop)
+        run_pipelines(configs, process, stop, discover=listed[3])
 
 
-def run_pipelines(configs: list[RunConfig], process: ProcessOptions, stop: threading.Event) -> None:
+def run_pipelines(
+    configs: list[RunConfig], process: ProcessOptions, stop: threading.Event, discover=None
+) -> None:
     """One ClickHouse connection and one Spark session for all pipelines; see runner.Runner. With a config
     file a failing pipeline is one failure among others (`--once` then exits 1 with a summary)."""
     from cdc2ch.metrics import Metrics
     from cdc2ch.runner import Runner
     from cdc2ch.source.spark import session
 
-    isolate = process.config_path is not None
+    isolate = process.config_path is not None or discover is not None  # one table's failure stops no other
     first = configs[0]
     metrics = Metrics()
     # A pipeline of a config that another runner holds is one failing pipeline, not a refusal of all.
@@ -152,7 +165,8 @@ def run_pipelines(configs: list[RunConfig], process: ProcessOptions, stop: threa
             metrics.serve(process.metrics_port)
         try:
             spark = None if stop.is_set() else session(first.spark)  # stopped already: no Spark needed
-            failed = Runner(configs, spark, sink, stop, metrics, isolate).run()
+            runner = Runner(configs, spark, sink, stop, metrics, isolate, discover, process.discover_interval)
+            failed = runner.run()
         finally:
             metrics.close()
     if failed and first.once:  # a service reports failures through status and metrics, and keeps going
@@ -271,7 +285,7 @@ def validate(invocation: Invocation) -> None:
     from cdc2ch.status import aligned
     from cdc2ch.validate import Finding, check
 
-    configs, process, skipped = _pipelines(invocation)
+    configs, process, skipped, _ = _pipelines(invocation)
     _start_logging(process)
     findings = check(configs, lambda: session(configs[0].spark)) if configs else []
     # A table a pattern skips is no reason to refuse the others: run goes ahead without it.

@@ -157,6 +157,11 @@ CATALOGUE: tuple[Option, ...] = (
            show_default=True,
            help="Seconds between polls of the Delta log when running continuously; also the first pause "
            "before retrying a failed pipeline (doubling up to 5 minutes)."),
+    Option("discover-interval", RUN, PROCESS, type=click.FLOAT, default=300.0, show_default=True,
+           metavar="SECONDS",
+           help="With a pattern in --table, seconds between listings of the tables it matches while running: "
+           "new tables get their pipeline (initial load included), tables gone are let go of (their targets "
+           "stay)."),
     # -- how each pipeline replicates
     Option("on-schema-change", RUN, PIPELINE, choices=SCHEMA_CHANGES, default=_DEFAULT["on_schema_change"],
            show_default=True,

@@ -215,6 +215,7 @@ class ProcessOptions:
     clickhouse_dsn: str
     spark: SparkSettings = field(default_factory=SparkSettings)
     cluster: str | None = None
+    discover_interval: float = 300.0
     config_path: str | None = None
     metrics_port: int | None = None
     serve: ServeOptions | None = None

@@ -138,6 +138,7 @@ def process_options(values: Mapping[str, Any]) -> ProcessOptions:
         clickhouse_dsn=values["clickhouse_dsn"],
         spark=_spark(values),
         cluster=values.get("cluster"),
+        discover_interval=values.get("discover_interval") or 300.0,
         config_path=values.get("config_path"),
         metrics_port=values.get("metrics_port"),
         serve=ServeOptions(

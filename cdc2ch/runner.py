@@ -1,12 +1,15 @@
 """Pipelines in one process: one Spark session and one ClickHouse connection shared, each pipeline with its
 own offset, claim and health record. Pipelines take turns on one thread (the session and the embedded
 engine are shared); a failing one is reported and retried with growing pauses while the others go on.
+With a `discover` function (the --table patterns listed again), a service adds the pipelines of new tables
+every `discover_interval` seconds and lets go of those whose table is gone (their targets stay).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -54,8 +57,13 @@ class Runner:
         stop: threading.Event,
         metrics: Metrics,
         isolate: bool,
+        discover: Callable[[], list[RunConfig]] | None = None,
+        discover_interval: float = 300.0,
     ):
         self.configs = configs
+        self.metrics = metrics
+        self.discover, self.discover_interval = discover, discover_interval
+        self._discover_at = time.monotonic() + discover_interval
         self.spark = spark
         self.sink = sink
         self.stop = stop
@@ -64,13 +72,16 @@ class Runner:
         self.poll_interval = configs[0].poll_interval
         self._stores: dict[str, HealthStore] = {}
         self._warmed = self.once  # a --once run has no first change to speed up
+        self.slots = self._slots(configs)
+
+    def _slots(self, configs: list[RunConfig]) -> list[Slot]:
         known: dict[str, Health] = {}
         for db in sorted({c.target.database for c in configs}):
             known.update(HealthStore(self.sink, db).load_all())
-        self.slots = [
+        return [
             Slot(
                 c,
-                metrics.pipeline(c.pipeline),
+                self.metrics.pipeline(c.pipeline),
                 known.get(c.pipeline) or Health(c.pipeline, c.table, str(c.target)),
             )
             for c in configs
@@ -88,6 +99,8 @@ class Runner:
                         progressed |= self._attempt(slot)
                 if self.once:
                     break
+                if self.discover is not None and time.monotonic() >= self._discover_at:
+                    self._rediscover()
                 if not progressed:  # nothing new anywhere: wait; else look again at once
                     self.stop.wait(self._pause())
         finally:
@@ -100,7 +113,32 @@ class Runner:
 
     def _pause(self) -> float:
         waits = [self.poll_interval] + [s.retry_at - time.monotonic() for s in self.slots if s.error]
+        if self.discover is not None:
+            waits.append(self._discover_at - time.monotonic())
         return max(min(waits), 0.05)
+
+    def _rediscover(self) -> None:
+        """List the patterns again: pipelines for new tables, none for tables gone (a listing that fails
+        changes nothing and is tried again next interval)."""
+        self._discover_at = time.monotonic() + self.discover_interval
+        try:
+            wanted = self.discover()
+        except Cdc2chError as exc:
+            log.warning("discovery_failed", error=summarise(str(exc), 500))
+            return
+        have = {s.cfg.pipeline for s in self.slots}
+        names = {c.pipeline for c in wanted}
+        for slot in [s for s in self.slots if s.cfg.pipeline not in names]:
+            log.warning(
+                "table_gone", pipeline=slot.cfg.pipeline, table=slot.cfg.table, target=str(slot.cfg.target)
+            )
+            if slot.job is not None:
+                slot.job.close()
+            self.slots.remove(slot)
+        new = self._slots([c for c in wanted if c.pipeline not in have])
+        for slot in new:
+            log.info("table_discovered", pipeline=slot.cfg.pipeline, table=slot.cfg.table)
+        self.slots += new
 
     def _attempt(self, slot: Slot) -> bool:
         job = slot.job

@@ -3,14 +3,18 @@ and skips the ones it cannot follow with nothing written for them, and lists the
 
 from __future__ import annotations
 
+import shutil
+import signal
+import time
+
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from cdc2ch import api
+from cdc2ch import api, schema
 from cdc2ch.config import TargetName
 from cdc2ch.errors import ConfigError
-from tests.helpers import assert_replicated, create_table
+from tests.helpers import Proc, assert_replicated, create_table
 
 
 def _spark_table(spark, path: str, columns: str = "id BIGINT, name STRING", rows: int = 5, cdf: bool = True):
@@ -103,3 +107,44 @@ def test_a_catalog_pattern_replicates_the_schemas_matching_tables(spark, cli, si
     assert not sink.table_exists(TargetName(database, "orders_csv"))
     (skipped,) = cli.events(result, "table_skipped")
     assert skipped["table"] == f"{database}.orders_csv" and "Delta" in skipped["reason"], skipped
+
+
+def test_a_running_service_follows_new_tables_and_lets_go_of_gone_ones(
+    spark, http_sink, clickhouse_http, database, tmp_path
+):
+    """A table created while `run` serves a pattern gets its pipeline within the discover interval (and
+    its rows); a table whose directory goes is let go of, its target kept."""
+    lake = tmp_path / "lake"
+    _spark_table(spark, str(lake / "a"))
+    proc = Proc(
+        "run", "--table", f"{lake}/*", "--primary-key", "id", "--target", f"{database}.{{table}}",
+        "--poll-interval", "1", "--discover-interval", "2", "--clickhouse", clickhouse_http.dsn,
+        env={"CDC2CH_CLICKHOUSE_PASSWORD": clickhouse_http.password},
+    )  # fmt: skip
+    try:
+        proc.wait_for("committed", timeout=240)
+        _spark_table(spark, str(lake / "b"), rows=7)
+        created = time.monotonic()
+        found = proc.wait_for("table_discovered", timeout=120)
+        assert found["table"] == str(lake / "b")
+        deadline = time.monotonic() + 120
+        while not _final_count(http_sink, TargetName(database, "b")) == 7:
+            assert time.monotonic() < deadline, proc.stderr[-3000:]
+            time.sleep(0.5)
+        print(f"new table to its rows in ClickHouse: {time.monotonic() - created:.1f}s")
+        shutil.rmtree(lake / "a")
+        gone = proc.wait_for("table_gone", timeout=120)
+        assert gone["table"] == str(lake / "a") and gone["target"] == f"{database}.a"
+    finally:
+        proc.signal(signal.SIGTERM)
+        assert proc.wait(120) == 0, proc.stderr[-3000:]
+    assert_replicated(spark, http_sink, str(lake / "b"), TargetName(database, "b"))
+    assert http_sink.table_exists(TargetName(database, "a"))  # kept
+
+
+def _final_count(sink, target: TargetName) -> int:
+    if not sink.table_exists(target):
+        return 0
+    return sink.query_rows(f"SELECT count() FROM {schema.qualified(target)} FINAL WHERE _is_deleted = 0")[0][
+        0
+    ]

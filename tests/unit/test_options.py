@@ -138,6 +138,7 @@ def test_config_file_keys_by_section():
     assert process == {
         "clickhouse",
         "cluster",
+        "discover-interval",
         "spark-master",
         "spark-conf",
         "log-format",
@@ -353,7 +354,7 @@ def test_run_once_sums_up_the_failed_pipelines(monkeypatch):
     calls = {}
 
     class Runner:
-        def __init__(self, configs, spark, sink, stop, metrics, isolate):
+        def __init__(self, configs, spark, sink, stop, metrics, isolate, *discovery):
             calls["isolate"] = isolate
 
         def run(self):
