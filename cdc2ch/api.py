@@ -263,7 +263,7 @@ def discover(spark, *, table: str, primary_key=None, target: str | None = None, 
                                  catalogue.build_config, open_source)  # fmt: skip
         return Discovered(
             [TableMatch(c.table, c.primary_key, str(c.target)) for c in found.configs],
-            [{"table": s.table, "reason": s.reason} for s in found.skipped],
+            [{"table": s.table, "target": str(s.target), "reason": s.reason} for s in found.skipped],
         )
 
 

@@ -93,7 +93,7 @@ def _pipelines(invocation: Invocation):
     _start_logging(process)
     reported: set[str] = set()  # skipped tables already logged: a service lists them again and again
     configs, skipped = _expand(items, session(process.spark), reported)
-    return configs, process, skipped, lambda: _expand(items, session(process.spark), reported)[0]
+    return configs, process, skipped, lambda: _expand(items, session(process.spark), reported)
 
 
 def _expand(items: list, spark, reported: set[str]):
@@ -144,11 +144,11 @@ def run(invocation: Invocation) -> None:
     check_serve(process)
     _start_logging(process)
     with stop_on_signals() as stop:
-        run_pipelines(configs, process, stop, discover=listed[3])
+        run_pipelines(configs, process, stop, discover=listed[3], skipped=listed[2])
 
 
 def run_pipelines(
-    configs: list[RunConfig], process: ProcessOptions, stop: threading.Event, discover=None
+    configs: list[RunConfig], process: ProcessOptions, stop: threading.Event, discover=None, skipped=None
 ) -> None:
     """One ClickHouse connection and one Spark session for all pipelines; see runner.Runner. With a config
     file a failing pipeline is one failure among others (`--once` then exits 1 with a summary)."""
@@ -165,7 +165,9 @@ def run_pipelines(
             metrics.serve(process.metrics_port)
         try:
             spark = None if stop.is_set() else session(first.spark)  # stopped already: no Spark needed
-            runner = Runner(configs, spark, sink, stop, metrics, isolate, discover, process.discover_interval)
+            runner = Runner(
+                configs, spark, sink, stop, metrics, isolate, discover, process.discover_interval, skipped
+            )
             failed = runner.run()
         finally:
             metrics.close()

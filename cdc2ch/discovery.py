@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdc2ch import patterns, plan, schema
-from cdc2ch.config import RunConfig
+from cdc2ch.config import RunConfig, TargetName
 from cdc2ch.design import names
 from cdc2ch.errors import ConfigError, SourceError
 from cdc2ch.patterns import Match, Pattern
@@ -27,6 +27,7 @@ class Skipped:
     pattern: str
     table: str
     reason: str
+    target: TargetName | None = None  # where it would go: its pipeline's name, under which `status` shows it
 
 
 @dataclass(frozen=True)
@@ -35,8 +36,8 @@ class Expanded:
     skipped: list[Skipped]
 
 
-def list_matches(pattern: Pattern, spark: Any) -> tuple[list[Match], list[Skipped]]:
-    """The tables `pattern` matches now, sorted by name, and the matched entries that are not tables."""
+def list_matches(pattern: Pattern, spark: Any) -> tuple[list[Match], list[Match]]:
+    """The tables `pattern` matches now, and the matched directories that are not Delta tables; by name."""
     if pattern.kind == patterns.STORAGE:
         return _storage(pattern, spark)
     if pattern.kind == patterns.CATALOG:
@@ -44,12 +45,12 @@ def list_matches(pattern: Pattern, spark: Any) -> tuple[list[Match], list[Skippe
     return _shared(pattern), []
 
 
-def _storage(pattern: Pattern, spark: Any) -> tuple[list[Match], list[Skipped]]:
+def _storage(pattern: Pattern, spark: Any) -> tuple[list[Match], list[Match]]:
     jvm = spark._jvm
     text = normalize_uri(pattern.text)
     glob = jvm.org.apache.hadoop.fs.Path(text)
     fs = glob.getFileSystem(spark._jsc.hadoopConfiguration())
-    found, skipped = [], []
+    found, others = [], []
     for status in fs.globStatus(glob) or []:
         if not status.isDirectory():
             continue
@@ -57,19 +58,11 @@ def _storage(pattern: Pattern, spark: Any) -> tuple[list[Match], list[Skipped]]:
         uri = path.toUri()
         # Local directories keep the plain absolute path `--table /lake/t` would have (the pipeline's identity).
         table = uri.getPath() if uri.getScheme() in (None, "file") and "://" not in text else path.toString()
-        if not fs.exists(jvm.org.apache.hadoop.fs.Path(path, DELTA_LOG)):
-            skipped.append(
-                Skipped(
-                    pattern.text,
-                    table,
-                    f"{table} matches --table {pattern.text!r} but is not a Delta table (it has no {DELTA_LOG} "
-                    f"directory), so it is not replicated. Narrow the pattern if that is expected.",
-                )
-            )
-            continue
         parent = path.getParent()
-        found.append(Match(table, path.getName(), parent.getName() if parent is not None else ""))
-    return sorted(found, key=lambda m: m.table), sorted(skipped, key=lambda s: s.table)
+        match = Match(table, path.getName(), parent.getName() if parent is not None else "")
+        delta = fs.exists(jvm.org.apache.hadoop.fs.Path(path, DELTA_LOG))
+        (found if delta else others).append(match)
+    return sorted(found, key=lambda m: m.table), sorted(others, key=lambda m: m.table)
 
 
 def _catalog(pattern: Pattern, spark: Any) -> list[Match]:
@@ -104,23 +97,29 @@ def expand(
     """The pipelines of one pattern's option values: one per matched table that can be followed (its
     `table`, `primary_key` and `target` filled in, then `build`), and the tables skipped with why."""
     pattern = patterns.parse_pattern(values["table"])
-    matches, skipped = list_matches(pattern, spark)
+    matches, others = list_matches(pattern, spark)
     keys = dict(values.get("primary_keys") or ())
     default = names(values.get("primary_key"))
+    template = values.get("target")
+    skipped = [
+        Skipped(pattern.text, m.table, _not_delta(pattern.text, m), patterns.target_of(template, m))
+        for m in others
+    ]
     chosen = []
     for match in matches:
         key = patterns.key_of(match.name, default, keys)
+        target = patterns.target_of(template, match)
         if not key:
-            skipped.append(Skipped(pattern.text, match.table, _no_key(pattern.text, match)))
+            skipped.append(Skipped(pattern.text, match.table, _no_key(pattern.text, match), target))
             continue
-        chosen.append((match, key, patterns.target_of(values.get("target"), match)))
+        chosen.append((match, key, target))
     patterns.check_targets(pattern.text, [(m, t) for m, _, t in chosen])
     configs = []
     for match, key, target in chosen:
         cfg = build({**values, "table": match.table, "primary_key": key, "target": target, "pipeline": None})
         reason = unfit(functools.partial(open_source, spark, match.table), cfg)
         if reason:
-            skipped.append(Skipped(pattern.text, match.table, reason))
+            skipped.append(Skipped(pattern.text, match.table, reason, target))
         else:
             configs.append(cfg)
     return Expanded(configs, sorted(skipped, key=lambda s: s.table))
@@ -138,6 +137,13 @@ def unfit(opened: Callable[[], Any], cfg: RunConfig) -> str | None:
     except (ConfigError, SourceError) as exc:
         return str(exc)
     return None
+
+
+def _not_delta(pattern: str, match: Match) -> str:
+    return (
+        f"{match.table} matches --table {pattern!r} but is not a Delta table (it has no {DELTA_LOG} directory), "
+        f"so it is not replicated. Narrow the pattern if that is expected."
+    )
 
 
 def _no_key(pattern: str, match: Match) -> str:

@@ -77,6 +77,11 @@ class Metrics:
         self.last_verify = Gauge(
             "cdc2ch_last_verify_timestamp_seconds", "Unix time of the last `cdc2ch verify`.", p, registry=r
         )
+        self.skipped = Gauge(
+            "cdc2ch_tables_skipped",
+            "Tables a --table pattern matches that cannot be replicated now (each is in `cdc2ch status`).",
+            registry=r,
+        )
         self._server = None
 
     def serve(self, port: int, address: str = "0.0.0.0") -> None:

@@ -57,8 +57,9 @@ class Runner:
         stop: threading.Event,
         metrics: Metrics,
         isolate: bool,
-        discover: Callable[[], list[RunConfig]] | None = None,
+        discover: Callable[[], tuple[list[RunConfig], list]] | None = None,
         discover_interval: float = 300.0,
+        skipped: list | None = None,
     ):
         self.configs = configs
         self.metrics = metrics
@@ -73,6 +74,8 @@ class Runner:
         self._stores: dict[str, HealthStore] = {}
         self._warmed = self.once  # a --once run has no first change to speed up
         self.slots = self._slots(configs)
+        self._skipped: dict[str, str] = {}  # pipeline -> the reason recorded for it
+        self._report_skipped(skipped or [])
 
     def _slots(self, configs: list[RunConfig]) -> list[Slot]:
         known: dict[str, Health] = {}
@@ -122,10 +125,11 @@ class Runner:
         changes nothing and is tried again next interval)."""
         self._discover_at = time.monotonic() + self.discover_interval
         try:
-            wanted = self.discover()
+            wanted, skipped = self.discover()
         except Cdc2chError as exc:
             log.warning("discovery_failed", error=summarise(str(exc), 500))
             return
+        self._report_skipped(skipped)
         have = {s.cfg.pipeline for s in self.slots}
         names = {c.pipeline for c in wanted}
         for slot in [s for s in self.slots if s.cfg.pipeline not in names]:
@@ -170,6 +174,21 @@ class Runner:
             return False
         self._succeeded(slot)
         return progressed
+
+    def _report_skipped(self, skipped: list) -> None:
+        """Tables a pattern skips (discovery.Skipped), for `status` as failing pipelines with the reason, once
+        per reason, and as a gauge; best effort, like any health record."""
+        self.metrics.skipped.set(len(skipped))
+        for s in skipped:
+            name = str(s.target)
+            if s.target is None or self._skipped.get(name) == s.reason:
+                continue
+            health = Health(name, s.table, name).failed(_now(), _kept(s.reason), "skipped")
+            try:
+                self._health_store(s.target.database).save(health)
+                self._skipped[name] = s.reason
+            except SinkError as exc:
+                log.warning("health_not_saved", pipeline=name, error=summarise(str(exc), 300))
 
     def _failed(self, slot: Slot, exc: BaseException, record: bool) -> None:
         kind = error_kind(exc)

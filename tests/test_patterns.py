@@ -3,6 +3,7 @@ and skips the ones it cannot follow with nothing written for them, and lists the
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import time
@@ -79,6 +80,11 @@ def test_a_storage_pattern_replicates_what_it_can_and_reports_the_rest(spark, cl
         assert_replicated(spark, sink, paths[name], TargetName(database, f"sales_{name}"))
     tables = {r[0] for r in sink.query_rows(f"SELECT name FROM system.tables WHERE database = '{database}'")}
     assert {t for t in tables if t.startswith("sales_")} == {f"sales_{n}" for n in ("a", "b", "rs", "multi")}
+    # `status` shows each skipped table under the pipeline it would be, with why.
+    rows = {r["pipeline"]: r for r in json.loads(cli("status", "--json").stdout)}
+    for name, why in (("plain", "not a Delta table"), ("nocdf", "Change Data Feed"), ("nokey", "'id' are not")):
+        row = rows[f"{database}.sales_{name}"]
+        assert row["last_error_kind"] == "skipped" and why in row["last_error"], row
 
     # A later commit to one table reaches its target on the next poll of the same command.
     spark.sql(f"INSERT INTO delta.`{paths['b']}` VALUES (100, 'new')")
