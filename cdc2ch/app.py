@@ -267,9 +267,10 @@ def reshape(invocation: Invocation) -> None:
 
     configs, process = _configured(invocation)
     if len(configs) > 1:
+        where = f"{process.config_path} lists" if process.config_path else "--table matches"
         raise ConfigError(
-            f"reshape rebuilds one table, but {process.config_path} lists {len(configs)} pipelines: choose one "
-            f"with --pipeline NAME ({', '.join(c.pipeline for c in configs)})."
+            f"reshape rebuilds one table, but {where} {len(configs)} pipelines: name one table with --table "
+            f"(or --pipeline NAME with --config): {', '.join(c.pipeline for c in configs)}."
         )
     cfg = configs[0]
     _start_logging(process)

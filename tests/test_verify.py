@@ -109,10 +109,13 @@ def test_planted_drift_is_found_and_repaired(spark, sink, cli, database, tmp_pat
     ((part,),) = sink.query_rows(f"SELECT _part FROM {target} WHERE id = 150 AND _is_deleted = 1")
     sink.command(f"ALTER TABLE {target} DROP PART '{part}'")
     sink.command(f"SYSTEM START MERGES {target}")
-    planted = {}
-    for i, (column, value) in enumerate(COLUMNS.items()):
-        planted[100 + i] = column
-        alter(f"UPDATE `{column}` = {value} WHERE id = {100 + i}")
+    # One value planted in each column, each in its own row, by one mutation (each costs seconds).
+    planted = {100 + i: column for i, column in enumerate(COLUMNS)}
+    alter(
+        "UPDATE "
+        + ", ".join(f"`{c}` = if(id = {key}, {COLUMNS[c]}, `{c}`)" for key, c in planted.items())
+        + f" WHERE id BETWEEN 100 AND {99 + len(COLUMNS)}"
+    )
     sink.command(  # an extra key
         f"INSERT INTO {target} (id, s, _commit_version, _commit_timestamp, _change_type, _is_deleted, _version) "
         f"VALUES (9999, 'ghost', 1, now64(3), 'insert', 0, 7)"

@@ -46,20 +46,9 @@ def describe(sink: Sink, target: TargetName) -> Existing | None:
     )
     if not tables:
         return None
-    columns = sink.query_rows(
-        "SELECT name, type FROM system.columns WHERE database = {db:String} AND table = {t:String} "
-        "ORDER BY position",
-        params,
-        what="describe the target table's columns",
-    )
     engine, engine_full, sorting_key, partition_key = tables[0]
-    return Existing(
-        engine,
-        engine_full or "",
-        sorting_key or "",
-        partition_key or "",
-        dict(columns),
-    )
+    columns = sink.table_columns(target) or {}
+    return Existing(engine, engine_full or "", sorting_key or "", partition_key or "", columns)
 
 
 def problems(table: Existing, design: TableDesign, types: dict[str, str], new: bool) -> list[str]:
