@@ -15,10 +15,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from cdc2ch.clickhouse.dsn import connect
-from cdc2ch.config import RunConfig, SparkSettings, TargetName
-from cdc2ch.design import TableDesign
-from cdc2ch.reshape import Reshape
-from cdc2ch.snapshot import Snapshotter
+from cdc2ch.commands.reshape import Reshape
+from cdc2ch.model.config import RunConfig, SparkSettings, TargetName
+from cdc2ch.model.design import TableDesign
+from cdc2ch.replication.snapshot import Snapshotter
 from cdc2ch.source.delta import DeltaSource
 from cdc2ch.source.spark import session
 

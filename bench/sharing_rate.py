@@ -41,7 +41,7 @@ def replicate(table: str, clickhouse: str) -> tuple[int, float, float]:
 
 
 def main(rows: int) -> None:
-    from cdc2ch.config import SparkSettings
+    from cdc2ch.model.config import SparkSettings
     from cdc2ch.source.spark import session
     from tests.sharing_server import SharingServer
 

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from cdc2ch.clickhouse.dsn import connect
-from cdc2ch.config import RunConfig, SparkSettings, TargetName
-from cdc2ch.snapshot import Snapshotter
+from cdc2ch.model.config import RunConfig, SparkSettings, TargetName
+from cdc2ch.replication.snapshot import Snapshotter
 from cdc2ch.source.delta import DeltaSource
 from cdc2ch.source.spark import session
 

@@ -40,10 +40,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdc2ch import schema
 from cdc2ch.clickhouse.dsn import connect
-from cdc2ch.config import SparkSettings, TargetName
-from cdc2ch.design import TableDesign
+from cdc2ch.model import schema
+from cdc2ch.model.config import SparkSettings, TargetName
+from cdc2ch.model.design import TableDesign
 from cdc2ch.source.spark import session
 
 # quick: under 3 minutes on 2 cores (fewer versions, the push-down reader on W1 only)

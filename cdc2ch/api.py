@@ -20,11 +20,11 @@ from typing import Any
 
 import click
 
-from cdc2ch import options as catalogue
-from cdc2ch.config import RunConfig, TargetName
-from cdc2ch.errors import ConfigError, SourceError
-from cdc2ch.log import api_call
-from cdc2ch.patterns import is_pattern
+from cdc2ch.base.errors import ConfigError, SourceError
+from cdc2ch.base.log import api_call
+from cdc2ch.commands import options as catalogue
+from cdc2ch.fleet.patterns import is_pattern
+from cdc2ch.model.config import RunConfig, TargetName
 
 __all__ = [
     "Discovered",
@@ -133,8 +133,8 @@ def replicate(
     from cdc2ch.clickhouse.dsn import connect
     from cdc2ch.clickhouse.lock import PipelineLock
     from cdc2ch.clickhouse.state import StateStore
-    from cdc2ch.metrics import Metrics
-    from cdc2ch.runner import Runner
+    from cdc2ch.fleet.runner import Runner
+    from cdc2ch.replication.metrics import Metrics
 
     with api_call():
         t0 = time.monotonic()
@@ -179,7 +179,7 @@ def snapshot(
     then continues at version + 1."""
     from cdc2ch.clickhouse.dsn import connect
     from cdc2ch.clickhouse.lock import PipelineLock
-    from cdc2ch.snapshot import Snapshotter
+    from cdc2ch.replication.snapshot import Snapshotter
     from cdc2ch.source import open_source
 
     with api_call():
@@ -209,8 +209,8 @@ def snapshot(
 def status(spark=None, *, clickhouse: str | None = None, target: str | None = None) -> list[PipelineStatus]:
     """Every pipeline with a record in ClickHouse (or those writing `target`), as `cdc2ch status --json`.
     Delta logs Python cannot reach are read through `spark` (None: the active session, if any)."""
-    from cdc2ch import status as report
     from cdc2ch.clickhouse.dsn import connect
+    from cdc2ch.commands import status as report
 
     with api_call():
         values = _values("status", "status", dict(clickhouse=clickhouse, target=target))
@@ -220,7 +220,7 @@ def status(spark=None, *, clickhouse: str | None = None, target: str | None = No
             if session is None:
                 raise SourceError(
                     "This table's Delta log is on storage only Spark can reach here: pass your SparkSession "
-                    "to cdc2ch.status(spark, ...)."
+                    "to cdc2ch.commands.status(spark, ...)."
                 )
             return session
 
@@ -251,7 +251,7 @@ def discover(spark, *, table: str, primary_key=None, target: str | None = None, 
     """The tables a pattern in `table` matches now, as `cdc2ch validate` lists them: each one that can be
     replicated, with the primary key (`primary_key`, or its own in `primary_keys`) and target (`target` as a
     template) to pass to `replicate`/`snapshot`, and those skipped with why."""
-    from cdc2ch import discovery
+    from cdc2ch.fleet import discovery
     from cdc2ch.source import open_source
 
     with api_call():

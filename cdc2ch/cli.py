@@ -8,9 +8,11 @@ import sys
 import click
 from click.core import ParameterSource
 
-from cdc2ch import __version__, app, log
-from cdc2ch.errors import Cdc2chError, jvm_stopped
-from cdc2ch.options import Invocation, click_options
+from cdc2ch import __version__
+from cdc2ch.base import log
+from cdc2ch.base.errors import Cdc2chError, jvm_stopped
+from cdc2ch.commands import app
+from cdc2ch.commands.options import Invocation, click_options
 
 
 def _fail(exc: Cdc2chError) -> None:

@@ -1,6 +1,6 @@
 """Test-only ClickHouse over HTTP, no server needed.
 
-`ChServer` is cdc2ch's own ClickHouse HTTP interface (cdc2ch/serve.py), writable, on the in-process chdb
+`ChServer` is cdc2ch's own ClickHouse HTTP interface (cdc2ch/commands/serve.py), writable, on the in-process chdb
 engine, on 127.0.0.1; `FaultProxy` forwards to any ClickHouse HTTP endpoint (ChServer or a real server) and
 injects faults.
 """
@@ -18,7 +18,7 @@ from email.message import Message
 from urllib.parse import parse_qsl, urlsplit
 
 from cdc2ch.clickhouse.served import Engine, split_insert
-from cdc2ch.serve import ClickHouseHTTP, Handler, HTTPService, decompress
+from cdc2ch.commands.serve import ClickHouseHTTP, Handler, HTTPService, decompress
 
 ERROR_NAMES = {3: "UNEXPECTED_END_OF_FILE", 159: "TIMEOUT_EXCEEDED", 164: "READONLY", 209: "SOCKET_TIMEOUT",
                202: "TOO_MANY_SIMULTANEOUS_QUERIES", 210: "NETWORK_ERROR", 236: "ABORTED", 242: "TABLE_IS_READ_ONLY",

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from cdc2ch.cli import main
 from cdc2ch.clickhouse.dsn import connect
-from cdc2ch.config import SparkSettings
+from cdc2ch.model.config import SparkSettings
 from cdc2ch.source.spark import session
 
 _ids = itertools.count()

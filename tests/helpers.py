@@ -6,8 +6,8 @@ import datetime as dt
 import decimal
 import math
 
-from cdc2ch import schema
-from cdc2ch.config import TargetName
+from cdc2ch.model import schema
+from cdc2ch.model.config import TargetName
 
 
 def create_table(spark, path: str, columns: str, partitioned_by: str | None = None) -> None:
@@ -207,7 +207,7 @@ class Proc:
 
 def job_config(path: str, target: TargetName, dsn: str, **options):
     """The RunConfig `cdc2ch run --once` would build, for driving a job in-process."""
-    from cdc2ch.config import RunConfig
+    from cdc2ch.model.config import RunConfig
 
     return RunConfig(
         table=path,

@@ -15,8 +15,8 @@ import structlog
 
 import cdc2ch
 from cdc2ch.api import replicate, snapshot, status
-from cdc2ch.config import TargetName
-from cdc2ch.errors import ConfigError, SourceError
+from cdc2ch.base.errors import ConfigError, SourceError
+from cdc2ch.model.config import TargetName
 from cdc2ch.source.delta import CDF_SCHEMA_CONF, session_conf
 from tests.helpers import assert_replicated, create_table, latest_version
 

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from cdc2ch import schema
 from cdc2ch.clickhouse.state import STATE_TABLE, StateStore
-from cdc2ch.config import TargetName
+from cdc2ch.model import schema
+from cdc2ch.model.config import TargetName
 from tests.helpers import Proc, assert_replicated, create_table
 
 WRITER = textwrap.dedent(
     """
     import json, sys
-    from cdc2ch.config import SparkSettings
+    from cdc2ch.model.config import SparkSettings
     from cdc2ch.source.spark import session
 
     spark = session(SparkSettings("local[1]", tuple(json.loads(sys.argv[1]).items())))

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from delta.tables import DeltaTable
 
 from cdc2ch.cli import main
-from cdc2ch.config import TargetName
+from cdc2ch.model.config import TargetName
 from tests.helpers import create_table
 
 COLS = "id BIGINT, name STRING"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc2ch import schema
+from cdc2ch.base.errors import SinkError
 from cdc2ch.clickhouse import codes
 from cdc2ch.clickhouse.cluster import (
     database_ddl,
@@ -18,10 +18,10 @@ from cdc2ch.clickhouse.cluster import (
     state_table_ddl_on_cluster,
 )
 from cdc2ch.clickhouse.placement import Cluster, OneServer
-from cdc2ch.config import TargetName
-from cdc2ch.contract import sql_literal
-from cdc2ch.design import TableDesign
-from cdc2ch.errors import SinkError
+from cdc2ch.model import schema
+from cdc2ch.model.config import TargetName
+from cdc2ch.model.contract import sql_literal
+from cdc2ch.model.design import TableDesign
 
 SQL = Path(__file__).resolve().parents[1] / "sql"
 # Every template but the target's creates a state table.

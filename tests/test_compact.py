@@ -7,12 +7,12 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from cdc2ch import schema
+from cdc2ch.base.errors import ConfigError
 from cdc2ch.clickhouse import ddl
-from cdc2ch.compact import SIDE_SUFFIX, VIEW_SUFFIX, compact
-from cdc2ch.config import TargetName, parse_duration
-from cdc2ch.design import TableDesign
-from cdc2ch.errors import ConfigError
+from cdc2ch.commands.compact import SIDE_SUFFIX, VIEW_SUFFIX, compact
+from cdc2ch.model import schema
+from cdc2ch.model.config import TargetName, parse_duration
+from cdc2ch.model.design import TableDesign
 from tests.helpers import SinkTap, assert_replicated, create_table
 
 COLS = "id BIGINT, name STRING"

@@ -363,7 +363,9 @@ def test_compose_services():
         assert (ROOT / svc["build"]["context"] / svc["build"]["dockerfile"]).resolve() == DOCKERFILE
     assert demo["image"] == app["image"]
 
-    assert demo["command"][:3] == ["python", "-m", "cdc2ch.demo"] and demo.get("restart", "no") == "no"
+    assert (
+        demo["command"][:3] == ["python", "-m", "cdc2ch.commands.demo"] and demo.get("restart", "no") == "no"
+    )
     demo_table = demo["command"][demo["command"].index("--write-table") + 1]
     assert app["command"] == ["cdc2ch", "run", "--config", "/etc/cdc2ch/cdc2ch.toml"]
     assert app["depends_on"] == {

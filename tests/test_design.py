@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from cdc2ch import schema
-from cdc2ch.config import TargetName
+from cdc2ch.model import schema
+from cdc2ch.model.config import TargetName
 from tests.helpers import assert_replicated, clickhouse_rows, committed_version, create_table, delta_rows
 
 COLUMNS = "id BIGINT, name STRING, city STRING, created_at DATE, amount DOUBLE, email STRING"

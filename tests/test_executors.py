@@ -3,8 +3,8 @@ server over HTTP; a retried insert is dropped by its token; the offset moves onl
 
 from __future__ import annotations
 
-from cdc2ch import schema
-from cdc2ch.config import TargetName
+from cdc2ch.model import schema
+from cdc2ch.model.config import TargetName
 from tests.helpers import assert_replicated, committed_version, create_table, latest_version
 from tests.test_faults import _duplicates, _history, _precreate
 

@@ -17,9 +17,9 @@ import threading
 
 import pytest
 
-from cdc2ch import contract, schema
-from cdc2ch.config import TargetName
-from cdc2ch.design import TableDesign
+from cdc2ch.model import contract, schema
+from cdc2ch.model.config import TargetName
+from cdc2ch.model.design import TableDesign
 from tests.helpers import (
     Proc,
     assert_replicated,

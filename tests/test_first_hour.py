@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-from cdc2ch.config import TargetName
+from cdc2ch.model.config import TargetName
 from tests.helpers import Proc, create_table
 
 COLS = "id BIGINT, name STRING"

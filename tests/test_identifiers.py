@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from cdc2ch.config import TargetName
+from cdc2ch.model.config import TargetName
 from tests.helpers import assert_replicated, committed_version, latest_version
 
 # Spark SQL column list, `order id` the key. (Delta itself cannot UPDATE a column with a backtick in its

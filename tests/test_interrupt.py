@@ -15,7 +15,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from cdc2ch.config import TargetName
+from cdc2ch.model.config import TargetName
 from tests.helpers import Proc, assert_replicated, committed_version, create_table, latest_version
 
 

@@ -12,8 +12,8 @@ from dataclasses import asdict
 import pytest
 
 from cdc2ch.cli import invocation, run
-from cdc2ch.config import TargetName
-from cdc2ch.options import load_config, resolve
+from cdc2ch.commands.options import load_config, resolve
+from cdc2ch.model.config import TargetName
 from tests.helpers import Proc, assert_replicated, committed_version, create_table
 
 COLS = "id BIGINT, name STRING"
@@ -136,7 +136,7 @@ target = "crm.customers"
     (only,), _ = _resolve(["--config", config, "--pipeline", "customers"])
     assert only.pipeline == "customers"
 
-    from cdc2ch.errors import ConfigError
+    from cdc2ch.base.errors import ConfigError
 
     bad_cases = [
         (["--config", config, "--table", "/x"], "set `table` in the file's [[pipelines]] entries"),
@@ -328,7 +328,7 @@ def test_long_catch_up_reports_progress(spark, cli, database, tmp_path):
 def test_progress_bar_on_a_terminal():
     import io
 
-    from cdc2ch.progress import Progress
+    from cdc2ch.replication.progress import Progress
 
     class Terminal(io.StringIO):
         def isatty(self):

@@ -12,9 +12,10 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from cdc2ch import api, schema
-from cdc2ch.config import TargetName
-from cdc2ch.errors import ConfigError
+from cdc2ch import api
+from cdc2ch.base.errors import ConfigError
+from cdc2ch.model import schema
+from cdc2ch.model.config import TargetName
 from tests.helpers import Proc, assert_replicated, create_table
 
 
@@ -82,7 +83,11 @@ def test_a_storage_pattern_replicates_what_it_can_and_reports_the_rest(spark, cl
     assert {t for t in tables if t.startswith("sales_")} == {f"sales_{n}" for n in ("a", "b", "rs", "multi")}
     # `status` shows each skipped table under the pipeline it would be, with why.
     rows = {r["pipeline"]: r for r in json.loads(cli("status", "--json").stdout)}
-    for name, why in (("plain", "not a Delta table"), ("nocdf", "Change Data Feed"), ("nokey", "'id' are not")):
+    for name, why in (
+        ("plain", "not a Delta table"),
+        ("nocdf", "Change Data Feed"),
+        ("nokey", "'id' are not"),
+    ):
         row = rows[f"{database}.sales_{name}"]
         assert row["last_error_kind"] == "skipped" and why in row["last_error"], row
 

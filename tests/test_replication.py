@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from cdc2ch.config import TargetName
+from cdc2ch.model.config import TargetName
 from tests.helpers import (
     SinkTap,
     assert_replicated,
@@ -290,7 +290,7 @@ def test_stop_mid_range_then_resume(resume_batch, raw_rows, spark, sink, cli, da
     same batches; with another --batch-size nothing is dropped wrongly (tokens carry a content digest)."""
     import threading
 
-    from cdc2ch.pipeline import Replicator
+    from cdc2ch.replication.pipeline import Replicator
     from cdc2ch.source.delta import DeltaSource
 
     path = str(tmp_path / "stop")

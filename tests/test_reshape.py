@@ -8,7 +8,7 @@ import re
 import signal
 import threading
 
-from cdc2ch.config import TargetName
+from cdc2ch.model.config import TargetName
 from tests.helpers import Proc, assert_replicated, committed_version, create_table, latest_version
 from tests.test_design import COLUMNS, DESIGN, _moves, delta_table
 from tests.test_faults import _env

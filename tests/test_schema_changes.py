@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc2ch.config import TargetName
+from cdc2ch.model.config import TargetName
 from tests.helpers import SinkTap, assert_replicated, committed_version, job_config, latest_version
 
 
@@ -138,7 +138,7 @@ def test_resync_interrupted_after_the_swap_finishes_on_restart(spark, sink, cli,
     rebuilt table's marker and moves the offset instead of replaying changes the table already holds."""
     import threading
 
-    from cdc2ch.pipeline import Replicator
+    from cdc2ch.replication.pipeline import Replicator
     from cdc2ch.source.delta import DeltaSource
 
     path, target = mapped_table, TargetName(database, "mapped")

@@ -25,7 +25,7 @@ from clickhouse_connect.driver.exceptions import DatabaseError
 
 from cdc2ch.clickhouse import embedded, server
 from cdc2ch.clickhouse.served import Engine
-from cdc2ch.serve import ClickHouseHTTP, tls_context
+from cdc2ch.commands.serve import ClickHouseHTTP, tls_context
 from tests.helpers import Proc, create_table, latest_version
 
 PASSWORD = "serve-s3cret"

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from cdc2ch.config import TargetName
+from cdc2ch.model.config import TargetName
 from cdc2ch.source import open_source
 from cdc2ch.source import sharing as sharing_client
 from tests.helpers import (
@@ -257,7 +257,7 @@ def test_the_collected_share_feed_has_the_bytes_of_the_spark_layout(share, spark
     """A shared range is collected as its feed, the metadata columns computed in Arrow (contract.arrow_rows);
     the executors writer computes them in Spark (contract.spark_rows). Both must give the same schema and
     bytes: insert deduplication tokens digest them."""
-    from cdc2ch import contract
+    from cdc2ch.model import contract
 
     path = str(share.root / "layout")
     create_table(spark, path, COLS)

@@ -11,8 +11,8 @@ import threading
 
 import pytest
 
-from cdc2ch.config import TargetName
-from cdc2ch.snapshot import Snapshotter
+from cdc2ch.model.config import TargetName
+from cdc2ch.replication.snapshot import Snapshotter
 from cdc2ch.source.delta import DeltaSource
 from tests.helpers import (
     SinkTap,

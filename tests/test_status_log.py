@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 
-from cdc2ch.config import TargetName
+from cdc2ch.model.config import TargetName
 from cdc2ch.source.delta import DeltaSource
 from tests.helpers import Proc, create_table
 

@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 
-from cdc2ch.config import TargetName
+from cdc2ch.model.config import TargetName
 from tests.helpers import clickhouse_rows, committed_version, delta_rows
 
 READERS = ("spark", "clickhouse")
@@ -368,8 +368,8 @@ def test_variant_added_later_stops_the_clickhouse_reader(spark, sink, cli, datab
     version, with everything before it committed; a new start is refused; --reader spark then goes on."""
     import threading
 
-    from cdc2ch.errors import ConfigError
-    from cdc2ch.pipeline import Replicator
+    from cdc2ch.base.errors import ConfigError
+    from cdc2ch.replication.pipeline import Replicator
     from cdc2ch.source.delta import DeltaSource
     from tests.helpers import job_config
 
@@ -424,7 +424,7 @@ def test_the_change_feed_is_read_as_a_file_scan_and_equals_the_documented_read(s
     """`DeltaSource.changes` plans Delta's change feed as its file scan (CDCReader.changesToBatchDF), not
     through the row-by-row relation of `readChangeFeed`, and gives the same rows as that read, on a table
     with column mapping, deletion vectors, a renamed column and every kind of change."""
-    from cdc2ch.schema import user_fields
+    from cdc2ch.model.schema import user_fields
     from cdc2ch.source import delta
     from cdc2ch.source.delta import DeltaSource
 

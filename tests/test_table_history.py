@@ -10,7 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from cdc2ch.config import TargetName
+from cdc2ch.model.config import TargetName
 from cdc2ch.source.delta import DeltaSource
 from cdc2ch.source.log import python_log
 from tests.helpers import assert_replicated, committed_version

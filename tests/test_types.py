@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from cdc2ch.config import TargetName
+from cdc2ch.model.config import TargetName
 from tests.helpers import assert_replicated, clickhouse_rows, normalize
 
 SCHEMA = (
@@ -170,7 +170,7 @@ def test_the_collected_feed_has_the_bytes_of_the_spark_layout(spark, tmp_path):
     """The driver collects the change feed as Spark scans it and computes the metadata columns in Arrow
     (contract.arrow_rows); the executors compute them in Spark (contract.spark_rows). Both must give the
     same schema, NOT NULL kept, and the same bytes: insert deduplication tokens digest them."""
-    from cdc2ch import contract
+    from cdc2ch.model import contract
     from cdc2ch.source.delta import DeltaSource
     from tests.helpers import create_table
 

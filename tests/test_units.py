@@ -8,13 +8,13 @@ from datetime import datetime, timezone
 import pyarrow as pa
 import pytest
 
-from cdc2ch import changes
+from cdc2ch.base.errors import ConfigError, SourceError
 from cdc2ch.clickhouse.dsn import redact
-from cdc2ch.config import TargetName
-from cdc2ch.design import TableDesign
-from cdc2ch.errors import ConfigError, SourceError
-from cdc2ch.plan import plan_ranges
-from cdc2ch.schema import clickhouse_type, column_types, quote
+from cdc2ch.model.config import TargetName
+from cdc2ch.model.design import TableDesign
+from cdc2ch.model.schema import clickhouse_type, column_types, quote
+from cdc2ch.replication import changes
+from cdc2ch.replication.plan import plan_ranges
 from cdc2ch.source.log import Commit, estimate_rows, parse_commit
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -170,8 +170,8 @@ def test_unreachable_server_is_not_taken_for_bad_credentials():
     text: the port here contains them, as query ids sometimes do."""
     import socket
 
+    from cdc2ch.base.errors import SinkError
     from cdc2ch.clickhouse.dsn import connect
-    from cdc2ch.errors import SinkError
 
     for port in (5160, 15160, 25160, 35160, 45160, 51600, 51601, 51602):
         with socket.socket() as s:

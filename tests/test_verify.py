@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from cdc2ch.config import TargetName
+from cdc2ch.model.config import TargetName
 from tests import test_types as zoo
 from tests.helpers import assert_replicated, committed_version, job_config
 
@@ -159,8 +159,8 @@ def test_planted_drift_is_found_and_repaired(spark, sink, cli, database, tmp_pat
 
 
 def test_verify_is_exact_while_run_replicates(spark, sink, cli, database, tmp_path, chdb_dsn):
-    from cdc2ch.metrics import Metrics
-    from cdc2ch.runner import Runner
+    from cdc2ch.fleet.runner import Runner
+    from cdc2ch.replication.metrics import Metrics
 
     path = str(tmp_path / "busy")
     spark.range(0, 3000).selectExpr("id", "CAST(id AS STRING) AS s", "id % 7 AS g").write.format(

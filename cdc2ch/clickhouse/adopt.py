@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from cdc2ch import schema
+from cdc2ch.base.errors import ConfigError
 from cdc2ch.clickhouse.transport import Sink
-from cdc2ch.config import TargetName
-from cdc2ch.contract import WRITTEN_META
-from cdc2ch.design import TableDesign
-from cdc2ch.errors import ConfigError
-from cdc2ch.identity import expression_columns
+from cdc2ch.model import schema
+from cdc2ch.model.config import TargetName
+from cdc2ch.model.contract import WRITTEN_META
+from cdc2ch.model.design import TableDesign
+from cdc2ch.model.identity import expression_columns
 
 ENGINES = ("ReplacingMergeTree", "ReplicatedReplacingMergeTree", "SharedReplacingMergeTree")
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 
-from cdc2ch import schema
-from cdc2ch.config import TargetName
-from cdc2ch.contract import sql_literal
-from cdc2ch.design import TableDesign, setting_sql
+from cdc2ch.model import schema
+from cdc2ch.model.config import TargetName
+from cdc2ch.model.contract import sql_literal
+from cdc2ch.model.design import TableDesign, setting_sql
 
 # A target `db.t` on a cluster is two tables, both created ON CLUSTER on every node: `db.t_local`, one
 # shard's rows in a ReplicatedReplacingMergeTree with the single-node table's columns, sorting key,

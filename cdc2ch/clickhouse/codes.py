@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from clickhouse_connect.driver.exceptions import Error, OperationalError
 
-from cdc2ch.errors import SinkError
+from cdc2ch.base.errors import SinkError
 
 UNEXPECTED_END_OF_FILE = 3
 BAD_ARGUMENTS = 36

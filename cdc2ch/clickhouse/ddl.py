@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from cdc2ch import schema
+from cdc2ch.base.errors import SinkError
+from cdc2ch.base.log import get_logger
 from cdc2ch.clickhouse import adopt
 from cdc2ch.clickhouse.transport import Sink
-from cdc2ch.config import TargetName
-from cdc2ch.design import TableDesign
-from cdc2ch.errors import SinkError
-from cdc2ch.log import get_logger
+from cdc2ch.model import schema
+from cdc2ch.model.config import TargetName
+from cdc2ch.model.design import TableDesign
 
 log = get_logger("cdc2ch.clickhouse.ddl")
 

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
+from cdc2ch.base.errors import ConfigError, SinkError
+from cdc2ch.base.log import get_logger
 from cdc2ch.clickhouse import embedded, server
 from cdc2ch.clickhouse.placement import placement
 from cdc2ch.clickhouse.server import redact
 from cdc2ch.clickhouse.transport import Sink
-from cdc2ch.errors import ConfigError, SinkError
-from cdc2ch.log import get_logger
 
 __all__ = ["EMBEDDED_SCHEMES", "SERVER_SCHEMES", "connect", "redact"]
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import clickhouse_connect
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
+from cdc2ch.base.errors import SinkError, summarise
 from cdc2ch.clickhouse import codes, server
 from cdc2ch.clickhouse.lock import LockedError, command_name
 from cdc2ch.clickhouse.transport import Sink
-from cdc2ch.config import default_data_dir
-from cdc2ch.errors import SinkError, summarise
+from cdc2ch.model.config import default_data_dir
 
 HOLDER_FILE = "cdc2ch-holder.json"  # who has the directory open, written by cdc2ch
 STATUS_FILE = "status"  # the engine's own lock file in the directory

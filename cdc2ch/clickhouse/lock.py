@@ -20,11 +20,11 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from cdc2ch import schema
+from cdc2ch.base.errors import Cdc2chError, SinkError, summarise
+from cdc2ch.base.log import get_logger, in_api_call
 from cdc2ch.clickhouse.transport import Sink
-from cdc2ch.config import TargetName
-from cdc2ch.errors import Cdc2chError, SinkError, summarise
-from cdc2ch.log import get_logger, in_api_call
+from cdc2ch.model import schema
+from cdc2ch.model.config import TargetName
 
 log = get_logger("cdc2ch.lock")
 

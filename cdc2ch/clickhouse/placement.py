@@ -3,10 +3,10 @@ statements create, alter, swap and drop them and which table holds a target's ro
 
 from __future__ import annotations
 
-from cdc2ch import schema
 from cdc2ch.clickhouse import cluster as on_cluster
-from cdc2ch.config import TargetName
-from cdc2ch.design import TableDesign
+from cdc2ch.model import schema
+from cdc2ch.model.config import TargetName
+from cdc2ch.model.design import TableDesign
 
 
 class OneServer:

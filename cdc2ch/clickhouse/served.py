@@ -1,4 +1,4 @@
-"""Statements that arrive over the ClickHouse HTTP interface (cdc2ch/serve.py), run on the embedded engine
+"""Statements that arrive over the ClickHouse HTTP interface (cdc2ch/commands/serve.py), run on the embedded engine
 of this process (chdb).
 
 Each request runs on a chdb connection handle of its own. Handles share the one engine a process hosts,

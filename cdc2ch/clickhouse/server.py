@@ -13,11 +13,11 @@ from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 import clickhouse_connect
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from cdc2ch import retry
+from cdc2ch.base import retry
+from cdc2ch.base.errors import ConfigError, SinkError, one_line, summarise
 from cdc2ch.clickhouse import codes
 from cdc2ch.clickhouse.placement import OneServer
 from cdc2ch.clickhouse.transport import Sink
-from cdc2ch.errors import ConfigError, SinkError, one_line, summarise
 
 PASSWORD_ENV = "CDC2CH_CLICKHOUSE_PASSWORD"
 PASSWORD_FILE_ENV = "CDC2CH_CLICKHOUSE_PASSWORD_FILE"

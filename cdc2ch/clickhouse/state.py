@@ -13,10 +13,10 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-from cdc2ch import schema
 from cdc2ch.clickhouse.transport import Sink
-from cdc2ch.config import TargetName
-from cdc2ch.offset import PipelineState, stamp_after
+from cdc2ch.model import schema
+from cdc2ch.model.config import TargetName
+from cdc2ch.model.offset import PipelineState, stamp_after
 
 STATE_TABLE = "cdc2ch_state"
 CHUNKS_TABLE = "cdc2ch_snapshot_chunks"

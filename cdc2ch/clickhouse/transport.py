@@ -1,6 +1,6 @@
 """`Sink`: one ClickHouse target behind a clickhouse-connect client, whatever that client talks to.
 
-Every call goes through `Sink._call`, the one place where ClickHouse calls are retried (cdc2ch.retry,
+Every call goes through `Sink._call`, the one place where ClickHouse calls are retried (cdc2ch.base.retry,
 transient failures only, by error code) and where a clickhouse-connect error becomes a SinkError carrying
 its code and a message fit for the user. Opening a client is left to `embedded` and `server`; the tables
 cdc2ch writes are defined in `ddl`, `state` and `lock`.
@@ -17,12 +17,12 @@ from typing import Any, TypeVar
 import pyarrow as pa
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from cdc2ch import retry
+from cdc2ch.base import retry
+from cdc2ch.base.errors import SinkError, summarise
+from cdc2ch.base.log import get_logger
 from cdc2ch.clickhouse import codes
 from cdc2ch.clickhouse.placement import OneServer
-from cdc2ch.config import TargetName
-from cdc2ch.errors import SinkError, summarise
-from cdc2ch.log import get_logger
+from cdc2ch.model.config import TargetName
 
 log = get_logger("cdc2ch.clickhouse")
 T = TypeVar("T")

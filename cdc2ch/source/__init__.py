@@ -8,10 +8,10 @@ def open_source(spark, table: str):
     """The ChangeSource for `table`: a SharedSource for `<profile>#<share>.<schema>.<table>`, else a
     DeltaSource. `spark` is a session or a function returning one: a share calls it only when rows are
     read (`status` needs no JVM)."""
-    from cdc2ch.tableref import parse_table
+    from cdc2ch.model.tableref import parse_table
 
     if parse_table(table).is_shared:
-        from cdc2ch.log import get_logger
+        from cdc2ch.base.log import get_logger
         from cdc2ch.source.shared import SharedSource
 
         return SharedSource(spark, table, get_logger("cdc2ch.sharing"))

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from cdc2ch.errors import SourceError, summarise
-from cdc2ch.tableref import TableRef, display_name
+from cdc2ch.base.errors import SourceError, summarise
+from cdc2ch.model.tableref import TableRef, display_name
 
 _NOT_FOUND = (
     "TABLE_OR_VIEW_NOT_FOUND",

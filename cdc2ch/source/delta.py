@@ -12,8 +12,9 @@ from urllib.parse import urlsplit
 
 import pyarrow as pa
 
-from cdc2ch import contract, schema
-from cdc2ch.errors import CHANGE_FEED, SourceError, error_text, range_out_of_memory, summarise
+from cdc2ch.base.errors import CHANGE_FEED, SourceError, error_text, range_out_of_memory, summarise
+from cdc2ch.model import contract, schema
+from cdc2ch.model.tableref import normalize_uri, parse_table
 from cdc2ch.source.log import (
     Commit,
     DeltaLog,
@@ -22,7 +23,6 @@ from cdc2ch.source.log import (
     missing_table,
     not_a_delta_table,
 )
-from cdc2ch.tableref import normalize_uri, parse_table
 
 __all__ = ["Commit", "DeltaSource", "normalize_uri"]
 

@@ -14,12 +14,13 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-from cdc2ch import contract, retry
-from cdc2ch.errors import CHANGE_FEED, SourceError, error_text, range_out_of_memory, summarise
+from cdc2ch.base import retry
+from cdc2ch.base.errors import CHANGE_FEED, SourceError, error_text, range_out_of_memory, summarise
+from cdc2ch.model import contract
+from cdc2ch.model.tableref import parse_table
 from cdc2ch.source import sharefiles
 from cdc2ch.source.log import Commit, estimate_rows
 from cdc2ch.source.sharing import SharingClient, SharingRefused, load_profile
-from cdc2ch.tableref import parse_table
 
 READ_ATTEMPTS = 3  # reads of one range when its file URLs expire meanwhile
 CACHE_SECONDS = 60.0  # a /changes answer is reused for the ranges read right after it

@@ -10,7 +10,7 @@ The change rule is Delta's (and the protocol's): a version with `cdf` files is e
 (each carries `_change_type`); a version without is its `add` files as inserts and `remove` files as
 deletes.
 
-Standard library and pyarrow only, plus cdc2ch.retry: Spark ships this module by value to executors
+Standard library and pyarrow only, plus cdc2ch.base.retry: Spark ships this module by value to executors
 where cdc2ch is not installed.
 """
 
@@ -20,7 +20,7 @@ import json
 
 import pyarrow as pa
 
-from cdc2ch import retry
+from cdc2ch.base import retry
 
 # What a task raises for a file URL the storage refuses (expired or revoked): the driver asks the server
 # for fresh URLs and reads the range again.

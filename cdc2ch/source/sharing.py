@@ -22,8 +22,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from cdc2ch import retry
-from cdc2ch.errors import ConfigError, SourceError, summarise
+from cdc2ch.base import retry
+from cdc2ch.base.errors import ConfigError, SourceError, summarise
 
 ATTEMPTS = 6  # per request, for 429, 5xx and connection failures
 MAX_WAIT = 30.0  # seconds between attempts at most, whatever Retry-After asks

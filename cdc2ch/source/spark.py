@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
-from cdc2ch.config import SparkSettings, is_secret_key
-from cdc2ch.errors import ConfigError
+from cdc2ch.base.errors import ConfigError
+from cdc2ch.model.config import SparkSettings, is_secret_key
 from cdc2ch.source import classes
 
 DELTA_CONF = {
@@ -229,7 +229,7 @@ def _build(settings: SparkSettings):
         spark.conf.set("spark.sql.files.minPartitionNum", str(2 * spark.sparkContext.defaultParallelism))
     _started = spark
     if archive is not None and not archive.exists():
-        from cdc2ch.log import get_logger
+        from cdc2ch.base.log import get_logger
 
         classes.save_at_exit(spark, archive, get_logger("cdc2ch.spark"))
     return spark
@@ -291,7 +291,7 @@ def _launch_jvm(conf: dict[str, str], master: str | None, local: bool) -> None:
 
 def _relay(stream) -> None:
     """Pass on the JVM's output line by line until it exits (never stop reading: a full pipe blocks it)."""
-    from cdc2ch.log import relay
+    from cdc2ch.base.log import relay
 
     level = None
     for raw in iter(stream.readline, b""):

@@ -1,5 +1,5 @@
-"""In-memory implementations of cdc2ch's ports (cdc2ch/ports.py), for tests of the loop's decisions without a
-JVM or a ClickHouse engine.
+"""In-memory implementations of cdc2ch's ports (cdc2ch/replication/ports.py), for tests of the loop's decisions
+without a JVM or a ClickHouse engine.
 
 `FakeTable` plays a Delta table with a change data feed; `MemoryTarget` plays the target database: tables
 of rows with ReplacingMergeTree's FINAL (per key the row of the greatest `_version`, the later insert on a
@@ -14,12 +14,12 @@ from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
 
-from cdc2ch import contract, schema
-from cdc2ch.config import RunConfig, TargetName
-from cdc2ch.errors import SourceError
-from cdc2ch.identity import Identity
-from cdc2ch.offset import PipelineState
-from cdc2ch.ports import Ports, RangeResult
+from cdc2ch.base.errors import SourceError
+from cdc2ch.model import contract, schema
+from cdc2ch.model.config import RunConfig, TargetName
+from cdc2ch.model.identity import Identity
+from cdc2ch.model.offset import PipelineState
+from cdc2ch.replication.ports import Ports, RangeResult
 from cdc2ch.source.log import Commit
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -243,7 +243,7 @@ class MemoryWriter:
         contract.check_keys(rows, self.cfg.primary_key, f"versions {rng.start}..{rng.end}")
 
     def write(self, rng, state: PipelineState, estimate: int) -> RangeResult:
-        from cdc2ch import changes
+        from cdc2ch.replication import changes
 
         rows = rng.arrow_rows(self.cfg.immutable_keys)
         contract.check_keys(rows, self.cfg.primary_key, f"versions {rng.start}..{rng.end}")
@@ -346,7 +346,7 @@ class Harness:
         return len(rows)
 
     def replicator(self, **more):
-        from cdc2ch.pipeline import Replicator
+        from cdc2ch.replication.pipeline import Replicator
 
         cfg = self.config(**more) if more else self.cfg
         self.writer.cfg = cfg

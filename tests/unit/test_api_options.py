@@ -9,11 +9,11 @@ import pytest
 from structlog.testing import capture_logs
 
 from cdc2ch import api
+from cdc2ch.base.errors import ConfigError
+from cdc2ch.base.log import api_call, get_logger, in_api_call
 from cdc2ch.cli import main
-from cdc2ch.config import RunConfig, TargetName, default_dsn
-from cdc2ch.errors import ConfigError
-from cdc2ch.log import api_call, get_logger, in_api_call
-from cdc2ch.options import Invocation, build_config
+from cdc2ch.commands.options import Invocation, build_config
+from cdc2ch.model.config import RunConfig, TargetName, default_dsn
 
 
 def _cfg(**keywords) -> RunConfig:

@@ -81,38 +81,71 @@ def test_the_cycle_finder_finds_cycles():
 
 def test_no_import_cycles():
     graph = import_graph()
-    assert len(graph) > 20 and graph["cdc2ch.pipeline"]
+    assert len(graph) > 20 and graph["cdc2ch.replication.pipeline"]
     assert cycles(graph) == []
 
 
-def test_the_clickhouse_package_depends_only_on_its_foundations():
-    allowed = {
-        "cdc2ch.errors",
-        "cdc2ch.config",
-        "cdc2ch.schema",
-        "cdc2ch.retry",
-        "cdc2ch.offset",
-        "cdc2ch.log",
-        # pure values the DDL renders: the row contract's column names, the table design and row identity
-        "cdc2ch.contract",
-        "cdc2ch.design",
-        "cdc2ch.identity",
-    }
-    graph = import_graph()
-    for name, deps in graph.items():
-        if name.startswith("cdc2ch.clickhouse"):
-            outside = {m for m in deps if not m.startswith("cdc2ch.clickhouse")}
-            assert outside <= allowed, (name, outside - allowed)
-    assert graph["cdc2ch.clickhouse"] == set()  # the package itself: docstring only
+# The packages by layer, lowest first: a module imports from its own layer and those below it, never above.
+# The two sides (Delta and ClickHouse) share a layer and do not import each other.
+LAYERS = [
+    {"cdc2ch.base"},
+    {"cdc2ch.model"},
+    {"cdc2ch.source", "cdc2ch.clickhouse"},
+    {"cdc2ch.replication"},
+    {"cdc2ch.fleet"},
+    {"cdc2ch.commands"},
+    {"cdc2ch", "cdc2ch.api", "cdc2ch.cli", "cdc2ch.__main__"},
+]
+SIDES = {"cdc2ch.source", "cdc2ch.clickhouse"}
+
+
+def layer_of(module: str) -> tuple[int, str]:
+    """(the layer's index, the package) of a module."""
+    for i, packages in enumerate(LAYERS):
+        for package in sorted(packages, key=len, reverse=True):
+            if module == package or (package != "cdc2ch" and module.startswith(package + ".")):
+                return i, package
+    raise AssertionError(f"{module} belongs to no layer: add its package to LAYERS")
+
+
+def test_each_module_belongs_to_a_layer_and_the_top_level_holds_only_the_entry_points():
+    top = {p.name for p in PACKAGE.iterdir() if p.suffix == ".py" or (p / "__init__.py").is_file()}
+    assert top == {"__init__.py", "__main__.py", "api.py", "cli.py", "base", "model", "source", "clickhouse",
+                   "replication", "fleet", "commands"}  # fmt: skip
+    for name in modules():
+        layer_of(name)
+
+
+def test_imports_flow_down_the_layers():
+    upward = []
+    for name, deps in import_graph().items():
+        mine, package = layer_of(name)
+        for dep in deps:
+            theirs, other = layer_of(dep)
+            if theirs > mine or (theirs == mine and other != package and package in SIDES):
+                upward.append(f"{name} -> {dep}")
+    assert upward == []
+
+
+def test_the_layer_check_finds_an_upward_import():
+    assert layer_of("cdc2ch.model.config")[0] < layer_of("cdc2ch.replication.pipeline")[0]
+    assert layer_of("cdc2ch.clickhouse.state") == (2, "cdc2ch.clickhouse")
+    assert layer_of("cdc2ch.cli") == (6, "cdc2ch.cli")
+
+
+def test_every_package_says_what_it_decides():
+    for name, path in modules().items():
+        if path.name == "__init__.py" or "." not in name.removeprefix("cdc2ch."):
+            assert ast.get_docstring(ast.parse(path.read_text())), name
 
 
 def test_modules_log_through_cdc2ch_log():
-    """cdc2ch.log.get_logger routes events to the caller's logging during Python API calls; a structlog
+    """cdc2ch.base.log.get_logger routes events to the caller's logging during Python API calls; a structlog
     logger taken directly would print on its own there."""
     direct = [
         name
         for name, path in modules().items()
-        if name != "cdc2ch.log" and "structlog.get_logger(" in path.read_text()
+        if name != "cdc2ch.base.log" and "structlog.get_logger(" in path.read_text()
     ]
     assert direct == []
 
@@ -160,4 +193,4 @@ def test_each_rule_lives_in_the_row_contract_only():
         for what, shape in RULE_SHAPES.items():
             if shape.search(text):
                 found[what].append(name)
-    assert found == {what: ["cdc2ch.contract"] for what in RULE_SHAPES}
+    assert found == {what: ["cdc2ch.model.contract"] for what in RULE_SHAPES}

@@ -7,13 +7,13 @@ from datetime import datetime, timezone
 
 import pytest
 
-from cdc2ch import plan
-from cdc2ch.config import SparkSettings, TargetName, is_secret_key
-from cdc2ch.errors import ConfigError, StateError
-from cdc2ch.offset import PipelineState
-from cdc2ch.options import build_config
-from cdc2ch.status import render_table
-from cdc2ch.tableref import display_name, parse_table, same_location
+from cdc2ch.base.errors import ConfigError, StateError
+from cdc2ch.commands.options import build_config
+from cdc2ch.commands.status import render_table
+from cdc2ch.model.config import SparkSettings, TargetName, is_secret_key
+from cdc2ch.model.offset import PipelineState
+from cdc2ch.model.tableref import display_name, parse_table, same_location
+from cdc2ch.replication import plan
 
 pytestmark = pytest.mark.unit
 

@@ -20,15 +20,15 @@ from clickhouse_connect.driver.exceptions import (
 )
 from structlog.testing import capture_logs
 
-from cdc2ch import schema
+from cdc2ch.base.errors import ConfigError, SinkError
 from cdc2ch.clickhouse import codes, ddl, dsn, embedded, server
 from cdc2ch.clickhouse.lock import LockedError
 from cdc2ch.clickhouse.placement import Cluster, OneServer
 from cdc2ch.clickhouse.transport import Sink
-from cdc2ch.config import TargetName
-from cdc2ch.design import TableDesign
-from cdc2ch.errors import ConfigError, SinkError
-from cdc2ch.metrics import error_kind
+from cdc2ch.model import schema
+from cdc2ch.model.config import TargetName
+from cdc2ch.model.design import TableDesign
+from cdc2ch.replication.metrics import error_kind
 
 pytestmark = pytest.mark.unit
 

@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 import pyarrow as pa
 import pytest
 
-from cdc2ch import contract
-from cdc2ch.errors import SourceError
+from cdc2ch.base.errors import SourceError
+from cdc2ch.model import contract
 
 TS = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

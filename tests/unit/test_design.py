@@ -6,14 +6,15 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from cdc2ch import changes, contract, schema
+from cdc2ch.base.errors import ConfigError
 from cdc2ch.clickhouse.adopt import Existing, its_design, problems
-from cdc2ch.config import TargetName
-from cdc2ch.design import TableDesign, pairs
-from cdc2ch.errors import ConfigError
-from cdc2ch.identity import Identity, expression_columns
-from cdc2ch.options import build_config, convert, options_of
-from cdc2ch.projection import arrow
+from cdc2ch.commands.options import build_config, convert, options_of
+from cdc2ch.model import contract, schema
+from cdc2ch.model.config import TargetName
+from cdc2ch.model.design import TableDesign, pairs
+from cdc2ch.model.identity import Identity, expression_columns
+from cdc2ch.replication import changes
+from cdc2ch.replication.projection import arrow
 
 pytestmark = pytest.mark.unit
 

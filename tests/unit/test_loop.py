@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from cdc2ch import resync
-from cdc2ch.errors import SchemaChangeError, SourceError, StateError
+from cdc2ch.base.errors import SchemaChangeError, SourceError, StateError
+from cdc2ch.replication import resync
 from tests.unit.fakes import Crash, FakeTable, Harness
 
 
@@ -172,10 +172,10 @@ def test_the_driver_writer_cuts_replayable_batches_and_stops_between_them():
 
     import structlog
 
-    from cdc2ch import contract
-    from cdc2ch.metrics import Metrics
-    from cdc2ch.writers import Destination
-    from cdc2ch.writers.driver import DriverWriter
+    from cdc2ch.model import contract
+    from cdc2ch.replication.metrics import Metrics
+    from cdc2ch.replication.writers import Destination
+    from cdc2ch.replication.writers.driver import DriverWriter
 
     class Sink:  # the one call the driver writer makes
         def __init__(self):
@@ -187,7 +187,7 @@ def test_the_driver_writer_cuts_replayable_batches_and_stops_between_them():
                 stop.set()
             return data.num_rows
 
-    from cdc2ch.plan import repointed
+    from cdc2ch.replication.plan import repointed
 
     h = Harness(history())
     rng, state = h.source.changes(0, 4), repointed(None, "p", "/lake/t", "db.t", -1)
@@ -215,12 +215,12 @@ def test_the_pushdown_writer_sends_one_statement_and_names_null_keys_by_error_co
 
     import structlog
 
+    from cdc2ch.base.errors import SinkError
     from cdc2ch.clickhouse import codes
-    from cdc2ch.errors import SinkError
-    from cdc2ch.metrics import Metrics
-    from cdc2ch.plan import repointed
-    from cdc2ch.writers import Destination
-    from cdc2ch.writers.pushdown import PushdownWriter
+    from cdc2ch.replication.metrics import Metrics
+    from cdc2ch.replication.plan import repointed
+    from cdc2ch.replication.writers import Destination
+    from cdc2ch.replication.writers.pushdown import PushdownWriter
 
     class Sink:
         def __init__(self, fail_code=None):

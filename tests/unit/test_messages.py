@@ -9,10 +9,7 @@ import re
 import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError
 
-from cdc2ch.app import failure_summary
-from cdc2ch.clickhouse.transport import Sink
-from cdc2ch.config import RunConfig, TargetName
-from cdc2ch.errors import (
+from cdc2ch.base.errors import (
     CHANGE_FEED,
     ELLIPSIS,
     JVM_STOPPED,
@@ -23,9 +20,12 @@ from cdc2ch.errors import (
     out_of_memory,
     summarise,
 )
-from cdc2ch.metrics import Metrics
-from cdc2ch.runner import Slot
-from cdc2ch.status import ERROR_CHARS_IN_TABLE, render_table
+from cdc2ch.clickhouse.transport import Sink
+from cdc2ch.commands.app import failure_summary
+from cdc2ch.commands.status import ERROR_CHARS_IN_TABLE, render_table
+from cdc2ch.fleet.runner import Slot
+from cdc2ch.model.config import RunConfig, TargetName
+from cdc2ch.replication.metrics import Metrics
 from tests.unit.test_clickhouse_side import FakeClient
 
 pytestmark = pytest.mark.unit
@@ -120,7 +120,7 @@ def test_the_status_table_shows_an_error_summarised_at_a_word():
 
 
 def test_the_final_error_line_is_json_under_log_format_json():
-    from cdc2ch import log
+    from cdc2ch.base import log
 
     message = 'Table "x" — refused.\nRun `cdc2ch snapshot`.'
     try:
@@ -234,7 +234,7 @@ def test_library_records_are_log_lines_and_py4j_tracebacks_stay_out(capsys):
     import os
     import sys
 
-    from cdc2ch import log
+    from cdc2ch.base import log
 
     def record(name: str, level: int, path: str) -> logging.LogRecord:
         try:

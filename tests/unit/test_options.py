@@ -15,11 +15,10 @@ from types import ModuleType, SimpleNamespace
 import click
 import pytest
 
-from cdc2ch import app
+from cdc2ch.base.errors import Cdc2chError, ConfigError
 from cdc2ch.cli import invocation, main
-from cdc2ch.config import ConfigFile, RunConfig, TargetName
-from cdc2ch.errors import Cdc2chError, ConfigError
-from cdc2ch.options import (
+from cdc2ch.commands import app
+from cdc2ch.commands.options import (
     CATALOGUE,
     COMMAND,
     ENTRY_KEYS,
@@ -34,6 +33,7 @@ from cdc2ch.options import (
     process_options,
     resolve,
 )
+from cdc2ch.model.config import ConfigFile, RunConfig, TargetName
 
 pytestmark = pytest.mark.unit
 
@@ -366,8 +366,8 @@ def test_run_once_sums_up_the_failed_pipelines(monkeypatch):
         return nullcontext(object())
 
     fakes = {
-        "cdc2ch.runner": {"Runner": Runner},
-        "cdc2ch.metrics": {"Metrics": lambda: SimpleNamespace(serve=print, close=lambda: None)},
+        "cdc2ch.fleet.runner": {"Runner": Runner},
+        "cdc2ch.replication.metrics": {"Metrics": lambda: SimpleNamespace(serve=print, close=lambda: None)},
         "cdc2ch.source.spark": {"session": lambda settings: None},
     }
     for name, attrs in fakes.items():

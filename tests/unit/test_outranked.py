@@ -9,7 +9,8 @@ import random
 import pyarrow as pa
 import pytest
 
-from cdc2ch import changes, contract
+from cdc2ch.model import contract
+from cdc2ch.replication import changes
 from tests.unit.test_duplicates import target_rows
 
 pytestmark = pytest.mark.unit

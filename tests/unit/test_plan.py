@@ -6,9 +6,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from cdc2ch import plan
-from cdc2ch.errors import ConfigError, SourceError, StateError
-from cdc2ch.offset import PipelineState
+from cdc2ch.base.errors import ConfigError, SourceError, StateError
+from cdc2ch.model.offset import PipelineState
+from cdc2ch.replication import plan
 from cdc2ch.source.log import Commit
 
 TS = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -126,7 +126,7 @@ def test_repointed_keeps_rows_and_a_newer_stamp():
 
 
 def test_clickhouse_reader_refuses_variant_at_any_depth():
-    from cdc2ch.plan import clickhouse_reader_error, unsupported_by_clickhouse_reader
+    from cdc2ch.replication.plan import clickhouse_reader_error, unsupported_by_clickhouse_reader
 
     def fields(**types):
         return {

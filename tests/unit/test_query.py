@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from cdc2ch.base.errors import ConfigError
 from cdc2ch.clickhouse.query import output_format
-from cdc2ch.errors import ConfigError
 
 pytestmark = pytest.mark.unit
 

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
+from cdc2ch.base.errors import SourceError
 from cdc2ch.clickhouse.lock import LockedError
-from cdc2ch.errors import SourceError
 from tests.unit.fakes import FakeChanges, Harness
 from tests.unit.test_loop import history
 

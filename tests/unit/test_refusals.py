@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from structlog.testing import capture_logs
 
-from cdc2ch import plan
-from cdc2ch.errors import ConfigError, SourceError, StateError
+from cdc2ch.base.errors import ConfigError, SourceError, StateError
+from cdc2ch.replication import plan
 from tests.unit.fakes import Crash, FakeTable, Harness
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,4 @@
-"""cdc2ch.retry: the one retry policy (attempts, capped backoff, what is retried, the callback)."""
+"""cdc2ch.base.retry: the one retry policy (attempts, capped backoff, what is retried, the callback)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from cdc2ch import retry
+from cdc2ch.base import retry
 
 pytestmark = pytest.mark.unit
 

@@ -12,9 +12,9 @@ from email.message import Message
 import lz4.frame
 import pytest
 
-from cdc2ch import serve
+from cdc2ch.base.errors import ConfigError
 from cdc2ch.clickhouse import embedded
-from cdc2ch.errors import ConfigError
+from cdc2ch.commands import serve
 
 
 def test_addresses():

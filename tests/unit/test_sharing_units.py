@@ -10,11 +10,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cdc2ch import retry
-from cdc2ch.errors import ConfigError
+from cdc2ch.base import retry
+from cdc2ch.base.errors import ConfigError
+from cdc2ch.model.tableref import parse_table
 from cdc2ch.source import sharefiles
 from cdc2ch.source.sharing import load_profile, retry_after
-from cdc2ch.tableref import parse_table
 
 pytestmark = pytest.mark.unit
 TOKEN = "dapi-very-secret-token"

@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from cdc2ch import app
+from cdc2ch.commands import app
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

@@ -1,0 +1,1 @@
+"""What each command does once its options are parsed, and the options of every command."""

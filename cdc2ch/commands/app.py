@@ -1,0 +1,388 @@
+"""What each command does, once its options are parsed: resolve them, set up logging, open ClickHouse and
+Spark, hand over to the module doing the work, and report. Heavy modules (Spark, ClickHouse clients) are
+imported inside the functions so that `cdc2ch --help` stays fast."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+from contextlib import contextmanager
+from dataclasses import replace
+
+import click
+
+from cdc2ch.base import log as logsetup
+from cdc2ch.base.errors import Cdc2chError, ConfigError, summarise
+from cdc2ch.base.log import get_logger
+from cdc2ch.commands.options import Invocation, load_config, merge, process_options, resolve
+from cdc2ch.model.config import ProcessOptions, RunConfig, TargetName, parse_duration
+
+log = get_logger("cdc2ch")
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@contextmanager
+def stop_on_signals():
+    """Yields an event that SIGTERM or SIGINT (Ctrl-C: sent to the whole process group, where the Spark JVM
+    ignores it and PySpark's workers are in a group of their own) set: the work stops after the current
+    batch, exit 0. A second signal means now (KeyboardInterrupt).
+
+    The handler may run between any two bytecodes of the main thread, inside a py4j call or a write to
+    stderr, or while that thread holds the event's lock: it takes no lock and writes nothing but one byte
+    to a pipe. A thread reads it, sets the event and logs the signal."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    read_end, write_end = os.pipe()
+    received: list[int] = []
+
+    def handler(signum, frame):
+        if received:
+            raise KeyboardInterrupt
+        received.append(signum)
+        os.write(write_end, bytes([signum]))
+
+    def announce() -> None:
+        signum = os.read(read_end, 1)[0]
+        if signum:
+            stop.set()
+            name = signal.Signals(signum).name
+            log.warning("signal_received", signal=name, action="stopping after the current batch")
+
+    watcher = threading.Thread(target=announce, name="cdc2ch-signals", daemon=True)
+    watcher.start()
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    try:
+        yield stop
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        if not received:
+            os.write(write_end, b"\0")  # no signal came: let the watcher end
+        watcher.join(5)
+        os.close(read_end)
+        os.close(write_end)
+
+
+def _configured(invocation: Invocation, listed=None) -> tuple[list[RunConfig], ProcessOptions]:
+    """The invocation's pipelines (a pattern's tables listed now) and process options; with no pattern,
+    checked before logging is set up. A pattern matching no table that can be followed is refused."""
+    configs, process, skipped, _ = listed or _pipelines(invocation)
+    if not configs:
+        raise ConfigError(
+            f"No table to replicate: the --table pattern matched none that can be followed now "
+            f"({len(skipped)} skipped, each named above with why). Fix those tables or the pattern."
+        )
+    return configs, process
+
+
+def _pipelines(invocation: Invocation):
+    """(pipelines, process options, tables skipped by the patterns, a function listing the pipelines again
+    (None without a pattern))."""
+    from cdc2ch.source.spark import session
+
+    items, process = resolve(invocation, load_config(invocation))
+    if all(isinstance(item, RunConfig) for item in items):
+        return items, process, [], None
+    _start_logging(process)
+    reported: set[str] = set()  # skipped tables already logged: a service lists them again and again
+    configs, skipped = _expand(items, session(process.spark), reported)
+    return configs, process, skipped, lambda: _expand(items, session(process.spark), reported)
+
+
+def _expand(items: list, spark, reported: set[str]):
+    """The pipelines of `items`, each --table pattern listed now; (pipelines, tables skipped)."""
+    from cdc2ch.commands.options import build_config, check_unique
+    from cdc2ch.fleet import discovery
+    from cdc2ch.source import open_source
+
+    configs, skipped = [], []
+    for item in items:
+        if isinstance(item, RunConfig):
+            configs.append(item)
+            continue
+        found = discovery.expand(item.values, spark, build_config, open_source)
+        log.info("pattern_listed", pattern=item.text, tables=len(found.configs), skipped=len(found.skipped))
+        configs += found.configs
+        skipped += found.skipped
+    check_unique(configs, "The pipelines of the --table patterns")
+    for s in skipped:
+        if s.table not in reported:
+            log.warning("table_skipped", pattern=s.pattern, table=s.table, reason=s.reason)
+            reported.add(s.table)
+    return configs, skipped
+
+
+def _start_logging(process: ProcessOptions) -> None:
+    logsetup.configure(process.log_format, process.log_level)
+
+
+@contextmanager
+def _target(cfg: RunConfig, retries: int, check_lock: bool):
+    """ClickHouse opened: yields the sink. With `check_lock`, refuses early, before Spark starts, if another
+    runner has the pipeline; the job claims it itself once its inputs are checked, so bad input writes
+    nothing."""
+    from cdc2ch.clickhouse.dsn import connect
+    from cdc2ch.clickhouse.lock import PipelineLock
+
+    with connect(cfg.clickhouse_dsn, retries, cluster=cfg.cluster) as sink:
+        if check_lock:
+            PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl).check()
+        yield sink
+
+
+def run(invocation: Invocation) -> None:
+    """`cdc2ch run`: replicate the pipelines of the flags or of the --config file."""
+    listed = _pipelines(invocation)
+    configs, process = _configured(invocation, listed)
+    check_serve(process)
+    _start_logging(process)
+    with stop_on_signals() as stop:
+        run_pipelines(configs, process, stop, discover=listed[3], skipped=listed[2])
+
+
+def run_pipelines(
+    configs: list[RunConfig], process: ProcessOptions, stop: threading.Event, discover=None, skipped=None
+) -> None:
+    """One ClickHouse connection and one Spark session for all pipelines; see runner.Runner. With a config
+    file a failing pipeline is one failure among others (`--once` then exits 1 with a summary)."""
+    from cdc2ch.fleet.runner import Runner
+    from cdc2ch.replication.metrics import Metrics
+    from cdc2ch.source.spark import session
+
+    isolate = process.config_path is not None or discover is not None  # one table's failure stops no other
+    first = configs[0]
+    metrics = Metrics()
+    # A pipeline of a config that another runner holds is one failing pipeline, not a refusal of all.
+    with _target(first, max(c.retries for c in configs), check_lock=not isolate) as sink, _serving(process):
+        if process.metrics_port is not None:
+            metrics.serve(process.metrics_port)
+        try:
+            spark = None if stop.is_set() else session(first.spark)  # stopped already: no Spark needed
+            runner = Runner(
+                configs, spark, sink, stop, metrics, isolate, discover, process.discover_interval, skipped
+            )
+            failed = runner.run()
+        finally:
+            metrics.close()
+    if failed and first.once:  # a service reports failures through status and metrics, and keeps going
+        raise Cdc2chError(failure_summary(failed, len(configs)))
+
+
+SUMMARY_CHARS = 300  # of each pipeline's error in the --once summary
+
+
+def failure_summary(failed: list, total: int) -> str:
+    """The message of a `--config --once` run in which some pipelines failed: each failure's first sentence
+    (the whole error is in `cdc2ch status`)."""
+    each = "; ".join(
+        f"{s.cfg.pipeline} ({s.health.last_error_kind}): {summarise(s.health.last_error, SUMMARY_CHARS).rstrip('.')}"
+        for s in failed
+    )
+    return (
+        f"{len(failed)} of {total} pipelines failed, the others replicated: {each}. `cdc2ch status` shows "
+        f"each pipeline's whole last error; fix the cause and run again."
+    )
+
+
+def check_serve(process: ProcessOptions) -> None:
+    """Refuse --serve options that cannot work, before anything starts."""
+    from cdc2ch.commands import serve
+
+    if process.serve is None:
+        return
+    if not process.clickhouse_dsn.startswith("chdb:"):
+        raise ConfigError(
+            "--serve shares this process's embedded ClickHouse (--clickhouse chdb:///path); a ClickHouse server "
+            "serves its readers itself: point them at it, or drop --serve."
+        )
+    serve.parse_address(process.serve.address)
+    serve.tls_context(process.serve.tls_cert, process.serve.tls_key)
+
+
+@contextmanager
+def _serving(process: ProcessOptions):
+    """With --serve: the embedded engine over HTTP while the block runs, recorded in the data directory so
+    that `status` and `query` on that directory find it."""
+    from cdc2ch.clickhouse import embedded
+    from cdc2ch.commands import serve
+
+    opts = process.serve
+    if opts is None:
+        yield
+        return
+    path = embedded.data_path(process.clickhouse_dsn)
+    server = serve.serve_engine(
+        str(path), opts.address, opts.user, opts.writable, opts.tls_cert, opts.tls_key
+    )
+    try:
+        embedded.announce_service(path, server.url, opts.tls_cert)
+        log.info("serving", url=server.url, writable=opts.writable, tls=server.tls is not None)
+        if not server.password:
+            log.warning("serving_without_password", url=server.url, hint=f"set {serve.PASSWORD_ENV}")
+        yield
+    finally:
+        embedded.withdraw_service(path)
+        server.stop()
+
+
+def snapshot(invocation: Invocation) -> None:
+    """`cdc2ch snapshot`: load one table as of one version (each table of a --table pattern in turn)."""
+    from cdc2ch.fleet.patterns import is_pattern
+
+    configs, process = _configured(invocation.with_values(once=True))
+    if len(configs) > 1 and not is_pattern(invocation.values.get("table")):
+        raise ConfigError(
+            f"snapshot loads one table, but {process.config_path} lists {len(configs)} pipelines: choose one "
+            f"with --pipeline NAME ({', '.join(c.pipeline for c in configs)})."
+        )
+    _start_logging(process)
+    with stop_on_signals() as stop:
+        for cfg in configs:
+            if not stop.is_set():
+                load_snapshot(cfg, stop)
+
+
+def load_snapshot(cfg: RunConfig, stop: threading.Event) -> None:
+    """Load the pipeline's table as of cfg.snapshot_version (default: the latest), resumably."""
+    from cdc2ch.replication.snapshot import Snapshotter
+    from cdc2ch.source import open_source
+    from cdc2ch.source.spark import session
+
+    with _target(cfg, cfg.retries, check_lock=True) as sink:
+        Snapshotter(cfg, open_source(lambda: session(cfg.spark), cfg.table), sink, stop).run()
+
+
+def reshape(invocation: Invocation) -> None:
+    """`cdc2ch reshape`: rebuild one pipeline's target with a new design and swap it in."""
+    from cdc2ch.commands.reshape import Reshape
+    from cdc2ch.source import open_source
+    from cdc2ch.source.spark import session
+
+    configs, process = _configured(invocation)
+    if len(configs) > 1:
+        where = f"{process.config_path} lists" if process.config_path else "--table matches"
+        raise ConfigError(
+            f"reshape rebuilds one table, but {where} {len(configs)} pipelines: name one table with --table "
+            f"(or --pipeline NAME with --config): {', '.join(c.pipeline for c in configs)}."
+        )
+    cfg = configs[0]
+    _start_logging(process)
+    with stop_on_signals() as stop, _target(cfg, cfg.retries, check_lock=False) as sink:
+        done = Reshape(cfg, open_source(lambda: session(cfg.spark), cfg.table), sink, stop).run()
+    if done is not None:
+        click.echo(
+            f"{done.pipeline}: {done.target} reshaped at version {done.version} in {done.seconds:.1f}s"
+        )
+
+
+def validate(invocation: Invocation) -> None:
+    """`cdc2ch validate`: print one line per check (ok, WARN or FAIL); exit 2 if any failed."""
+    from cdc2ch.commands.status import aligned
+    from cdc2ch.commands.validate import Finding, check
+    from cdc2ch.source.spark import session
+
+    configs, process, skipped, _ = _pipelines(invocation)
+    _start_logging(process)
+    findings = check(configs, lambda: session(configs[0].spark)) if configs else []
+    # A table a pattern skips is no reason to refuse the others: run goes ahead without it.
+    findings += [Finding(s.table, True, f"skipped: {s.reason}", warning=True) for s in skipped]
+    click.echo("\n".join(aligned(["", "", ""], [[f.verdict, f.subject, f.detail] for f in findings])[1:]))
+    if not all(f.ok for f in findings):
+        sys.exit(ConfigError.exit_code)
+
+
+def verify(invocation: Invocation, repair: bool, as_json: bool) -> None:
+    """`cdc2ch verify`: compare each pipeline's target with its Delta table at the committed version; with
+    `repair`, mend what differs and verify again. Exit 1 when a pipeline differs."""
+    from cdc2ch.clickhouse.state import StateStore, VerifyStore
+    from cdc2ch.commands.verify import Verifier, check_target, render
+    from cdc2ch.source import open_source
+    from cdc2ch.source.spark import session
+
+    configs, process = _configured(invocation.with_values(once=True))
+    _start_logging(process)
+    reports = []
+    with stop_on_signals() as stop, _target(configs[0], max(c.retries for c in configs), False) as sink:
+        for cfg in configs:
+            check_target(sink, cfg)
+            store = StateStore(sink, cfg.target.database)
+            verifier = Verifier(cfg, open_source(session(cfg.spark), cfg.table), sink, store,
+                                logsetup.get_logger("cdc2ch.verify").bind(pipeline=cfg.pipeline), stop)  # fmt: skip
+            report = verifier.run(repair=repair)
+            if repair and not report.ok:
+                repaired = report.repaired
+                report = Verifier(cfg, verifier.source, sink, store, verifier.log, stop).run()
+                report = replace(report, repaired=repaired)
+            VerifyStore(sink, cfg.target.database).record(report)
+            reports.append(report)
+    click.echo(json.dumps([r.as_dict() for r in reports], indent=2) if as_json else render(reports, repair))
+    if not all(r.ok for r in reports):
+        sys.exit(1)
+
+
+def status(invocation: Invocation, target: str | None, as_json: bool, max_lag: str | None) -> None:
+    """`cdc2ch status`: a table (or JSON) of the pipelines; exit 2 when one is behind by more than
+    `max_lag`."""
+    from cdc2ch.clickhouse.dsn import connect
+    from cdc2ch.commands import status as report
+    from cdc2ch.source.spark import session
+
+    file = load_config(invocation)
+    values = merge(invocation, file)[0]  # process-wide options are the same in every pipeline
+    limit = report.parse_max_lag(max_lag) if max_lag else None
+    process = process_options(values)
+    _start_logging(process)
+    with connect(process.clickhouse_dsn, create=False, reader=True) as sink:
+        rows = report.collect(
+            sink,
+            lambda: session(process.spark),
+            TargetName.parse(target) if target else None,
+            file.pipeline_ids() if file else None,
+        )
+    click.echo(json.dumps(rows, indent=2) if as_json else report.render_table(rows))
+    behind = [r for r in rows if report.over_limit(r, *limit)] if limit else []
+    if behind:
+        click.echo(f"cdc2ch: {report.behind_message(behind, max_lag)}", err=True)
+        sys.exit(2)
+
+
+def compact(
+    target: str, older_than: str | None, as_json: bool, clickhouse_dsn: str, log_format: str, log_level: str
+) -> None:
+    """`cdc2ch compact`: drop old tombstones and superseded versions of one target table."""
+    from cdc2ch.clickhouse.dsn import connect
+    from cdc2ch.commands import compact as compaction
+
+    logsetup.configure(log_format, log_level)
+    name = TargetName.parse(target)
+    age = parse_duration(older_than, "--older-than") if older_than is not None else None
+    with connect(clickhouse_dsn, create=False) as sink:
+        result = compaction.compact(sink, name, age)
+    click.echo(json.dumps(result.as_dict()) if as_json else result.summary())
+
+
+def query(sql: str, fmt: str, clickhouse_dsn: str) -> None:
+    """`cdc2ch query`: print the result of one SQL statement in a ClickHouse output format."""
+    from cdc2ch.clickhouse import query as statement
+    from cdc2ch.clickhouse.dsn import connect
+
+    statement.output_format(sql, fmt)  # an empty statement is refused before ClickHouse is opened
+    with connect(clickhouse_dsn, retries=1, create=False, reader=True) as sink:
+        out = statement.run(sink, sql, fmt)
+    if out:
+        click.echo(out.decode("utf-8", errors="replace"), nl=not out.endswith(b"\n"))
+
+
+def demo(demo_dir: str, log_format: str, log_level: str) -> None:
+    """`cdc2ch demo`: build a small Delta table, replicate it, and show both."""
+    from cdc2ch.commands.demo import run_demo
+
+    logsetup.configure(log_format, log_level)
+    run_demo(demo_dir, click.echo)

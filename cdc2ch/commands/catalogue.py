@@ -1,0 +1,285 @@
+"""Every option of every command, declared once: its flag, commands, scope, help and parsing.
+
+From this catalogue come each command's click options and environment variables and the keys a cdc2ch.toml
+may hold and where (options.py resolves them into configurations).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field, fields
+from datetime import datetime, timezone
+from typing import Any
+
+import click
+
+from cdc2ch.model.config import READERS, SCHEMA_CHANGES, WRITERS, RunConfig, default_dsn
+from cdc2ch.model.design import names, pairs
+
+# Where an option may be set besides the command line and the environment.
+PROCESS = "process"  # concerns the whole process: a config file's top level only
+PIPELINE = "pipeline"  # each pipeline's own: the top level or a [[pipelines]] entry
+TABLE = "table"  # one table's identity: in the file, never a flag or variable together with --config
+COMMAND = "command"  # one command's invocation: never in a config file
+
+RUN = frozenset({"run", "validate"})  # validate checks exactly what run would do, so it has run's options
+PIPELINES = RUN | {"snapshot", "verify", "reshape"}
+WITH_CONFIG = PIPELINES | {"status"}
+WITH_LOGS = WITH_CONFIG | {"compact", "demo"}
+WITH_CLICKHOUSE = WITH_CONFIG | {"compact", "query"}
+
+# RunConfig's field defaults are the options' defaults.
+_DEFAULT = {f.name: f.default for f in fields(RunConfig)}
+
+
+def parse_timestamp(value: str | None) -> datetime | None:
+    """An ISO-8601 time; one without a time zone is UTC."""
+    if value is None:
+        return None
+    try:
+        ts = datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not an ISO-8601 timestamp such as 2026-11-01T12:00:00Z."
+        ) from None
+    return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts
+
+
+def table_keys(items) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """--primary-keys items (orders=tenant,id) as ((table, key columns), ...)."""
+    return tuple(
+        (table, names(columns)) for table, columns in pairs(items, "--primary-keys", "orders=tenant,id")
+    )
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of one or more commands. `name` is its long flag without dashes, which is also its key
+    in a config file; `param` the Python parameter name (default: `name` with underscores); `env` its
+    environment variable (default: CDC2CH_<NAME>); `parse` a last step after type conversion."""
+
+    name: str
+    commands: frozenset[str]
+    scope: str
+    _: KW_ONLY
+    help: str
+    param: str = ""
+    type: click.ParamType | None = None
+    choices: tuple[str, ...] = ()
+    default: Any = None
+    flag: bool = False
+    multiple: bool = False
+    required: bool = False
+    show_default: bool | str | None = None
+    metavar: str | None = None
+    env: str = ""
+    parse: Callable[[Any], Any] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "commands", frozenset(self.commands))
+        object.__setattr__(self, "param", self.param or self.name.replace("-", "_"))
+        object.__setattr__(self, "env", self.env or f"CDC2CH_{self.name.upper().replace('-', '_')}")
+
+    @property
+    def long_flag(self) -> str:
+        return f"--{self.name}"
+
+    def click_attrs(self) -> dict[str, Any]:
+        """Keyword arguments of click.Option."""
+        attrs: dict[str, Any] = dict(help=self.help, envvar=self.env, show_envvar=True)
+        if self.flag:
+            attrs["is_flag"] = True
+        elif self.choices:
+            attrs["type"] = click.Choice(self.choices)
+        elif self.type is not None:
+            attrs["type"] = self.type
+        if self.default is not None:
+            attrs["default"] = self.default
+        for key in ("multiple", "required", "show_default", "metavar"):
+            if getattr(self, key):
+                attrs[key] = getattr(self, key)
+        if self.parse is not None:
+            parse = self.parse
+            attrs["callback"] = lambda ctx, param, value: parse(value)
+        return attrs
+
+
+# One entry per option, in the order a command lists them in its --help. A table, so laid out by hand.
+# fmt: off
+CATALOGUE: tuple[Option, ...] = (
+    # -- options of a single command
+    Option("target", {"status"}, COMMAND, help="Only the pipelines writing to this database.table."),
+    Option("json", {"status"}, COMMAND, param="as_json", flag=True,
+           help="Print JSON (one object per pipeline) instead of a table."),
+    Option("max-lag", {"status"}, COMMAND,
+           help="Exit with code 2 when any pipeline is behind by more than this: a number of versions (10) "
+           "or a time between the latest Delta commit and the last replicated one (90s, 15m, 2h, 1d); stderr "
+           "names those behind. A pipeline whose table cannot be read counts as behind. For monitoring checks."),
+    Option("repair", {"verify"}, COMMAND, flag=True,
+           help="Re-send the keys found different as of the committed version (rows, or tombstones for keys "
+           "Delta does not have), versioned so later changes still win; then verify again. Safe while `run` "
+           "replicates."),
+    Option("json", {"verify"}, COMMAND, param="as_json", flag=True,
+           help="Print one JSON object per pipeline instead of a summary."),
+    Option("target", {"compact"}, COMMAND, required=True,
+           help="The cdc2ch target table to compact, as database.table."),
+    Option("older-than", {"compact"}, COMMAND, metavar="DURATION",
+           help="Drop only tombstones committed longer ago than this: 30s, 15m, 12h, 7d, 2w (or combined, "
+           "1d12h); younger ones stay for incremental readers. Default (or 0): drop every tombstone."),
+    Option("json", {"compact"}, COMMAND, param="as_json", flag=True,
+           help="Print the counts as one JSON object instead of a summary line."),
+    Option("dir", {"demo"}, COMMAND, param="demo_dir", type=click.Path(file_okay=False),
+           default="./cdc2ch-demo", show_default=True, env="CDC2CH_DEMO_DIR",
+           help="Where the demo writes its Delta table and embedded ClickHouse (recreated on each run)."),
+    Option("format", {"query"}, COMMAND, param="fmt", default="PrettyCompactMonoBlock", show_default=True,
+           env="CDC2CH_QUERY_FORMAT",
+           help="Any ClickHouse output format: PrettyCompact, TSVWithNames, JSONEachRow, CSV... Used for "
+           "statements that return rows and name no FORMAT of their own."),
+    # -- which pipelines, and where each starts
+    Option("config", WITH_CONFIG, COMMAND, param="config_path", type=click.Path(dir_okay=False),
+           help="A cdc2ch.toml listing pipelines (table, primary key, target, options) to run in this "
+           "process. Any option can be set in it; a flag or environment variable given too takes "
+           "precedence."),
+    Option("version", {"snapshot"}, COMMAND, param="snapshot_version", type=click.INT,
+           env="CDC2CH_SNAPSHOT_VERSION",
+           help="The Delta version to load. Default: the latest. `run` then continues at version + 1."),
+    Option("from-version", RUN, TABLE, type=click.INT,
+           help="First Delta version to replicate when the pipeline has no offset yet. Default: 0."),
+    Option("from-timestamp", RUN, TABLE, parse=parse_timestamp,
+           help="Like --from-version, but the first version committed at or after this ISO-8601 time."),
+    Option("reset", RUN, PIPELINE, flag=True,
+           help="Forget the stored offset and start at --from-version/--from-timestamp (default 0)."),
+    Option("reset", {"snapshot"}, PIPELINE, flag=True,
+           help="Point the pipeline at this snapshot's version even if its stored offset is further on or "
+           "belongs to another source."),
+    Option("once", RUN, PROCESS, flag=True, help="Catch up to the latest version and exit (for cron)."),
+    Option("poll-interval", RUN, PROCESS, type=click.FLOAT, default=_DEFAULT["poll_interval"],
+           show_default=True,
+           help="Seconds between polls of the Delta log when running continuously; also the first pause "
+           "before retrying a failed pipeline (doubling up to 5 minutes)."),
+    Option("discover-interval", RUN, PROCESS, type=click.FLOAT, default=300.0, show_default=True,
+           metavar="SECONDS",
+           help="With a pattern in --table, seconds between listings of the tables it matches while running: "
+           "new tables get their pipeline (initial load included), tables gone are let go of (their targets "
+           "stay)."),
+    # -- how each pipeline replicates
+    Option("on-schema-change", RUN, PIPELINE, choices=SCHEMA_CHANGES, default=_DEFAULT["on_schema_change"],
+           show_default=True,
+           help="When Delta drops, renames or narrows a column (added columns and widened types are "
+           "followed automatically): fail stops at that version; resync rebuilds the table from a snapshot "
+           "and goes on."),
+    Option("writer", RUN, PIPELINE, choices=WRITERS, default=_DEFAULT["writer"], show_default=True,
+           help="driver: cdc2ch collects each version range and inserts it. executors: Spark tasks insert "
+           "their own partitions straight into a ClickHouse server (task retries are deduplicated). auto: "
+           "executors on a cluster with a server target, driver otherwise."),
+    Option("reader", PIPELINES, PIPELINE, choices=READERS, default=_DEFAULT["reader"], show_default=True,
+           help="spark: Spark reads the Delta table (run: its change data feed) and cdc2ch inserts Arrow "
+           "batches. clickhouse: ClickHouse reads the Delta files itself in one INSERT ... SELECT FROM "
+           "deltaLakeLocal/deltaLake per range (run: with delta_lake_snapshot_start/end_version), several "
+           "times faster; needs ClickHouse to reach the lake (local paths for the embedded target, "
+           "S3/HTTP(S) with the server's credentials)."),
+    Option("immutable-keys", RUN, PIPELINE, flag=True,
+           help="Promise that updates never change key columns: update pre-images are not written."),
+    Option("metrics-port", RUN, PROCESS, type=click.IntRange(0, 65535),
+           help="Serve Prometheus metrics on this port (path /metrics): rows, batches, bytes, batch "
+           "seconds, versions and seconds behind, errors by kind, last success, per pipeline."),
+    Option("serve", RUN, PROCESS, metavar="HOST:PORT",
+           help="Serve the embedded ClickHouse over the ClickHouse HTTP interface while replicating, read-only "
+           "unless --serve-writable, so that `cdc2ch status/query` (which find it by themselves), "
+           "clickhouse-client, Grafana or clickhouse-connect can read the directory this process holds. "
+           "127.0.0.1:8123 for this host only. Password from CDC2CH_SERVE_PASSWORD."),
+    Option("serve-user", RUN, PROCESS, default="default", show_default=True,
+           help="The user name --serve accepts (with the password from CDC2CH_SERVE_PASSWORD)."),
+    Option("serve-writable", RUN, PROCESS, flag=True,
+           help="Let --serve clients write (INSERT, DDL, SET) too; by default every statement runs with "
+           "ClickHouse's readonly=1."),
+    Option("serve-tls-cert", RUN, PROCESS, type=click.Path(dir_okay=False), metavar="PEM",
+           help="Serve HTTPS with this certificate (chain) and --serve-tls-key."),
+    Option("serve-tls-key", RUN, PROCESS, type=click.Path(dir_okay=False), metavar="PEM",
+           help="The private key of --serve-tls-cert."),
+    Option("table", PIPELINES, TABLE,
+           help="The Delta table: a path or URI (./orders, /lake/orders, s3a://...), or a catalog name "
+           "(schema.table or catalog.schema.table, found through Spark's catalog). Required unless a "
+           "--config file names the tables. A glob in its last part names many tables, one pipeline each: "
+           "/lake/sales/*, sales.orders_*, ./p.share#share.schema.* (see --target, --primary-keys)."),
+    Option("primary-key", PIPELINES, TABLE,
+           help="Column(s) identifying a row, comma-separated: id or tenant,id. Becomes the ORDER BY key. "
+           "Required with --table."),
+    Option("primary-keys", PIPELINES, TABLE, multiple=True, metavar="TABLE=COLUMNS", parse=table_keys,
+           help="With a pattern in --table: one table's own primary key, orders=tenant,id (repeat for "
+           "several; in a config file a table, primary-keys = { orders = [\"tenant\", \"id\"] }). Tables "
+           "not named take --primary-key; a table with neither is skipped and reported."),
+    Option("target", PIPELINES, TABLE,
+           help="ClickHouse table as database.table. Default: cdc2ch.<last path segment, or name part, of --table>. "
+           "With a pattern in --table, a template where {table} and {schema} are each table's (default "
+           "cdc2ch.{table})."),
+    # -- the target table's design (design.py)
+    Option("order-by", PIPELINES, PIPELINE, metavar="COLUMNS",
+           help="The target's sorting key (ORDER BY), comma-separated Delta columns that hold every "
+           "primary-key column: city,id puts rows of a city together. Default: the primary key. A row is "
+           "identified by its sorting key within its partition; updates that move it are followed."),
+    Option("partition-by", PIPELINES, PIPELINE, metavar="EXPR",
+           help="A ClickHouse PARTITION BY expression over the target's columns, e.g. toYYYYMM(created_at)."),
+    Option("table-settings", PIPELINES, PIPELINE, multiple=True, metavar="KEY=VALUE",
+           help="A ClickHouse table setting of the target (index_granularity=4096, storage_policy=hot); "
+           "repeat for several."),
+    Option("exclude-columns", PIPELINES, PIPELINE, metavar="COLUMNS",
+           help="Delta columns never written to ClickHouse, not even in tombstones (PII), comma-separated. "
+           "Key, sorting and partition columns cannot be excluded."),
+    Option("rename-columns", PIPELINES, PIPELINE, multiple=True, metavar="OLD=NEW",
+           help="Target names for Delta columns: email=contact_email (comma-separated or repeated)."),
+    Option("column-types", PIPELINES, PIPELINE, multiple=True, metavar="COLUMN=TYPE",
+           help="A ClickHouse type to store a column as, where it holds every Delta value: "
+           "city=LowCardinality(Nullable(String)), n=Int64. A type that would lose values (or NULLs) is refused."),
+    Option("column-codecs", PIPELINES, PIPELINE, multiple=True, metavar="COLUMN=CODEC",
+           help="Compression codecs of a column: payload=ZSTD(3), ts=Delta, ZSTD (repeat per column)."),
+    Option("pipeline", PIPELINES, PIPELINE,
+           help="Name under which the offset is stored. Default: the target name. With --config: run only "
+           "the pipeline of that name."),
+    Option("batch-size", PIPELINES, PIPELINE, type=click.INT, default=_DEFAULT["batch_size"],
+           show_default=True, help="Rows per ClickHouse insert."),
+    Option("max-rows-per-read", PIPELINES, PIPELINE, type=click.INT, default=_DEFAULT["max_rows_per_read"],
+           show_default=True,
+           help="run: versions are read together until their estimated change rows reach this; "
+           "snapshot: rows per chunk (with Spark, as far as Parquet row groups allow). Bounds memory."),
+    Option("retries", PIPELINES, PIPELINE, type=click.INT, default=_DEFAULT["retries"], show_default=True,
+           help="Attempts per ClickHouse call on transient errors (exponential backoff) before giving up."),
+    Option("lock-ttl", PIPELINES, PIPELINE, type=click.FLOAT, default=_DEFAULT["lock_ttl"],
+           show_default=True,
+           help="Seconds after its last heartbeat that a vanished runner stops blocking the pipeline (a "
+           "dead process on this host is noticed at once). A second runner exits with code 75."),
+    # -- the process: logs, Spark, ClickHouse
+    Option("log-level", WITH_LOGS, PROCESS, choices=("debug", "info", "warning", "error"), default="info",
+           show_default=True, help="Minimum level of log lines."),
+    Option("log-format", WITH_LOGS, PROCESS, choices=("console", "json"), default="console",
+           show_default=True,
+           help="console: readable lines; json: one JSON object per line (for journald, Loki...)."),
+    Option("spark-conf", WITH_CONFIG, PROCESS, multiple=True, metavar="KEY=VALUE",
+           help="A Spark setting, passed through as is; repeat for several "
+           "(e.g. --spark-conf spark.executor.memory=4g)."),
+    Option("spark-master", WITH_CONFIG, PROCESS,
+           help="Spark master URL (local[*], spark://host:7077, yarn, k8s://...). Default: local[*], "
+           "or what spark-submit set."),
+    Option("clickhouse", WITH_CLICKHOUSE, PROCESS, param="clickhouse_dsn", default=default_dsn,
+           show_default="chdb://~/.local/share/cdc2ch/clickhouse (embedded)", env="CDC2CH_CLICKHOUSE_URL",
+           help="Target ClickHouse: chdb:///path for the embedded engine, or http(s)://user@host:8123/db for "
+           "a server (password from CDC2CH_CLICKHOUSE_PASSWORD or CDC2CH_CLICKHOUSE_PASSWORD_FILE, never "
+           "the URL)."),
+    Option("cluster", PIPELINES, PROCESS, metavar="NAME",
+           help="The ClickHouse cluster (of the server's remote_servers) the targets live on: each target is "
+           "a ReplicatedReplacingMergeTree `<table>_local` on every node behind a Distributed table sharded "
+           "by the primary key, cdc2ch's state tables are replicated to every node, and all DDL runs ON "
+           "CLUSTER. Not for the embedded engine, nor for ClickHouse Cloud (its tables replicate as they "
+           "are)."),
+)
+# fmt: on
+
+# Keys of a config file: every option that is not one command's (that is, `run`'s but --config) at its top
+# level; in a [[pipelines]] entry the same but the process-wide ones, and `name` (the pipeline's).
+FILE_KEYS = frozenset(o.name for o in CATALOGUE if o.scope != COMMAND)
+ENTRY_KEYS = frozenset(o.name for o in CATALOGUE if o.scope in (PIPELINE, TABLE)) | {"name"}
+
+
+def options_of(command: str) -> list[Option]:
+    """The options of one command, in --help order."""
+    return [o for o in CATALOGUE if command in o.commands]

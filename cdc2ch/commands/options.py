@@ -1,0 +1,261 @@
+"""Options resolved into configurations: each command's click options from the catalogue (catalogue.py), the
+conversion of TOML and Python values, and the precedence of an option's sources:
+flag > environment variable > the pipeline's [[pipelines]] entry > the file's top level > default.
+The resolution below is pure: it needs the parsed values and which of them the user set, not click.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any
+
+import click
+
+from cdc2ch.base.errors import ConfigError
+from cdc2ch.commands.catalogue import (  # noqa: F401 - the catalogue's names, as callers know them from here
+    CATALOGUE,
+    COMMAND,
+    ENTRY_KEYS,
+    FILE_KEYS,
+    PIPELINE,
+    PIPELINES,
+    PROCESS,
+    RUN,
+    TABLE,
+    WITH_CLICKHOUSE,
+    WITH_CONFIG,
+    WITH_LOGS,
+    Option,
+    options_of,
+    parse_timestamp,
+)
+from cdc2ch.fleet.patterns import TablePattern, is_pattern
+from cdc2ch.model import design
+from cdc2ch.model.config import ConfigFile, ProcessOptions, RunConfig, ServeOptions, SparkSettings, TargetName
+from cdc2ch.model.tableref import parse_table
+
+
+def click_options(command: str) -> Callable:
+    """A decorator adding the command's options to a click command."""
+
+    def decorate(fn: Callable) -> Callable:
+        for option in reversed(options_of(command)):
+            fn = click.option(option.long_flag, option.param, **option.click_attrs())(fn)
+        return fn
+
+    return decorate
+
+
+@functools.cache
+def _click_option(option: Option) -> click.Option:
+    return click.Option([option.long_flag, option.param], **option.click_attrs())
+
+
+def from_toml(option: Option, value: Any, where: str) -> Any:
+    """A config file's value as the option would have parsed it from the command line. `where` names the
+    place in the file for errors."""
+    try:
+        return convert(option, value)
+    except click.BadParameter as exc:
+        raise ConfigError(f"Config file {where}: {value!r} is not valid: {exc.format_message()}") from None
+
+
+def convert(option: Option, value: Any) -> Any:
+    """A Python value (a config file's, a keyword argument of the Python API) as the option would have parsed
+    it from the command line: a list is comma-joined (primary-key = ["tenant", "id"]), a table becomes
+    key=value items ([spark-conf]), a date or time its ISO text. Raises click.BadParameter."""
+    if isinstance(value, dict) and option.multiple:
+        value = [
+            f"{k}={','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}" for k, v in value.items()
+        ]
+    elif isinstance(value, (list, tuple)) and not option.multiple:
+        value = ",".join(str(v) for v in value)
+    elif isinstance(value, str) and option.multiple:
+        value = [value]
+    elif isinstance(value, datetime):
+        value = value.isoformat()
+    converted = _click_option(option).type_cast_value(None, value)
+    return option.parse(converted) if option.parse else converted
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """A command's option values, by parameter name, and which of them the user set (by flag or
+    environment variable) rather than left at their defaults."""
+
+    command: str
+    values: Mapping[str, Any]
+    explicit: frozenset[str] = frozenset()
+
+    def with_values(self, **values: Any) -> "Invocation":
+        """The same invocation with some values fixed by the command itself (not explicit)."""
+        return Invocation(self.command, {**self.values, **values}, self.explicit)
+
+
+def load_config(invocation: Invocation) -> ConfigFile | None:
+    """The --config file of the invocation, checked against the keys the catalogue allows; None without."""
+    path = invocation.values.get("config_path")
+    return ConfigFile.load(path, FILE_KEYS, ENTRY_KEYS) if path else None
+
+
+def merge(invocation: Invocation, file: ConfigFile | None) -> list[dict[str, Any]]:
+    """One dict of values per pipeline of the file (or just the invocation's values without a file), each
+    from the first of: flag, environment variable, the pipeline's entry, the top level, the default."""
+    if file is None:
+        return [dict(invocation.values)]
+    mine = {o.name: o for o in options_of(invocation.command) if o.scope != COMMAND}
+    for option in mine.values():
+        if option.scope == TABLE and option.param in invocation.explicit:
+            key = option.name
+            raise ConfigError(
+                f"--{key} (or {option.env}) sets one table's {key}, but --config {file.path} lists the "
+                f"pipelines: set `{key}` in the file's [[pipelines]] entries instead, or drop --config."
+            )
+    out = []
+    for i, entry in enumerate(file.pipelines):
+        merged = dict(invocation.values, pipeline=None)
+        for key, value in {**file.common, **entry}.items():
+            key = "pipeline" if key == "name" else key
+            option = mine.get(key)
+            # Another command's option, or one given as a flag or variable (--pipeline then selects).
+            if option is None or (key != "pipeline" and option.param in invocation.explicit):
+                continue
+            merged[option.param] = from_toml(
+                option, value, f"{file.path}, [[pipelines]] entry {i + 1}, {key}"
+            )
+        out.append(merged)
+    return out
+
+
+def process_options(values: Mapping[str, Any]) -> ProcessOptions:
+    """The process-wide options among one pipeline's merged values."""
+    return ProcessOptions(
+        log_format=values["log_format"],
+        log_level=values["log_level"],
+        clickhouse_dsn=values["clickhouse_dsn"],
+        spark=_spark(values),
+        cluster=values.get("cluster"),
+        discover_interval=values.get("discover_interval") or 300.0,
+        config_path=values.get("config_path"),
+        metrics_port=values.get("metrics_port"),
+        serve=ServeOptions(
+            values["serve"],
+            values.get("serve_user") or "default",
+            bool(values.get("serve_writable")),
+            values.get("serve_tls_cert"),
+            values.get("serve_tls_key"),
+        )
+        if values.get("serve")
+        else None,
+    )
+
+
+def _spark(values: Mapping[str, Any]) -> SparkSettings:
+    return SparkSettings(values.get("spark_master"), SparkSettings.parse_conf(values.get("spark_conf") or ()))
+
+
+_RUN_FIELDS = frozenset(f.name for f in fields(RunConfig)) - {
+    "table",
+    "primary_key",
+    "target",
+    "pipeline",
+    "spark",
+    "design",
+}
+
+
+def build_config(values: Mapping[str, Any]) -> RunConfig:
+    """One pipeline's RunConfig from its merged option values."""
+    table, primary_key, target = values.get("table"), values.get("primary_key"), values.get("target")
+    if not table or not primary_key:
+        missing = "--table" if not table else "--primary-key"
+        raise ConfigError(
+            f"{missing} is required: name the Delta table with --table and the column(s) identifying a row "
+            f"with --primary-key (e.g. --table s3a://lake/orders --primary-key id), or pass --config with a "
+            f"cdc2ch.toml that lists pipelines."
+        )
+    ref = parse_table(table)  # a path, a catalog name or a share, else refused here, before anything starts
+    if ref.is_shared:
+        check_shared(ref, values)
+    if isinstance(target, TargetName):  # one table of a pattern (discovery.expand)
+        target_name = target
+    else:
+        target_name = TargetName.parse(target) if target else TargetName.for_source(table)
+    key = design.names(primary_key)
+    return RunConfig(
+        table=table,
+        primary_key=key,
+        target=target_name,
+        pipeline=values.get("pipeline") or str(target_name),
+        spark=_spark(values),
+        design=table_design(key, values),
+        **{k: v for k, v in values.items() if k in _RUN_FIELDS},
+    )
+
+
+def check_unique(configs: list[RunConfig], where: str) -> None:
+    """Refuse two pipelines with one target table or one name."""
+    for attr, what in (("target", "target table"), ("pipeline", "pipeline name")):
+        values = [str(getattr(c, attr)) for c in configs]
+        twice = sorted({v for v in values if values.count(v) > 1})
+        if twice:
+            raise ConfigError(
+                f"{where}: {what} {twice[0]!r} is used by more than one pipeline; each pipeline needs its own "
+                f"(set `name` and `target` in its [[pipelines]] entry, or a --target template that tells a "
+                f"pattern's tables apart)."
+            )
+
+
+def table_design(primary_key: tuple[str, ...], values: Mapping[str, Any]) -> design.TableDesign:
+    """The target table's design from the design options among one pipeline's values."""
+    if len(set(primary_key)) != len(primary_key):
+        raise ConfigError(f"--primary-key {','.join(primary_key)} names a column twice.")
+    return design.TableDesign(
+        primary_key,
+        order_by=design.names(values.get("order_by")),
+        partition_by=(values.get("partition_by") or "").strip() or None,
+        settings=design.pairs(values.get("table_settings"), "--table-settings", "index_granularity=4096"),
+        exclude=design.names(values.get("exclude_columns")),
+        rename=design.pairs(values.get("rename_columns"), "--rename-columns", "email=contact_email"),
+        types=design.pairs(values.get("column_types"), "--column-types", "city=LowCardinality(String)"),
+        codecs=design.pairs(values.get("column_codecs"), "--column-codecs", "payload=ZSTD(3)"),
+    )
+
+
+def check_shared(ref, values: Mapping[str, Any]) -> None:
+    """A Delta Sharing table: its profile readable and current, and a reader that can read it."""
+    from cdc2ch.source.sharing import load_profile
+
+    load_profile(ref.profile)
+    if values.get("reader") == "clickhouse" or values.get("writer") == "clickhouse":
+        raise ConfigError(
+            f"--reader clickhouse has ClickHouse read the Delta table's own files, which a Delta Sharing "
+            f"recipient cannot reach: {ref.text} is read through the share's pre-signed file URLs by Spark. "
+            f"Drop --reader clickhouse (the default, --reader spark, reads shares)."
+        )
+
+
+def resolve(
+    invocation: Invocation, file: ConfigFile | None
+) -> tuple[list[RunConfig | TablePattern], ProcessOptions]:
+    """The RunConfigs of the pipelines to run (with --pipeline and a file: only that one), a TablePattern
+    where `table` is a pattern (discovery expands it), and the process-wide options."""
+    merged = merge(invocation, file)
+    configs = [TablePattern(m) if is_pattern(m.get("table")) else build_config(m) for m in merged]
+    process = process_options(merged[0])
+    if file is None:
+        return configs, process
+    check_unique([c for c in configs if isinstance(c, RunConfig)], f"Config file {file.path}")
+    if "pipeline" in invocation.explicit:
+        wanted = invocation.values["pipeline"]
+        chosen = [c for c in configs if c.pipeline == wanted]
+        if not chosen:
+            raise ConfigError(
+                f"--pipeline {wanted!r} is not in {file.path}; its pipelines are: "
+                f"{', '.join(c.pipeline for c in configs)}."
+            )
+        configs = chosen
+    return configs, process

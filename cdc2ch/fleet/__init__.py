@@ -1,0 +1,1 @@
+"""Many pipelines in one process: table patterns, their discovery, and the runner that schedules them."""

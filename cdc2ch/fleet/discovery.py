@@ -1,0 +1,156 @@
+"""What a table pattern matches now, and which of those tables can be followed: storage is listed through
+Hadoop's FileSystem (with the credentials Spark reads with), catalog schemas through Spark's catalog, shares
+through the sharing server's listings. A table that cannot be followed is skipped with its reason."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cdc2ch.base.errors import ConfigError, SourceError
+from cdc2ch.fleet import patterns
+from cdc2ch.fleet.patterns import Match, Pattern
+from cdc2ch.model import schema
+from cdc2ch.model.config import RunConfig, TargetName
+from cdc2ch.model.design import names
+from cdc2ch.model.tableref import display_name, normalize_uri, quote_name
+from cdc2ch.replication import plan
+from cdc2ch.replication.projection import designed
+
+DELTA_LOG = "_delta_log"
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A table a pattern matched that is not replicated, and why (the whole paragraph)."""
+
+    pattern: str
+    table: str
+    reason: str
+    target: TargetName | None = None  # where it would go: its pipeline's name, under which `status` shows it
+
+
+@dataclass(frozen=True)
+class Expanded:
+    configs: list[RunConfig]
+    skipped: list[Skipped]
+
+
+def list_matches(pattern: Pattern, spark: Any) -> tuple[list[Match], list[Match]]:
+    """The tables `pattern` matches now, and the matched directories that are not Delta tables; by name."""
+    if pattern.kind == patterns.STORAGE:
+        return _storage(pattern, spark)
+    if pattern.kind == patterns.CATALOG:
+        return _catalog(pattern, spark), []
+    return _shared(pattern), []
+
+
+def _storage(pattern: Pattern, spark: Any) -> tuple[list[Match], list[Match]]:
+    jvm = spark._jvm
+    text = normalize_uri(pattern.text)
+    glob = jvm.org.apache.hadoop.fs.Path(text)
+    fs = glob.getFileSystem(spark._jsc.hadoopConfiguration())
+    found, others = [], []
+    for status in fs.globStatus(glob) or []:
+        if not status.isDirectory():
+            continue
+        path = status.getPath()
+        uri = path.toUri()
+        # Local directories keep the plain absolute path `--table /lake/t` would have (the pipeline's identity).
+        table = uri.getPath() if uri.getScheme() in (None, "file") and "://" not in text else path.toString()
+        parent = path.getParent()
+        match = Match(table, path.getName(), parent.getName() if parent is not None else "")
+        delta = fs.exists(jvm.org.apache.hadoop.fs.Path(path, DELTA_LOG))
+        (found if delta else others).append(match)
+    return sorted(found, key=lambda m: m.table), sorted(others, key=lambda m: m.table)
+
+
+def _catalog(pattern: Pattern, spark: Any) -> list[Match]:
+    try:
+        rows = spark.sql(f"SHOW TABLES IN {quote_name(pattern.base)}").collect()
+    except Exception as exc:  # Spark's AnalysisException: no such schema, no catalog
+        raise ConfigError(
+            f"--table {pattern.text!r}: Spark's catalog cannot list schema {display_name(pattern.base)} "
+            f"({str(exc).splitlines()[0][:300]}). Check the schema's name and the catalog's settings "
+            f"(--spark-conf)."
+        ) from None
+    names = sorted(r["tableName"] for r in rows if not r["isTemporary"] and pattern.matches(r["tableName"]))
+    return [Match(display_name((*pattern.base, n)), n, pattern.base[-1]) for n in names]
+
+
+def _shared(pattern: Pattern) -> list[Match]:
+    from cdc2ch.source.sharing import SharingClient, load_profile
+
+    profile, share, schema_name = pattern.base
+    client = SharingClient(load_profile(profile), share, schema_name, "*")
+    return [
+        Match(f"{profile}#{share}.{s}.{t}", t, s) for s, t in sorted(client.tables()) if pattern.matches(t)
+    ]
+
+
+def expand(
+    values: Mapping[str, Any],
+    spark: Any,
+    build: Callable[[Mapping[str, Any]], RunConfig],
+    open_source: Callable[[Any, str], Any],
+) -> Expanded:
+    """The pipelines of one pattern's option values: one per matched table that can be followed (its
+    `table`, `primary_key` and `target` filled in, then `build`), and the tables skipped with why."""
+    pattern = patterns.parse_pattern(values["table"])
+    matches, others = list_matches(pattern, spark)
+    keys = dict(values.get("primary_keys") or ())
+    default = names(values.get("primary_key"))
+    template = values.get("target")
+    skipped = [
+        Skipped(pattern.text, m.table, _not_delta(pattern.text, m), patterns.target_of(template, m))
+        for m in others
+    ]
+    chosen = []
+    for match in matches:
+        key = patterns.key_of(match.name, default, keys)
+        target = patterns.target_of(template, match)
+        if not key:
+            skipped.append(Skipped(pattern.text, match.table, _no_key(pattern.text, match), target))
+            continue
+        chosen.append((match, key, target))
+    patterns.check_targets(pattern.text, [(m, t) for m, _, t in chosen])
+    configs = []
+    for match, key, target in chosen:
+        cfg = build({**values, "table": match.table, "primary_key": key, "target": target, "pipeline": None})
+        reason = unfit(functools.partial(open_source, spark, match.table), cfg)
+        if reason:
+            skipped.append(Skipped(pattern.text, match.table, reason, target))
+        else:
+            configs.append(cfg)
+    return Expanded(configs, sorted(skipped, key=lambda s: s.table))
+
+
+def unfit(opened: Callable[[], Any], cfg: RunConfig) -> str | None:
+    """Why the table (its change source, `opened`) cannot be followed now, or None: not a Delta table, no
+    Change Data Feed, key columns missing."""
+    try:
+        source = opened()
+        if not source.cdf_enabled():
+            return str(plan.cdf_disabled_error(source.uri))
+        view = designed(source, cfg.design)
+        schema.column_types(view.schema_at(view.latest().version), cfg.design)
+    except (ConfigError, SourceError) as exc:
+        return str(exc)
+    return None
+
+
+def _not_delta(pattern: str, match: Match) -> str:
+    return (
+        f"{match.table} matches --table {pattern!r} but is not a Delta table (it has no {DELTA_LOG} directory), "
+        f"so it is not replicated. Narrow the pattern if that is expected."
+    )
+
+
+def _no_key(pattern: str, match: Match) -> str:
+    return (
+        f"{match.table} matches --table {pattern!r} but has no primary key: there is no --primary-key default "
+        f'and primary-keys does not name {match.name!r}. Add `{match.name} = ["column", ...]` to '
+        f"primary-keys (or a default primary-key) to replicate it."
+    )

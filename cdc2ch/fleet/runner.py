@@ -1,0 +1,246 @@
+"""Pipelines in one process: one Spark session and one ClickHouse connection shared, each pipeline with its
+own offset, claim and health record. Pipelines take turns on one thread (the session and the embedded
+engine are shared); a failing one is reported and retried with growing pauses while the others go on.
+With a `discover` function (the --table patterns listed again), a service adds the pipelines of new tables
+every `discover_interval` seconds and lets go of those whose table is gone (their targets stay).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from cdc2ch.base.errors import Cdc2chError, SinkError, jvm_stopped, summarise
+from cdc2ch.base.log import get_logger
+from cdc2ch.clickhouse.state import Health, HealthStore, VerifyStore
+from cdc2ch.clickhouse.transport import Sink
+from cdc2ch.model.config import RunConfig
+from cdc2ch.replication.metrics import Metrics, PipelineMetrics, error_kind
+from cdc2ch.replication.pipeline import Replicator
+from cdc2ch.source import open_source
+
+log = get_logger("cdc2ch.runner")
+
+MAX_BACKOFF = 300.0
+HEALTH_EVERY = 60.0  # seconds between health writes while all is well (each write is an insert)
+MAX_ERROR_CHARS = 4000  # of an error kept in the health record (status shows it) and its log line
+
+
+@dataclass
+class Slot:
+    cfg: RunConfig
+    metrics: PipelineMetrics
+    health: Health
+    job: Replicator | None = None
+    retry_at: float = 0.0
+    saved_at: float = float("-inf")
+    error: BaseException | None = None  # the last attempt's failure, None after a success
+
+
+def backoff(poll_interval: float, failures: int) -> float:
+    """Pause before the next attempt after `failures` failures in a row: the poll interval, doubling."""
+    return min(poll_interval * 2 ** max(failures - 1, 0), max(MAX_BACKOFF, poll_interval))
+
+
+class Runner:
+    """Drives pipelines until stopped (or once each with --once). With `isolate`, a failure is recorded
+    and retried; without it (a single pipeline from flags) it is recorded and raised."""
+
+    def __init__(
+        self,
+        configs: list[RunConfig],
+        spark,
+        sink: Sink,
+        stop: threading.Event,
+        metrics: Metrics,
+        isolate: bool,
+        discover: Callable[[], tuple[list[RunConfig], list]] | None = None,
+        discover_interval: float = 300.0,
+        skipped: list | None = None,
+    ):
+        self.configs = configs
+        self.metrics = metrics
+        self.discover, self.discover_interval = discover, discover_interval
+        self._discover_at = time.monotonic() + discover_interval
+        self.spark = spark
+        self.sink = sink
+        self.stop = stop
+        self.isolate = isolate
+        self.once = configs[0].once
+        self.poll_interval = configs[0].poll_interval
+        self._stores: dict[str, HealthStore] = {}
+        self._warmed = self.once  # a --once run has no first change to speed up
+        self.slots = self._slots(configs)
+        self._skipped: dict[str, str] = {}  # pipeline -> the reason recorded for it
+        self._report_skipped(skipped or [])
+
+    def _slots(self, configs: list[RunConfig]) -> list[Slot]:
+        known: dict[str, Health] = {}
+        for db in sorted({c.target.database for c in configs}):
+            known.update(HealthStore(self.sink, db).load_all())
+        return [
+            Slot(
+                c,
+                self.metrics.pipeline(c.pipeline),
+                known.get(c.pipeline) or Health(c.pipeline, c.table, str(c.target)),
+            )
+            for c in configs
+        ]
+
+    def run(self) -> list[Slot]:
+        """Returns the pipelines whose last attempt failed."""
+        try:
+            while not self.stop.is_set():
+                progressed = False
+                for slot in self.slots:
+                    if self.stop.is_set():
+                        break
+                    if slot.retry_at <= time.monotonic():
+                        progressed |= self._attempt(slot)
+                if self.once:
+                    break
+                if self.discover is not None and time.monotonic() >= self._discover_at:
+                    self._rediscover()
+                if not progressed:  # nothing new anywhere: wait; else look again at once
+                    self.stop.wait(self._pause())
+        finally:
+            for slot in self.slots:
+                if slot.job is not None:
+                    slot.job.close()
+                elif self.stop.is_set() and slot.error is None:  # stopped before it started
+                    log.info("stopped", pipeline=slot.cfg.pipeline, started=False)
+        return [s for s in self.slots if s.error is not None]
+
+    def _pause(self) -> float:
+        waits = [self.poll_interval] + [s.retry_at - time.monotonic() for s in self.slots if s.error]
+        if self.discover is not None:
+            waits.append(self._discover_at - time.monotonic())
+        return max(min(waits), 0.05)
+
+    def _rediscover(self) -> None:
+        """List the patterns again: pipelines for new tables, none for tables gone (a listing that fails
+        changes nothing and is tried again next interval)."""
+        self._discover_at = time.monotonic() + self.discover_interval
+        try:
+            wanted, skipped = self.discover()
+        except Cdc2chError as exc:
+            log.warning("discovery_failed", error=summarise(str(exc), 500))
+            return
+        self._report_skipped(skipped)
+        have = {s.cfg.pipeline for s in self.slots}
+        names = {c.pipeline for c in wanted}
+        for slot in [s for s in self.slots if s.cfg.pipeline not in names]:
+            log.warning(
+                "table_gone", pipeline=slot.cfg.pipeline, table=slot.cfg.table, target=str(slot.cfg.target)
+            )
+            if slot.job is not None:
+                slot.job.close()
+            self.slots.remove(slot)
+        new = self._slots([c for c in wanted if c.pipeline not in have])
+        for slot in new:
+            log.info("table_discovered", pipeline=slot.cfg.pipeline, table=slot.cfg.table)
+        self.slots += new
+
+    def _attempt(self, slot: Slot) -> bool:
+        job = slot.job
+        try:
+            if job is None:
+                job = Replicator(
+                    slot.cfg, open_source(self.spark, slot.cfg.table), self.sink, self.stop, slot.metrics
+                )
+                job.start()
+                slot.job = job
+                if not self._warmed:
+                    job.warm_up()  # the JVM's first read is slow; pay it before the first change arrives
+                    self._warmed = True
+            progressed = job.step()
+        except Exception as raised:
+            exc = jvm_stopped(raised) or raised  # a JVM gone mid-call: the paragraph, not a traceback
+            wrote = job is not None and job.claimed
+            if job is not None:
+                job.close()
+            slot.job = None
+            # A single pipeline refused before it wrote anything (bad input, null keys in a new pipeline's
+            # first range) says so on stderr and writes nothing; a pipeline of a config, or one that failed
+            # after it had claimed its offset, leaves its error for `cdc2ch status`.
+            self._failed(slot, exc, record=self.isolate or wrote)
+            if not self.isolate:
+                if exc is raised:
+                    raise
+                raise exc from raised
+            return False
+        self._succeeded(slot)
+        return progressed
+
+    def _report_skipped(self, skipped: list) -> None:
+        """Tables a pattern skips (discovery.Skipped), for `status` as failing pipelines with the reason, once
+        per reason, and as a gauge; best effort, like any health record."""
+        self.metrics.skipped.set(len(skipped))
+        for s in skipped:
+            name = str(s.target)
+            if s.target is None or self._skipped.get(name) == s.reason:
+                continue
+            health = Health(name, s.table, name).failed(_now(), _kept(s.reason), "skipped")
+            try:
+                self._health_store(s.target.database).save(health)
+                self._skipped[name] = s.reason
+            except SinkError as exc:
+                log.warning("health_not_saved", pipeline=name, error=summarise(str(exc), 300))
+
+    def _failed(self, slot: Slot, exc: BaseException, record: bool) -> None:
+        kind = error_kind(exc)
+        text = str(exc) if isinstance(exc, Cdc2chError) else f"{type(exc).__name__}: {exc}"
+        slot.error = exc
+        slot.health = slot.health.failed(_now(), _kept(text), kind)
+        slot.metrics.error(exc)
+        pause = backoff(self.poll_interval, slot.health.failures)
+        slot.retry_at = time.monotonic() + pause
+        fields = {"pipeline": slot.cfg.pipeline, "kind": kind, "error": _kept(text)}
+        if self.isolate and not self.once:
+            fields["retry_in_s"] = round(pause, 1)
+        if isinstance(exc, Cdc2chError):
+            log.error("pipeline_failed", **fields)
+        else:
+            log.exception("pipeline_failed", **fields)
+        if record:
+            self._save(slot)
+
+    def _succeeded(self, slot: Slot) -> None:
+        recovered = slot.error is not None or slot.health.failures > 0
+        slot.error = None
+        slot.health = slot.health.succeeded(_now())
+        slot.metrics.success()
+        if recovered or self.once or time.monotonic() - slot.saved_at >= HEALTH_EVERY:
+            self._save(slot)
+
+    def _health_store(self, database: str) -> HealthStore:
+        """The database's health store, its table created on first use."""
+        if database not in self._stores:
+            store = HealthStore(self.sink, database)
+            store.ensure()
+            self._stores[database] = store
+        return self._stores[database]
+
+    def _save(self, slot: Slot) -> None:
+        """Best effort: when ClickHouse itself is what fails, the log line is the report."""
+        try:
+            self._health_store(slot.cfg.target.database).save(slot.health)
+            slot.saved_at = time.monotonic()
+            # `cdc2ch verify` runs in another process; its last result reaches the metrics from ClickHouse.
+            verified = VerifyStore(self.sink, slot.cfg.target.database).load_all().get(slot.cfg.pipeline)
+            if verified is not None:
+                slot.metrics.verified(verified.ok, verified.finished_at.timestamp())
+        except SinkError as exc:
+            log.warning("health_not_saved", pipeline=slot.cfg.pipeline, error=summarise(str(exc), 300))
+
+
+def _kept(text: str) -> str:
+    """An error as the health record keeps it: whole, or summarised when longer than MAX_ERROR_CHARS."""
+    return text if len(text) <= MAX_ERROR_CHARS else summarise(text, MAX_ERROR_CHARS)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)

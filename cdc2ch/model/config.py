@@ -1,0 +1,330 @@
+"""Run configuration: one frozen value built once by the CLI and passed down."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from cdc2ch.base.errors import ConfigError
+from cdc2ch.model.design import TableDesign
+from cdc2ch.model.identity import Identity
+from cdc2ch.model.tableref import parse_table
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+DEFAULT_DATABASE = "cdc2ch"
+DEFAULT_BATCH_SIZE = 80_000
+DEFAULT_MAX_ROWS_PER_READ = 500_000
+
+# The values a choice option accepts; the command line offers the same (see options.py).
+READERS = ("spark", "clickhouse")
+WRITERS = ("auto", "driver", "executors")
+SCHEMA_CHANGES = ("fail", "resync")
+
+
+def default_data_dir() -> Path:
+    """Where the embedded ClickHouse keeps its files unless --clickhouse says otherwise."""
+    if os.environ.get("CDC2CH_HOME"):
+        return Path(os.environ["CDC2CH_HOME"]).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "cdc2ch"
+
+
+def default_dsn() -> str:
+    return f"chdb://{default_data_dir() / 'clickhouse'}"
+
+
+@dataclass(frozen=True)
+class TargetName:
+    database: str
+    table: str
+
+    @classmethod
+    def parse(cls, text: str, default_database: str = DEFAULT_DATABASE) -> "TargetName":
+        """`db.table` or `table`; a name containing dots can be backquoted: `db`.`my.table`."""
+        parts = _split_dotted(text)
+        if len(parts) == 1:
+            return cls(default_database, parts[0])
+        if len(parts) == 2:
+            return cls(parts[0], parts[1])
+        raise ConfigError(
+            f"--target {text!r} is not a ClickHouse table name. Use `database.table` (or just `table` for "
+            f"database {default_database!r}); quote a part that contains dots with backticks, e.g. `db`.`a.b`."
+        )
+
+    @classmethod
+    def for_source(cls, table: str) -> "TargetName":
+        """Default target: the table's own name (the last path segment, or the last part of a catalog
+        name: sales.orders -> cdc2ch.orders), in the default database."""
+        return cls(DEFAULT_DATABASE, parse_table(table).last)
+
+    def __str__(self) -> str:
+        return f"{self.database}.{self.table}"
+
+
+def _split_dotted(text: str) -> list[str]:
+    """Split on dots outside backticks; a doubled backtick inside backticks is a literal one."""
+    parts: list[str] = []
+    current, i, quoted_part = "", 0, False
+    while i < len(text):
+        ch = text[i]
+        if ch == "`" and not current and not quoted_part:
+            end = i + 1
+            while True:
+                end = text.find("`", end)
+                if end == -1:
+                    raise ConfigError(f"{text!r} has an unclosed backtick.")
+                if text[end + 1 : end + 2] == "`":
+                    end += 2
+                    continue
+                break
+            current, quoted_part, i = text[i + 1 : end].replace("``", "`"), True, end + 1
+        elif ch == ".":
+            parts.append(current)
+            current, quoted_part, i = "", False, i + 1
+        elif quoted_part:
+            raise ConfigError(f"{text!r}: unexpected {ch!r} after a backquoted name.")
+        else:
+            current, i = current + ch, i + 1
+    parts.append(current)
+    if any(not part for part in parts):
+        raise ConfigError(f"{text!r} has an empty name part.")
+    return parts
+
+
+_SECRET_KEY = re.compile(
+    r"token|secret|password|credential|access[._-]?key|account\.key|(^|\.)sas(\.|$)", re.I
+)
+
+
+def is_secret_key(key: str) -> bool:
+    """A Spark setting whose value must not be shown (a catalog token, a storage key...)."""
+    return bool(_SECRET_KEY.search(key))
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    master: str | None = None
+    conf: tuple[tuple[str, str], ...] = ()
+
+    def __repr__(self) -> str:
+        shown = tuple((k, "***" if is_secret_key(k) else v) for k, v in self.conf)
+        return f"SparkSettings(master={self.master!r}, conf={shown!r})"
+
+    @staticmethod
+    def parse_conf(items: tuple[str, ...] | list[str]) -> tuple[tuple[str, str], ...]:
+        out = []
+        for item in items:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise ConfigError(
+                    f"--spark-conf {item!r} is not of the form key=value. Pass each Spark setting as its own "
+                    f"option, e.g. --spark-conf spark.executor.memory=4g."
+                )
+            out.append((key.strip(), value))
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    table: str
+    primary_key: tuple[str, ...]
+    target: TargetName
+    clickhouse_dsn: str
+    pipeline: str
+    spark: SparkSettings = field(default_factory=SparkSettings)
+    from_version: int | None = None
+    from_timestamp: datetime | None = None
+    reset: bool = False
+    once: bool = False
+    poll_interval: float = 5.0
+    batch_size: int = DEFAULT_BATCH_SIZE
+    max_rows_per_read: int = DEFAULT_MAX_ROWS_PER_READ
+    immutable_keys: bool = False
+    retries: int = 5
+    lock_ttl: float = 60.0
+    on_schema_change: str = "fail"
+    writer: str = "auto"
+    # snapshot only
+    snapshot_version: int | None = None
+    reader: str = "spark"
+    # the target table's design (design.py); default: sorted by the primary key, every column as Delta has it
+    design: TableDesign | None = None
+    # the ClickHouse cluster the target lives on (clickhouse/placement.py); None: one server
+    cluster: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.primary_key:
+            raise ConfigError(
+                "--primary-key is required: name the Delta column(s) that identify a row, e.g. id or a,b."
+            )
+        if len(set(self.primary_key)) != len(self.primary_key):
+            raise ConfigError(f"--primary-key {','.join(self.primary_key)} names a column twice.")
+        if self.design is None:
+            object.__setattr__(self, "design", TableDesign(self.primary_key))
+        if self.batch_size < 1:
+            raise ConfigError(f"--batch-size must be at least 1 (got {self.batch_size}).")
+        if self.max_rows_per_read < self.batch_size:
+            object.__setattr__(self, "max_rows_per_read", self.batch_size)
+        if self.from_version is not None and self.from_version < 0:
+            raise ConfigError(f"--from-version must be 0 or more (got {self.from_version}).")
+        if self.from_version is not None and self.from_timestamp is not None:
+            raise ConfigError("Give either --from-version or --from-timestamp, not both.")
+        if self.snapshot_version is not None and self.snapshot_version < 0:
+            raise ConfigError(f"--version must be 0 or more (got {self.snapshot_version}).")
+        for name, choices in (
+            ("reader", READERS),
+            ("on_schema_change", SCHEMA_CHANGES),
+            ("writer", WRITERS),
+        ):
+            value = getattr(self, name)
+            if value not in choices:
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(f"{flag} must be {_either(choices)} (got {value!r}).")
+        if self.lock_ttl < 1:
+            raise ConfigError(f"--lock-ttl must be at least 1 second (got {self.lock_ttl}).")
+        if self.poll_interval <= 0:
+            raise ConfigError(f"--poll-interval must be positive (got {self.poll_interval}).")
+
+    @property
+    def identity(self) -> Identity:
+        """Which target columns identify a row (identity.py)."""
+        return self.design.identity
+
+
+def _either(choices: tuple[str, ...]) -> str:
+    """`a or b`, `a, b or c`."""
+    return f"{', '.join(choices[:-1])} or {choices[-1]}"
+
+
+@dataclass(frozen=True)
+class ProcessOptions:
+    """What the process needs besides its pipelines: logging, metrics, and where ClickHouse and Spark are
+    (which every pipeline of the process shares)."""
+
+    log_format: str
+    log_level: str
+    clickhouse_dsn: str
+    spark: SparkSettings = field(default_factory=SparkSettings)
+    cluster: str | None = None
+    discover_interval: float = 300.0
+    config_path: str | None = None
+    metrics_port: int | None = None
+    serve: ServeOptions | None = None
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """`run --serve`: the embedded engine over the ClickHouse HTTP interface (password from the environment)."""
+
+    address: str
+    user: str = "default"
+    writable: bool = False
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"(?:\d+[smhdw])+")
+_PART = re.compile(r"(\d+)([smhdw])")
+
+
+def parse_duration(text: str, option: str) -> timedelta:
+    """`30s`, `15m`, `12h`, `7d`, `2w` (or several, as in `1d12h`) or `0`."""
+    value = (text or "").strip().lower().replace(" ", "")
+    if value == "0":
+        return timedelta(0)
+    if _DURATION.fullmatch(value):
+        seconds = sum(int(n) * _UNITS[unit] for n, unit in _PART.findall(value))
+        try:
+            return timedelta(seconds=seconds)
+        except OverflowError:
+            pass
+    raise ConfigError(
+        f"{option} {text!r} is not a duration cdc2ch understands. Give a whole number followed by a unit: "
+        f"s (seconds), m (minutes), h (hours), d (days) or w (weeks), e.g. 7d or 12h, several together as "
+        f"in 1d12h, or 0."
+    )
+
+
+# -- config files -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ConfigFile:
+    """A cdc2ch.toml: top-level keys are options for every pipeline, each [[pipelines]] entry names one
+    table and may override per-pipeline options. Keys are option names without dashes (`primary-key`;
+    `primary_key` works too). Without [[pipelines]] the top level is the one pipeline."""
+
+    path: str
+    common: dict
+    pipelines: tuple[dict, ...]
+
+    @classmethod
+    def load(cls, path: str, top_level: Collection[str], entry: Collection[str]) -> "ConfigFile":
+        """Read and check a file: `top_level` and `entry` are the keys valid at the top level and in a
+        [[pipelines]] entry (options.py knows them)."""
+        try:
+            with open(path, "rb") as fh:
+                data = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(
+                f"Config file {path} does not exist. Pass the path of a cdc2ch.toml (see deploy/cdc2ch.toml.example)."
+            ) from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(
+                f"Config file {path} is not valid TOML: {exc}. Fix the file and run again."
+            ) from None
+        entries = data.pop("pipelines", None)
+        if entries is None:
+            entries = [{}]
+        if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
+            raise ConfigError(
+                f"Config file {path}: `pipelines` must be a list of tables, written as [[pipelines]] sections, "
+                f"each with at least `table` and `primary-key`."
+            )
+        common = _normalized(data, path, "the top level", set(top_level))
+        # A key valid at the top level but not in an entry concerns the whole process.
+        process_wide = set(top_level) - set(entry)
+        pipelines = tuple(
+            _normalized(e, path, f"[[pipelines]] entry {i + 1}", set(entry), process_wide)
+            for i, e in enumerate(entries)
+        )
+        return cls(path, common, pipelines)
+
+    def pipeline_ids(self) -> list[tuple[str, TargetName]]:
+        """(pipeline name, target) of each entry, as `run` would name them."""
+        out = []
+        for i, entry in enumerate(self.pipelines):
+            values = {**self.common, **entry}
+            if not values.get("target") and not values.get("table"):
+                raise ConfigError(f"Config file {self.path}: [[pipelines]] entry {i + 1} has no `table`.")
+            target = (
+                TargetName.parse(values["target"])
+                if values.get("target")
+                else TargetName.for_source(values["table"])
+            )
+            out.append((values.get("name") or values.get("pipeline") or str(target), target))
+        return out
+
+
+def _normalized(
+    section: dict, path: str, where: str, known: set[str], process_wide: set[str] = frozenset()
+) -> dict:
+    out = {}
+    for key, value in section.items():
+        name = key.replace("_", "-")
+        if name not in known:
+            hint = " (it concerns the whole process: set it at the top level)" if name in process_wide else ""
+            raise ConfigError(
+                f"Config file {path}: unknown key {key!r} in {where}{hint}. Keys are `cdc2ch run` option names "
+                f"without the leading dashes; valid here: {', '.join(sorted(known))}."
+            )
+        out[name] = value
+    return out

@@ -1,0 +1,87 @@
+"""A pipeline's offset: the last Delta version whose changes have all landed, and the range being written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+
+from cdc2ch.base.errors import StateError
+from cdc2ch.model.tableref import is_path, same_location
+
+
+def stamp_after(previous: datetime) -> datetime:
+    """Now, or 1 ms after `previous` if the clock has not moved past it: the rows these tables keep per
+    pipeline are ReplacingMergeTree(updated_at), so the newest write must always have the greatest stamp."""
+    return max(datetime.now(timezone.utc), previous + timedelta(milliseconds=1))
+
+
+@dataclass(frozen=True)
+class PipelineState:
+    pipeline: str
+    source: str
+    target: str
+    committed_version: int
+    pending_version: int
+    rows_written: int
+    updated_at: datetime
+    # Where the table's files were when last resolved: for a catalog name, what the catalog said (states
+    # recorded before names existed have "" here, and their `source` is the path).
+    location: str = ""
+    table_id: str = ""  # the Delta table's id (metaData.id); "" where not recorded
+
+    @property
+    def recorded_location(self) -> str:
+        return self.location or (self.source if is_path(self.source) else "")
+
+    def check_matches(self, source: str, target: str, location: str = "", table_id: str = "") -> None:
+        """The stored offset is of this table and target. One table may be named by path or by catalog
+        name (the same location); a name now placed elsewhere is another table (dropped and recreated)."""
+        same_table = self.source == source or same_location(self.recorded_location, location)
+        if not same_table or self.target != target:
+            raise StateError(
+                f"Pipeline {self.pipeline!r} replicates {self.source} into {self.target}, not {source} into "
+                f"{target}. Use another --pipeline name, or --reset to repoint it."
+            )
+        was = self.recorded_location
+        if was and location and not same_location(was, location):
+            raise self._other_table(f"from {was}, but the catalog now places it at {location}")
+        if self.table_id and table_id and self.table_id != table_id:
+            raise self._other_table(
+                f"(Delta table id {self.table_id}), but {location or source} now holds table {table_id}"
+            )
+
+    def _other_table(self, what: str) -> StateError:
+        return StateError(
+            f"Pipeline {self.pipeline!r} replicated {self.source} {what}: the table was dropped and recreated, "
+            f"or the name points at another table. {self.target} holds the old table's rows, so cdc2ch will not "
+            f"mix the two (the new table's versions would not supersede them). Drop {self.target}, then "
+            f"`cdc2ch run --reset` (or `cdc2ch snapshot --reset`) loads the new table."
+        )
+
+    def relabelled(self, source: str, location: str, table_id: str) -> "PipelineState":
+        """The same table under the name (or path), location and id it was reached by now."""
+        return replace(self, source=source, location=location, table_id=table_id or self.table_id)
+
+    @staticmethod
+    def epoch() -> datetime:
+        return datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+    def _touched(self, **changes) -> "PipelineState":
+        return replace(self, updated_at=stamp_after(self.updated_at), **changes)
+
+    def advanced(self, version: int, rows: int) -> "PipelineState":
+        """Versions up to `version` have landed."""
+        return self._touched(
+            committed_version=version, pending_version=version, rows_written=self.rows_written + rows
+        )
+
+    def writing(self, end: int) -> "PipelineState":
+        """About to write the range ending at `end`; not committed yet."""
+        return self._touched(pending_version=end)
+
+    @property
+    def interrupted_range(self) -> tuple[int, int] | None:
+        """The range a previous attempt started writing and did not commit."""
+        if self.pending_version > self.committed_version:
+            return (self.committed_version + 1, self.pending_version)
+        return None

@@ -1,0 +1,138 @@
+"""Prometheus metrics, per pipeline, served on --metrics-port (path /metrics).
+
+A registry of its own rather than the process-wide default: several runners in one test process must not
+share counters, and Python's process/GC collectors are noise for a replication dashboard.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from cdc2ch.base.errors import Cdc2chError, ConfigError, SchemaChangeError, SinkError, SourceError, StateError
+from cdc2ch.clickhouse import codes
+from cdc2ch.clickhouse.lock import LockedError
+
+BATCH_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+def error_kind(exc: BaseException) -> str:
+    """A small fixed set of labels, so a dashboard can tell a lake problem from a ClickHouse one."""
+    for cls, kind in (
+        (LockedError, "locked"),
+        (ConfigError, "config"),
+        (SchemaChangeError, "schema_change"),
+        (SourceError, "source"),
+        (SinkError, "clickhouse"),
+        (StateError, "state"),
+        (Cdc2chError, "other"),
+    ):
+        if isinstance(exc, cls):
+            return kind
+    # A ClickHouse error that escaped the sink's wrapping (from a Spark task, say) is still ClickHouse's.
+    if codes.clickhouse_error(exc) is not None:
+        return "clickhouse"
+    return "internal"
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r, p = self.registry, ["pipeline"]
+        self.rows = Counter("cdc2ch_rows_written", "Rows inserted into ClickHouse.", p, registry=r)
+        self.batches = Counter("cdc2ch_batches_written", "Insert statements that landed.", p, registry=r)
+        self.bytes = Counter(
+            "cdc2ch_bytes_written", "Bytes inserted (Arrow size of the batches sent).", p, registry=r
+        )
+        self.batch_seconds = Histogram(
+            "cdc2ch_batch_seconds", "Seconds per insert statement.", p, buckets=BATCH_BUCKETS, registry=r
+        )
+        self.committed = Gauge("cdc2ch_committed_version", "Last Delta version committed.", p, registry=r)
+        self.latest = Gauge("cdc2ch_latest_version", "Latest Delta version seen in the log.", p, registry=r)
+        self.versions_behind = Gauge(
+            "cdc2ch_versions_behind", "Delta versions not yet replicated.", p, registry=r
+        )
+        self.seconds_behind = Gauge(
+            "cdc2ch_seconds_behind",
+            "Commit time of the latest Delta version minus that of the last replicated one.",
+            p,
+            registry=r,
+        )
+        self.errors = Counter(
+            "cdc2ch_errors", "Failed attempts, by kind of failure.", ["pipeline", "kind"], registry=r
+        )
+        self.last_success = Gauge(
+            "cdc2ch_last_success_timestamp_seconds",
+            "Unix time of the last poll that ended without error.",
+            p,
+            registry=r,
+        )
+        self.verify_ok = Gauge(
+            "cdc2ch_verify_ok",
+            "1 when the last `cdc2ch verify` found the target equal, 0 when not.",
+            p,
+            registry=r,
+        )
+        self.last_verify = Gauge(
+            "cdc2ch_last_verify_timestamp_seconds", "Unix time of the last `cdc2ch verify`.", p, registry=r
+        )
+        self.skipped = Gauge(
+            "cdc2ch_tables_skipped",
+            "Tables a --table pattern matches that cannot be replicated now (each is in `cdc2ch status`).",
+            registry=r,
+        )
+        self._server = None
+
+    def serve(self, port: int, address: str = "0.0.0.0") -> None:
+        try:
+            self._server, _ = start_http_server(port, address, registry=self.registry)
+        except OSError as exc:
+            raise ConfigError(
+                f"Cannot serve metrics on {address}:{port}: {exc.strerror or exc}. Choose a free --metrics-port "
+                f"(or stop whatever listens there)."
+            ) from None
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def pipeline(self, name: str) -> "PipelineMetrics":
+        return PipelineMetrics(self, name)
+
+
+class PipelineMetrics:
+    """The metrics of one pipeline, labels bound."""
+
+    def __init__(self, metrics: Metrics, name: str):
+        self._m = metrics
+        self.name = name
+        # Series exist from the start, so a dashboard shows 0 rather than nothing.
+        for c in (metrics.rows, metrics.batches, metrics.bytes):
+            c.labels(name)
+
+    def batch(self, rows: int, nbytes: int, seconds: float, statements: int = 1) -> None:
+        m, n = self._m, self.name
+        m.rows.labels(n).inc(rows)
+        m.batches.labels(n).inc(statements)
+        m.bytes.labels(n).inc(nbytes)
+        m.batch_seconds.labels(n).observe(seconds)
+
+    def lag(self, committed: int, latest: int, seconds_behind: float) -> None:
+        m, n = self._m, self.name
+        m.committed.labels(n).set(committed)
+        m.latest.labels(n).set(latest)
+        m.versions_behind.labels(n).set(max(latest - committed, 0))
+        m.seconds_behind.labels(n).set(max(seconds_behind, 0.0))
+
+    def success(self) -> None:
+        self._m.last_success.labels(self.name).set(time.time())
+
+    def verified(self, ok: bool, at: float) -> None:
+        self._m.verify_ok.labels(self.name).set(1 if ok else 0)
+        self._m.last_verify.labels(self.name).set(at)
+
+    def error(self, exc: BaseException) -> None:
+        self._m.errors.labels(self.name, error_kind(exc)).inc()

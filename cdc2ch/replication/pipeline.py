@@ -1,0 +1,292 @@
+"""The poll/commit loop: versions -> changes -> target rows -> ClickHouse -> offset, driving the ports.
+
+For each version range [s, e]: read the changes once, write them, and only then record committed_version
+= e. A crash anywhere replays [s, e]; replayed rows carry the same key and version, so FINAL is
+unaffected, and the same batches carry the same deduplication tokens. Decisions (where to start, which
+writer, how to cut ranges) are pure functions in plan.py; the ports are in ports.py.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from cdc2ch.base.errors import StateError
+from cdc2ch.base.log import get_logger
+from cdc2ch.model import schema
+from cdc2ch.model.config import RunConfig
+from cdc2ch.model.offset import PipelineState
+from cdc2ch.replication import plan
+from cdc2ch.replication.metrics import Metrics, PipelineMetrics
+from cdc2ch.replication.ports import ChangeSource, Ports, RangeWriter
+from cdc2ch.replication.progress import Progress
+from cdc2ch.replication.projection import designed
+from cdc2ch.replication.readahead import ReadAhead
+from cdc2ch.replication.resync import Resync
+from cdc2ch.replication.writers import pushdown
+
+log = get_logger("cdc2ch.pipeline")
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the checks of `run` found (and `validate` reports)."""
+
+    start: int  # the first version to replicate
+    stored: PipelineState | None
+    latest: int
+    writer: str
+    table_id: str = ""  # the Delta table's id, recorded with the offset
+
+
+class Replicator:
+    """One table into one ClickHouse table, with its offsets; `stop` asks it to end after the current batch.
+    Driven as start() / step()... / close() by the runner, or by run() for a single pipeline."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        source: ChangeSource,
+        sink=None,
+        stop: threading.Event | None = None,
+        metrics: PipelineMetrics | None = None,
+        ports: Ports | None = None,
+    ):
+        self.cfg, self.source = cfg, designed(source, cfg.design)  # rows in the target's columns
+        self.stop = stop or threading.Event()
+        self.metrics = metrics or Metrics().pipeline(cfg.pipeline)
+        if ports is None:
+            from cdc2ch.replication.target import clickhouse_ports
+
+            ports = clickhouse_ports(cfg, self.source, sink, self.stop, self.metrics)
+        self.ports = ports
+        self.log = log.bind(pipeline=cfg.pipeline)
+        self.state: PipelineState | None = None
+        self.started: PipelineState | None = None
+        self.writer: RangeWriter | None = None
+        # Whether this runner holds the pipeline and its offset is recorded. A new pipeline claims itself
+        # only once its first range is read and checked: refused input leaves no table and no offset.
+        self.claimed = False
+        self.resync = Resync(
+            cfg, self.source, self.ports.tables, self.ports.store, self.ports.load_snapshot, self.log
+        )
+
+    # -- start-up ---------------------------------------------------------------------------------
+    def check_inputs(self) -> Inputs:
+        """Check table, keys, change data feed, offsets and options, writing nothing (what `validate` runs)."""
+        cfg, uri, source = self.cfg, self.source.uri, self.source
+        latest = source.latest().version
+        if not source.cdf_enabled():
+            raise plan.cdf_disabled_error(uri)
+        requested = source.version_at(cfg.from_timestamp) if cfg.from_timestamp else cfg.from_version
+        stored = self.ports.store.load(cfg.pipeline)
+        if stored is None:  # a new pipeline: its target must not be another pipeline's
+            plan.check_owner(cfg.pipeline, str(cfg.target), self.ports.store.load_all())
+        table_id = source.table_id()
+        start = plan.start_version(
+            cfg.pipeline, uri, str(cfg.target), stored, requested, latest, cfg.reset, source.location, table_id
+        )  # fmt: skip
+        latest_schema = source.schema_at(latest)
+        self.ports.tables.check(  # an existing target fits the design (a new pipeline's: the types too)
+            schema.column_types(latest_schema, cfg.design), new=stored is None
+        )
+        writer = plan.choose_writer(cfg.reader, cfg.writer, self.ports.remote_target, self.ports.local_master)
+        if writer == "clickhouse":  # refuse what ClickHouse cannot read, before any write
+            pushdown.lake_function(source.location)
+            found = plan.unsupported_by_clickhouse_reader(
+                source.protocol(), source.properties(), latest_schema
+            )
+            done = f"replication stopped with version {stored.committed_version} committed" if stored else ""
+            if found:
+                raise plan.clickhouse_reader_error(uri, found, done or "nothing was written")
+        return Inputs(start, stored, latest, writer, table_id)
+
+    def initial_state(self, inputs: Inputs) -> PipelineState:
+        """Where the pipeline stands: the stored offset (claimed now), or for a new pipeline an offset before
+        `start` that is claimed and recorded only when the first range passed its checks (`_claim_new`)."""
+        cfg, store = self.cfg, self.ports.store
+        if inputs.stored is None:
+            return plan.repointed(
+                None, cfg.pipeline, self.source.uri, str(cfg.target), inputs.start - 1,
+                location=self.source.location, table_id=inputs.table_id,
+            )  # fmt: skip
+        self.ports.lock.acquire()  # inputs are fine: from here on this process writes
+        self.claimed = True
+        stored = store.load(cfg.pipeline)  # again, now that nobody else can move it
+        store.ensure()
+        if stored is not None and not cfg.reset:
+            return self._relabelled(stored, inputs.table_id)
+        if stored is not None:
+            self.log.warning("state_reset", was=stored.committed_version, now=inputs.start - 1)
+        fresh = plan.repointed(
+            stored,
+            cfg.pipeline,
+            self.source.uri,
+            str(cfg.target),
+            inputs.start - 1,
+            location=self.source.location,
+            table_id=inputs.table_id,
+        )
+        store.save(fresh)
+        return fresh
+
+    def _relabelled(self, stored: PipelineState, table_id: str) -> PipelineState:
+        """The stored offset, recording the name, location and table id the table was reached by this time
+        (a path now named through the catalog, or a state from before these were recorded)."""
+        source, location = self.source.uri, self.source.location
+        if (stored.source, stored.location, stored.table_id) == (
+            source,
+            location,
+            table_id or stored.table_id,
+        ):
+            return stored
+        state = stored.relabelled(source, location, table_id)
+        self.ports.store.save(state)
+        self.log.info("source_recorded", source=source, location=location, was=stored.source)
+        return state
+
+    def _claim_new(self, state: PipelineState) -> None:
+        """A new pipeline's first range passed its checks: claim the pipeline and record its offset."""
+        cfg, store = self.cfg, self.ports.store
+        self.ports.lock.acquire()
+        self.claimed = True
+        if store.load(cfg.pipeline) is not None:  # another runner started it since check_inputs
+            raise StateError(
+                f"Pipeline {cfg.pipeline!r} was started by another runner while this one was checking its "
+                f"inputs; nothing was written by this one. Run the same command again to resume it."
+            )
+        store.ensure()
+        store.save(state)
+        self.log.info("claimed", committed=state.committed_version)
+
+    def start(self) -> PipelineState:
+        """Check the inputs, claim a pipeline that has an offset, and finish any interrupted resync."""
+        inputs = self.check_inputs()
+        self.writer = self.ports.writer(inputs.writer)
+        state = self.initial_state(inputs)
+        # A new pipeline is claimed once its first range passed the checks (catch_up, `claimed`).
+        self.state = self.resync.recover(state) if self.claimed else state
+        self.started = self.state  # where this runner took over (what the Python API reports from)
+        self.log.info(
+            "start",
+            source=self.source.uri,
+            location=self.source.location,
+            target=str(self.cfg.target),
+            committed=self.state.committed_version,
+        )
+        return self.state
+
+    # -- work -------------------------------------------------------------------------------------
+    def catch_up(self, state: PipelineState, latest: int | None = None) -> PipelineState:
+        """Replicate everything after state.committed_version up to `latest` (default: the latest version)."""
+        cfg, store = self.cfg, self.ports.store
+        start = state.committed_version + 1
+        commits = self.source.commits(start, latest)
+        if not commits:
+            return state
+        plan.check_commits(start, commits, self.source.uri, cfg.primary_key, str(cfg.target))
+        if state.interrupted_range:
+            self.log.info(
+                "resuming_interrupted_range", start=state.interrupted_range[0], end=state.interrupted_range[1]
+            )
+        max_rows = cfg.max_rows_per_read * self.writer.range_factor
+        ranges = plan.catch_up_ranges(commits, max_rows, state.interrupted_range)
+        breaks = plan.schema_breaks(commits)
+        by_version = {c.version: c for c in commits}
+        estimates = plan.range_estimates(commits, ranges)
+        newest = commits[-1]
+        progress = None
+        if len(ranges) > 1:  # a long catch-up: show how it goes
+            total = sum(c.estimated_rows for c in commits)
+            progress = Progress(f"catch-up {cfg.pipeline}", total, len(ranges), unit="range")
+        broken = None
+        with ReadAhead(self.source.changes, cfg.immutable_keys, self.writer.collects) as reads:
+            for i, (s, e) in enumerate(ranges):
+                if self.stop.is_set():
+                    break
+                changes = reads.open(s, e)
+                if self.writer.kind == "clickhouse":
+                    check_range_for_clickhouse(self.source.uri, changes, state)
+                if not self.claimed:
+                    self.writer.check(changes)  # a new pipeline writes nothing before its rows are checked
+                if plan.reads_ahead(estimates, i, max_rows):  # meanwhile: the DDL, the claim, the write
+                    reads.read(*ranges[i + 1])
+                if not self.claimed:  # the DDL before the claim: a table ClickHouse refuses leaves no offset
+                    self.ports.lock.check()  # (and one another runner holds gets no DDL either)
+                change = self.ports.tables.prepare(schema.column_types(changes.schema, cfg.design))
+                if not self.claimed:
+                    self._claim_new(state)
+                if change.breaking:  # resync (or refuse) once no read runs any more
+                    broken = (by_version.get(s) if s in breaks else None, s, e, change)
+                    break
+                state = state.writing(e)
+                store.save(state)
+                result = self.writer.write(changes, state, estimates[i])
+                if not result.committed:
+                    break
+                state = state.advanced(e, result.rows)
+                store.save(state)
+                self.state = state
+                self.log.info("committed", version=e, rows=result.rows, total_rows=state.rows_written)
+                self.metrics.lag(
+                    e, newest.version, (newest.timestamp - by_version[e].timestamp).total_seconds()
+                )
+                if progress is not None:
+                    progress.advance(result.rows, 1)
+        if broken is not None:
+            return self.resync.broken(state, *broken)
+        if progress is not None:
+            progress.done()
+        return state
+
+    def warm_up(self) -> None:
+        """A service's first change should be visible as quickly as the rest: let the source pay its first
+        read's start-up cost now (best effort)."""
+        seconds = self.source.warm_up(self.cfg.immutable_keys)
+        if seconds is not None:
+            self.log.info("warmed_up", seconds=round(seconds, 3))
+
+    # -- life cycle -------------------------------------------------------------------------------
+    def step(self) -> bool:
+        """One poll: replicate whatever is new. True when versions were committed."""
+        before = self.state.committed_version
+        latest = self.source.latest()
+        self.metrics.lag(before, latest.version, self.source.lag(before, latest)[1] or 0.0)
+        if before < latest.version:
+            self.state = self.catch_up(self.state, latest.version)
+        return self.state.committed_version != before
+
+    def close(self) -> None:
+        self.ports.lock.release()
+        if self.state is not None:
+            self.log.info(
+                "stopped", committed=self.state.committed_version, rows_written=self.state.rows_written
+            )
+
+    def run(self) -> PipelineState:
+        """Catch up, then (unless --once) poll until asked to stop."""
+        try:
+            self.start()
+            if not self.cfg.once:
+                self.warm_up()
+            while not self.stop.is_set():
+                progressed = self.step()
+                if self.cfg.once:
+                    break
+                if not progressed:  # nothing new: wait; else look again at once
+                    self.stop.wait(self.cfg.poll_interval)
+        finally:
+            self.close()
+        return self.state
+
+
+def check_range_for_clickhouse(uri: str, changes, state: PipelineState) -> None:
+    """A range ClickHouse cannot read (a VARIANT column added since the start): stop before writing it."""
+    found = plan.unsupported_by_clickhouse_reader({}, {}, changes.schema)
+    if found:
+        raise plan.clickhouse_reader_error(
+            uri,
+            found,
+            f"replication stopped before versions {changes.start}..{changes.end}, with version "
+            f"{state.committed_version} committed",
+        )

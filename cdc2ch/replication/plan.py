@@ -1,0 +1,307 @@
+"""The replication loop's decisions, as pure functions: where to start, which writer, how to cut ranges.
+
+Nothing here reads or writes anything; the loop (pipeline.py) gathers the facts and acts on the answers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping
+
+from cdc2ch.base.errors import ConfigError, SourceError, StateError, summarise
+from cdc2ch.model import schema
+from cdc2ch.model.offset import PipelineState
+from cdc2ch.source.log import Commit
+
+MAX_VERSIONS_PER_READ = 1000
+
+
+def plan_ranges(
+    commits: list[Commit],
+    max_rows: int,
+    max_versions: int = MAX_VERSIONS_PER_READ,
+    breaks: Collection[int] = (),
+) -> list[tuple[int, int]]:
+    """Group consecutive versions into read ranges of at most ~max_rows estimated change rows.
+
+    A version is never split; one larger than max_rows gets a range of its own. A version in `breaks`
+    (a schema or metadata change) always starts a range: a CDF read may not span one.
+    """
+    ranges: list[tuple[int, int]] = []
+    start = prev = None
+    rows = 0
+    for c in commits:
+        if start is not None and (
+            rows + c.estimated_rows > max_rows or c.version - start >= max_versions or c.version in breaks
+        ):
+            ranges.append((start, prev))
+            start, rows = None, 0
+        if start is None:
+            start = c.version
+        rows += c.estimated_rows
+        prev = c.version
+    if start is not None:
+        ranges.append((start, prev))
+    return ranges
+
+
+def schema_breaks(commits: list[Commit]) -> set[int]:
+    """Versions that change the schema or table properties: a CDF read may not span one."""
+    return {c.version for c in commits if c.metadata}
+
+
+def catch_up_ranges(
+    commits: list[Commit], max_rows: int, interrupted: tuple[int, int] | None
+) -> list[tuple[int, int]]:
+    """The ranges of a catch-up. An interrupted range is replayed first exactly as it was (same batches,
+    same tokens); the rest is planned after it."""
+    breaks = schema_breaks(commits)
+    if interrupted is None:
+        return plan_ranges(commits, max_rows, breaks=breaks)
+    s0, e0 = interrupted
+    return [(s0, e0)] + plan_ranges([c for c in commits if c.version > e0], max_rows, breaks=breaks)
+
+
+def range_estimates(commits: list[Commit], ranges: list[tuple[int, int]]) -> list[int]:
+    """The estimated change rows of each range, from its commits' log entries."""
+    rows = {c.version: c.estimated_rows for c in commits}
+    return [sum(rows.get(v, 0) for v in range(s, e + 1)) for s, e in ranges]
+
+
+def reads_ahead(estimates: list[int], i: int, max_rows: int) -> bool:
+    """Whether range i+1 is read while range i is written (readahead.py): only when both are within the row
+    bound, so that at most two bounded ranges are held at once; a single larger version is read alone."""
+    return i + 1 < len(estimates) and max(estimates[i], estimates[i + 1]) <= max_rows
+
+
+def missing_versions(start: int, commits: list[Commit]) -> list[int]:
+    """Versions from `start` to the last commit that the log no longer holds (removed by log retention)."""
+    if not commits:
+        return []
+    have = {c.version for c in commits}
+    return [v for v in range(start, commits[-1].version + 1) if v not in have]
+
+
+def cdf_enabled_at(commits: list[Commit]) -> int | None:
+    """The version whose commit last switched delta.enableChangeDataFeed on, None when the last switch among
+    `commits` turned it off or none switched it (what DESCRIBE HISTORY's operation parameters record)."""
+    since = None
+    for commit in commits:
+        props = commit.parameters.get("properties") or {}
+        try:
+            props = json.loads(props) if isinstance(props, str) else props
+        except ValueError:
+            continue
+        value = str(props.get("delta.enableChangeDataFeed", "")).lower() if isinstance(props, dict) else ""
+        if value in ("true", "false"):
+            since = commit.version if value == "true" else None
+    return since
+
+
+def check_commits(
+    start: int, commits: list[Commit], uri: str, primary_key: tuple[str, ...], target: str
+) -> None:
+    """Refuse to replicate `commits` (from `start` on) when some of them have no change data: the feed was
+    switched on after `start`, or log retention removed versions."""
+    since = cdf_enabled_at(commits)
+    if since is not None and since > start:
+        raise cdf_gap_error(since, start, uri, primary_key, target)
+    missing = missing_versions(start, commits)
+    if missing:
+        raise log_gap_error(missing, uri, primary_key, target)
+
+
+def start_version(
+    pipeline: str,
+    uri: str,
+    target: str,
+    stored: PipelineState | None,
+    requested: int | None,
+    latest: int,
+    reset: bool,
+    location: str = "",
+    table_id: str = "",
+) -> int:
+    """The first version to replicate: after the stored offset, else --from-version (default 0). Refuses a
+    request beyond the latest version, a stored offset of another table or target, a request that
+    disagrees with the stored offset (unless --reset), and an offset past the latest version."""
+    if requested is not None and requested > latest:
+        raise StateError(
+            f"--from-version {requested} is beyond the latest version of {uri}, which is "
+            f"{latest}. Pass a version between 0 and {latest}."
+        )
+    if stored is None or reset:
+        return requested or 0
+    stored.check_matches(uri, target, location, table_id)
+    if requested is not None and requested != stored.committed_version + 1:
+        raise StateError(
+            f"Pipeline {pipeline!r} has already replicated up to version {stored.committed_version} "
+            f"and would continue at {stored.committed_version + 1}, but {requested} was asked for. Drop "
+            f"--from-version/--from-timestamp to resume, or add --reset to start over at {requested}."
+        )
+    if stored.committed_version > latest:
+        raise StateError(
+            f"Pipeline {pipeline!r} has replicated up to version {stored.committed_version}, but the "
+            f"latest version of {uri} is {latest}: the table was recreated. Resync with "
+            f"`cdc2ch snapshot --reset` or start over with --reset --from-version 0."
+        )
+    return stored.committed_version + 1
+
+
+def check_owner(pipeline: str, target: str, states: list[PipelineState]) -> None:
+    """A target table belongs to one pipeline: refuse a new pipeline `pipeline` writing `target` when another
+    pipeline's offset already records that target (a flag run names its pipeline after the target, e.g.
+    `cdc2ch.orders`; a config entry naming it `orders` would otherwise write the same table under a second
+    offset, starting over)."""
+    owners = [s for s in states if s.target == target and s.pipeline != pipeline]
+    if not owners:
+        return
+    owner = owners[0]
+    raise StateError(
+        f"ClickHouse table {target} is already replicated by pipeline {owner.pipeline!r} (from {owner.source}, "
+        f"committed up to version {owner.committed_version}), and a target table belongs to one pipeline. To "
+        f"take that pipeline over from here, give it the same name: `name = {json.dumps(owner.pipeline)}` in "
+        f"its [[pipelines]] entry of the config file, or --pipeline {owner.pipeline} with flags; it then "
+        f"resumes at version {owner.committed_version + 1}. To replicate into a separate table, choose "
+        f"another target."
+    )
+
+
+def choose_writer(reader: str, wanted: str, remote_target: bool, local_master: bool) -> str:
+    """driver: collect each range and insert from this process. executors: Spark tasks insert their own
+    partitions (server targets only). clickhouse: ClickHouse reads the range itself (--reader clickhouse).
+    auto: executors on a cluster with a server target, driver otherwise."""
+    if reader == "clickhouse":
+        if wanted == "executors":
+            raise ConfigError(
+                "--reader clickhouse has ClickHouse read and insert the changes itself, so Spark tasks have "
+                "nothing to write: drop --writer executors, or use --reader spark."
+            )
+        return "clickhouse"
+    if wanted == "executors" and not remote_target:
+        raise ConfigError(
+            "--writer executors needs a ClickHouse server target: the embedded engine lives inside this "
+            "process, out of the Spark tasks' reach. Use --writer driver (the default for embedded) or an "
+            "http(s):// --clickhouse."
+        )
+    if wanted == "auto":
+        return "executors" if remote_target and not local_master else "driver"
+    return wanted
+
+
+# Reader features (Delta protocol names) that ClickHouse's Delta reader (delta-kernel-rs, in chdb 26.9) reads;
+# a table with any other reader feature is refused. Data features in this list that it reads wrongly get a
+# rule of their own in unsupported_by_clickhouse_reader. Log features need none: v2 checkpoints with sidecars,
+# classic multi-part checkpoints, log compaction files, in-commit timestamps (its _commit_timestamp is the
+# in-commit timestamp) and early commits removed after a checkpoint each replicate equal to Delta
+# (tests/test_table_history.py).
+CLICKHOUSE_READER_FEATURES = frozenset(
+    {
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+        "timestampNtz",
+        "deletionVectors",
+        "columnMapping",
+        "typeWidening",
+        "typeWidening-preview",
+        "variantType",
+        "variantType-preview",
+    }
+)
+
+
+def unsupported_by_clickhouse_reader(
+    protocol: Mapping, properties: Mapping[str, str], schema_json: dict | None = None
+) -> list[str]:
+    """The features of a Delta table that `--reader clickhouse` cannot read correctly, in user words (empty:
+    it reads the table). `protocol`: minReaderVersion, readerFeatures...; `properties`: the table properties;
+    `schema_json`: the Spark JSON schema. Pure: the caller reads the latest version's.
+
+    Measured with chdb 26.9 (delta-kernel-rs), table data and change data feed alike: any reader feature
+    outside CLICKHOUSE_READER_FEATURES is refused by name; deletion vectors, column mapping (name and id),
+    type widening, row tracking, liquid clustering and TIMESTAMP_NTZ are read right
+    (tests/test_table_features.py pins each); a VARIANT column is refused ("Unsupported Variant data
+    type"), at any depth."""
+    found = [
+        f"table feature {f}"
+        for f in sorted(set(protocol.get("readerFeatures") or ()))
+        if f not in CLICKHOUSE_READER_FEATURES
+    ]
+    fields = schema.user_fields(schema_json) if schema_json else []
+    variants = [f["name"] for f in fields if schema.contains_type(f["type"], "variant")]
+    if variants:
+        found.append(f"VARIANT columns ({', '.join(variants)})")
+    return found
+
+
+def clickhouse_reader_error(
+    uri: str, features: list[str], outcome: str = "nothing was written"
+) -> ConfigError:
+    """The refusal of --reader clickhouse for a table with `features` (unsupported_by_clickhouse_reader)."""
+    return ConfigError(
+        f"{uri} uses {' and '.join(features)}, which ClickHouse's Delta reader (--reader clickhouse) cannot "
+        f"read, so {outcome}. Replicate this table with --reader spark (the default), which reads every "
+        f"table feature Spark reads."
+    )
+
+
+def describe(commit: Commit) -> str:
+    """A commit as a user would name it: the operation and, for schema changes, its columns."""
+    p = commit.parameters
+    if commit.operation == "RENAME COLUMN":
+        return f"RENAME COLUMN {p.get('oldColumnPath')} TO {p.get('newColumnPath')}"
+    for key in ("columns", "column"):
+        if p.get(key):
+            return f"{commit.operation} {summarise(str(p[key]), 200)}"
+    return commit.operation
+
+
+def log_gap_error(missing: list[int], uri: str, primary_key: tuple[str, ...], target: str) -> SourceError:
+    return SourceError(
+        f"Versions {missing[0]}..{missing[-1]} of {uri} are no longer in the Delta log "
+        f"(log retention removed them), so their changes cannot be replayed. Resync with `cdc2ch snapshot "
+        f"--table {uri} --primary-key {','.join(primary_key)} --target "
+        f"{target} --reset`, then `cdc2ch run` continues after the snapshot."
+    )
+
+
+def cdf_gap_error(since: int, start: int, uri: str, primary_key: tuple[str, ...], target: str) -> SourceError:
+    return SourceError(
+        f"The Change Data Feed of {uri} was enabled at version {since}; versions before it have no "
+        f"change data, so replication cannot start at {start}. Load the table first with "
+        f"`cdc2ch snapshot --table {uri} --primary-key {','.join(primary_key)} --target {target} "
+        f"--version {since}` (or a later version); `cdc2ch run` then continues after the snapshot."
+    )
+
+
+def cdf_disabled_error(uri: str) -> SourceError:
+    return SourceError(
+        f"The Change Data Feed is not enabled on {uri}. Enable it with ALTER TABLE delta.`{uri}` "
+        f"SET TBLPROPERTIES (delta.enableChangeDataFeed = true); changes are recorded from the next "
+        f"version on, so load the table first with `cdc2ch snapshot` and let `cdc2ch run` continue."
+    )
+
+
+def repointed(
+    base: PipelineState | None,
+    pipeline: str,
+    uri: str,
+    target: str,
+    version: int,
+    rows: int = 0,
+    location: str = "",
+    table_id: str = "",
+) -> PipelineState:
+    """The state of a pipeline (re)pointed at `version`: a new pipeline, a --reset, or a snapshot handing
+    over. Keeps the rows written so far and a stamp newer than the last saved one."""
+    return PipelineState(
+        pipeline,
+        uri,
+        target,
+        version,
+        version,
+        (base.rows_written if base else 0) + rows,
+        base.updated_at if base else PipelineState.epoch(),
+        location,
+        table_id,
+    ).advanced(version, 0)

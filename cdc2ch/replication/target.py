@@ -1,0 +1,42 @@
+"""A pipeline's ports on a ClickHouse target: offsets, claim, target table and writers, all through one
+clickhouse-connect client (`Sink`)."""
+
+from __future__ import annotations
+
+import threading
+
+from cdc2ch.base.log import get_logger
+from cdc2ch.clickhouse.ddl import TargetTables
+from cdc2ch.clickhouse.lock import PipelineLock
+from cdc2ch.clickhouse.state import StateStore
+from cdc2ch.clickhouse.transport import Sink
+from cdc2ch.model.config import RunConfig
+from cdc2ch.replication.metrics import PipelineMetrics
+from cdc2ch.replication.ports import Ports
+from cdc2ch.replication.snapshot import Snapshotter
+from cdc2ch.replication.writers import Destination
+from cdc2ch.replication.writers.driver import DriverWriter
+from cdc2ch.replication.writers.executors import ExecutorWriter
+from cdc2ch.replication.writers.pushdown import PushdownWriter
+
+log = get_logger("cdc2ch.pipeline")
+
+
+def clickhouse_ports(
+    cfg: RunConfig, source, sink: Sink, stop: threading.Event, metrics: PipelineMetrics
+) -> Ports:
+    tables = TargetTables(sink, cfg.target, cfg.design)
+    to = Destination(cfg, sink, tables.table_sql, stop, metrics, log.bind(pipeline=cfg.pipeline))
+    writers = {"clickhouse": PushdownWriter, "executors": ExecutorWriter, "driver": DriverWriter}
+
+    return Ports(
+        store=StateStore(sink, cfg.target.database),
+        lock=PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl),
+        tables=tables,
+        writer=lambda kind: writers[kind](to),
+        load_snapshot=lambda side, version, comment: Snapshotter(side, source, sink, stop).load(
+            version, comment=comment
+        ),
+        remote_target=sink.task_client is not None,
+        local_master=source.spark.sparkContext.master.startswith("local"),
+    )
