@@ -83,7 +83,9 @@ def connect(dsn: str, retries: int, create: bool = True, via_service: bool = Fal
             code=codes.error_code(exc),
         ) from exc
     _write_holder(path)
-    return Sink(client, f"chdb://{path}", retries, reads_files=_from_root)
+    # More clients of the same engine open at once (calls of pipelines that run side by side overlap).
+    opener = lambda: clickhouse_connect.get_client(dsn=f"chdb://{path}")  # noqa: E731
+    return Sink(client, f"chdb://{path}", retries, reads_files=_from_root, opener=opener)
 
 
 # Why the engine refused to start cannot be told by an error code: clickhouse-connect raises a

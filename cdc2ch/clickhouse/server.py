@@ -130,4 +130,11 @@ def connect(
             f"host, port and network, and that the server is running; nothing was written.",
             code=code,
         ) from exc
-    return Sink(client, display, retries, task_client=kwargs, placement=placement)
+    return Sink(
+        client,
+        display,
+        retries,
+        task_client=kwargs,
+        placement=placement,
+        opener=lambda: clickhouse_connect.get_client(**kwargs),
+    )

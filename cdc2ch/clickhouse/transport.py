@@ -9,7 +9,6 @@ cdc2ch writes are defined in `ddl`, `state` and `lock`.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
@@ -21,6 +20,7 @@ from cdc2ch.base import retry
 from cdc2ch.base.errors import SinkError, summarise
 from cdc2ch.base.log import get_logger
 from cdc2ch.clickhouse import codes
+from cdc2ch.clickhouse.clients import Clients
 from cdc2ch.clickhouse.placement import OneServer
 from cdc2ch.model.config import TargetName
 
@@ -49,8 +49,11 @@ class Sink:
         task_client: dict | None = None,
         wait_base: float = 0.5,
         placement: OneServer | None = None,
+        opener: Callable[[], Any] | None = None,
     ):
-        self.client = client
+        # Each call leases a client: threads (pipelines run side by side, lock heartbeats) never share one
+        # mid-call, and with `opener` their calls overlap (widen() sets how many at once).
+        self.clients = Clients(client, opener)
         self.placement = placement or OneServer()  # one server, or a cluster's nodes (placement.py)
         # clickhouse_connect.get_client arguments for Spark tasks to open their own connection (servers only;
         # holds the password, so it is never logged)
@@ -62,16 +65,17 @@ class Sink:
         self._wait_base = wait_base
         password = (task_client or {}).get("password")
         self._secrets = (password,) if password else ()
-        # The lock heartbeat shares the client with the main loop; one call at a time keeps any
-        # client (the embedded engine included) safe.
-        self._lock = threading.Lock()
+
+    def widen(self, calls: int) -> None:
+        """Let up to `calls` calls run at once (each on a client of its own, opened when first needed)."""
+        self.clients.widen(calls)
 
     # -- plumbing -------------------------------------------------------------------------------
-    def _locked(self, fn: Callable[[], T]) -> T:
-        with self._lock:
-            return fn()
+    def _leased(self, fn: Callable[[Any], T]) -> T:
+        with self.clients.lease() as client:
+            return fn(client)
 
-    def _call(self, what: str, fn: Callable[[], T], replicating: bool = True) -> T:
+    def _call(self, what: str, fn: Callable[[Any], T], replicating: bool = True) -> T:
         """Run one client call: retried while it fails transiently, then any ClickHouse error as a SinkError.
         `replicating`: the call is part of replication, whose offset the advice then speaks of."""
 
@@ -80,7 +84,7 @@ class Sink:
 
         try:
             return retry.call(
-                lambda: self._locked(fn),
+                lambda: self._leased(fn),
                 self._retries,
                 codes.is_transient,
                 on_retry,
@@ -118,7 +122,7 @@ class Sink:
         return summarise(text, MAX_DETAIL).rstrip(".")
 
     def close(self) -> None:
-        self.client.close()
+        self.clients.close()
 
     def __enter__(self) -> "Sink":
         return self
@@ -128,7 +132,7 @@ class Sink:
 
     # -- statements -----------------------------------------------------------------------------
     def command(self, sql: str, what: str = "run a statement", settings: dict | None = None) -> Any:
-        return self._call(what, lambda: self.client.command(sql, settings=settings))
+        return self._call(what, lambda c: c.command(sql, settings=settings))
 
     def query_rows(
         self,
@@ -137,17 +141,15 @@ class Sink:
         what: str = "run a query",
         settings: dict | None = None,
     ) -> list[tuple]:
-        return self._call(
-            what, lambda: self.client.query(sql, parameters=parameters, settings=settings).result_rows
-        )
+        return self._call(what, lambda c: c.query(sql, parameters=parameters, settings=settings).result_rows)
 
     def query_arrow(self, sql: str, what: str = "run a query", settings: dict | None = None) -> pa.Table:
-        return self._call(what, lambda: self.client.query_arrow(sql, settings=settings))
+        return self._call(what, lambda c: c.query_arrow(sql, settings=settings))
 
     def raw_query(self, sql: str, fmt: str | None) -> bytes:
         """Run a user's statement as it is and return ClickHouse's own rendering of the result (in `fmt`,
         unless None: then the statement's own FORMAT clause, or none)."""
-        return self._call("run the query", lambda: self.client.raw_query(sql, fmt=fmt), replicating=False)
+        return self._call("run the query", lambda c: c.raw_query(sql, fmt=fmt), replicating=False)
 
     def insert_arrow(self, table_sql: str, data: pa.Table, token: str | None = None) -> int:
         """Insert Arrow rows into a quoted table name. A replay with the same token is dropped by
@@ -157,9 +159,7 @@ class Sink:
             if token
             else {"insert_deduplicate": 0}
         )
-        self._call(
-            f"insert into {table_sql}", lambda: self.client.insert_arrow(table_sql, data, settings=settings)
-        )
+        self._call(f"insert into {table_sql}", lambda c: c.insert_arrow(table_sql, data, settings=settings))
         return data.num_rows
 
     def row_count(self, table_sql: str) -> int:

@@ -153,20 +153,32 @@ def run_pipelines(
     """One ClickHouse connection and one Spark session for all pipelines; see runner.Runner. With a config
     file a failing pipeline is one failure among others (`--once` then exits 1 with a summary)."""
     from cdc2ch.fleet.runner import Runner
+    from cdc2ch.fleet.scheduler import pool_size
     from cdc2ch.replication.metrics import Metrics
     from cdc2ch.source.spark import session
 
     isolate = process.config_path is not None or discover is not None  # one table's failure stops no other
     first = configs[0]
     metrics = Metrics()
+    workers = pool_size(process.max_parallel, first.spark.master, len(configs), discover is not None)
     # A pipeline of a config that another runner holds is one failing pipeline, not a refusal of all.
     with _target(first, max(c.retries for c in configs), check_lock=not isolate) as sink, _serving(process):
+        sink.widen(workers + 1)  # the pipelines' calls overlap; one more for claims' heartbeats
         if process.metrics_port is not None:
             metrics.serve(process.metrics_port)
         try:
             spark = None if stop.is_set() else session(first.spark)  # stopped already: no Spark needed
             runner = Runner(
-                configs, spark, sink, stop, metrics, isolate, discover, process.discover_interval, skipped
+                configs,
+                spark,
+                sink,
+                stop,
+                metrics,
+                isolate,
+                discover,
+                process.discover_interval,
+                skipped,
+                workers,
             )
             failed = runner.run()
         finally:

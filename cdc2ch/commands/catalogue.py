@@ -162,6 +162,11 @@ CATALOGUE: tuple[Option, ...] = (
            help="With a pattern in --table, seconds between listings of the tables it matches while running: "
            "new tables get their pipeline (initial load included), tables gone are let go of (their targets "
            "stay)."),
+    Option("max-parallel", RUN, PROCESS, type=click.IntRange(min=1), metavar="N",
+           help="With several pipelines (a config file or a --table pattern), how many replicate at once, "
+           "side by side on the one Spark session (each in a FAIR scheduler pool of its own) and the one "
+           "ClickHouse target. Default: the cores Spark runs on locally (at least 2). Long loads never take "
+           "every one of them, so a small table's change waits for a free one, not for the loads."),
     # -- how each pipeline replicates
     Option("on-schema-change", RUN, PIPELINE, choices=SCHEMA_CHANGES, default=_DEFAULT["on_schema_change"],
            show_default=True,

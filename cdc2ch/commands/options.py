@@ -139,6 +139,7 @@ def process_options(values: Mapping[str, Any]) -> ProcessOptions:
         spark=_spark(values),
         cluster=values.get("cluster"),
         discover_interval=values.get("discover_interval") or 300.0,
+        max_parallel=values.get("max_parallel"),
         config_path=values.get("config_path"),
         metrics_port=values.get("metrics_port"),
         serve=ServeOptions(

@@ -1,6 +1,6 @@
-"""Pipelines in one process: one Spark session and one ClickHouse connection shared, each pipeline with its
-own offset, claim and health record. Pipelines take turns on one thread (the session and the embedded
-engine are shared); a failing one is reported and retried with growing pauses while the others go on.
+"""Pipelines in one process: one Spark session and one ClickHouse target shared, each pipeline with its own
+offset, claim and health record. Pipelines run side by side on a bounded pool of workers (scheduler.py
+decides which runs when); a failing one is reported and retried with growing pauses while the others go on.
 With a `discover` function (the --table patterns listed again), a service adds the pipelines of new tables
 every `discover_interval` seconds and lets go of those whose table is gone (their targets stay).
 """
@@ -10,17 +10,21 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
 
 from cdc2ch.base.errors import Cdc2chError, SinkError, jvm_stopped, summarise
 from cdc2ch.base.log import get_logger
 from cdc2ch.clickhouse.state import Health, HealthStore, VerifyStore
 from cdc2ch.clickhouse.transport import Sink
+from cdc2ch.fleet.scheduler import NEVER, Schedule
 from cdc2ch.model.config import RunConfig
 from cdc2ch.replication.metrics import Metrics, PipelineMetrics, error_kind
 from cdc2ch.replication.pipeline import Replicator
 from cdc2ch.source import open_source
+from cdc2ch.source.threads import cancel_jobs, jobs_of
 
 log = get_logger("cdc2ch.runner")
 
@@ -38,6 +42,7 @@ class Slot:
     retry_at: float = 0.0
     saved_at: float = float("-inf")
     error: BaseException | None = None  # the last attempt's failure, None after a success
+    gone: bool = False  # its table is gone: let go of once its running turn ends
 
 
 def backoff(poll_interval: float, failures: int) -> float:
@@ -46,8 +51,9 @@ def backoff(poll_interval: float, failures: int) -> float:
 
 
 class Runner:
-    """Drives pipelines until stopped (or once each with --once). With `isolate`, a failure is recorded
-    and retried; without it (a single pipeline from flags) it is recorded and raised."""
+    """Drives pipelines until stopped (or once each with --once), up to `workers` at a time. With
+    `isolate`, a failure is recorded and retried; without it (a single pipeline from flags) it is recorded
+    and raised, and the pipeline runs on the calling thread."""
 
     def __init__(
         self,
@@ -60,6 +66,7 @@ class Runner:
         discover: Callable[[], tuple[list[RunConfig], list]] | None = None,
         discover_interval: float = 300.0,
         skipped: list | None = None,
+        workers: int = 1,
     ):
         self.configs = configs
         self.metrics = metrics
@@ -71,9 +78,13 @@ class Runner:
         self.isolate = isolate
         self.once = configs[0].once
         self.poll_interval = configs[0].poll_interval
+        self.schedule = Schedule(workers if isolate else 1)
         self._stores: dict[str, HealthStore] = {}
+        self._stores_lock = threading.Lock()
+        self._warm = threading.Lock()
         self._warmed = self.once  # a --once run has no first change to speed up
-        self.slots = self._slots(configs)
+        self.slots: list[Slot] = []
+        self._add(self._slots(configs))
         self._skipped: dict[str, str] = {}  # pipeline -> the reason recorded for it
         self._report_skipped(skipped or [])
 
@@ -90,23 +101,36 @@ class Runner:
             for c in configs
         ]
 
+    def _add(self, slots: list[Slot]) -> None:
+        for slot in slots:
+            self.slots.append(slot)
+            self.schedule.add(slot.cfg.pipeline)
+
     def run(self) -> list[Slot]:
         """Returns the pipelines whose last attempt failed."""
+        schedule = self.schedule
+        pool = None
+        if schedule.workers > 1:
+            pool = ThreadPoolExecutor(schedule.workers, thread_name_prefix="cdc2ch-pipeline")
+        by_name = {s.cfg.pipeline: s for s in self.slots}
         try:
             while not self.stop.is_set():
-                progressed = False
-                for slot in self.slots:
-                    if self.stop.is_set():
-                        break
-                    if slot.retry_at <= time.monotonic():
-                        progressed |= self._attempt(slot)
-                if self.once:
+                while not self.stop.is_set() and (name := schedule.take()) is not None:
+                    slot = by_name.get(name) or next(s for s in self.slots if s.cfg.pipeline == name)
+                    by_name[name] = slot
+                    if pool is None:
+                        self._turn(slot)  # on this thread: a single pipeline's failure is raised here
+                    else:
+                        pool.submit(self._turn, slot)
+                if self.once and schedule.running() == 0 and schedule.next_due() == NEVER:
                     break
                 if self.discover is not None and time.monotonic() >= self._discover_at:
                     self._rediscover()
-                if not progressed:  # nothing new anywhere: wait; else look again at once
-                    self.stop.wait(self._pause())
+                with schedule.cond:  # a turn ending wakes this thread up early
+                    schedule.cond.wait(self._pause())
         finally:
+            if pool is not None:
+                pool.shutdown(wait=True)  # a running turn ends after its batch (the stop is set)
             for slot in self.slots:
                 if slot.job is not None:
                     slot.job.close()
@@ -115,10 +139,33 @@ class Runner:
         return [s for s in self.slots if s.error is not None]
 
     def _pause(self) -> float:
-        waits = [self.poll_interval] + [s.retry_at - time.monotonic() for s in self.slots if s.error]
+        waits = [self.schedule.next_due(), self.poll_interval]
         if self.discover is not None:
             waits.append(self._discover_at - time.monotonic())
         return max(min(waits), 0.05)
+
+    def _turn(self, slot: Slot) -> None:
+        """One attempt of one pipeline, then its next turn scheduled: at once while it has more to do, after
+        the poll interval when it had nothing new, at its retry time after a failure."""
+        name, started = slot.cfg.pipeline, time.monotonic()
+        gave_way = progressed = False
+        try:
+            with jobs_of(self.spark if self.schedule.workers > 1 else None, name):
+                progressed = self._attempt(slot)
+            gave_way = slot.job is not None and slot.job.gave_way
+        finally:
+            if self.once:
+                due = NEVER
+            elif slot.error is not None:
+                due = slot.retry_at
+            elif gave_way or progressed:
+                due = time.monotonic()  # more to do, or something new may have come meanwhile
+            else:
+                due = started + self.poll_interval
+            self.schedule.end(name, due, heavy=True if gave_way else None)
+            if slot.gone and slot.job is not None:
+                slot.job.close()
+                slot.job = None
 
     def _rediscover(self) -> None:
         """List the patterns again: pipelines for new tables, none for tables gone (a listing that fails
@@ -136,26 +183,32 @@ class Runner:
             log.warning(
                 "table_gone", pipeline=slot.cfg.pipeline, table=slot.cfg.table, target=str(slot.cfg.target)
             )
-            if slot.job is not None:
+            slot.gone = True
+            if self.schedule.is_running(slot.cfg.pipeline):
+                cancel_jobs(self.spark, slot.cfg.pipeline)  # its turn ends; _turn lets the job go
+            elif slot.job is not None:
                 slot.job.close()
+                slot.job = None
+            self.schedule.remove(slot.cfg.pipeline)
             self.slots.remove(slot)
         new = self._slots([c for c in wanted if c.pipeline not in have])
         for slot in new:
             log.info("table_discovered", pipeline=slot.cfg.pipeline, table=slot.cfg.table)
-        self.slots += new
+        self._add(new)
 
     def _attempt(self, slot: Slot) -> bool:
         job = slot.job
+        progressed = False
         try:
             if job is None:
                 job = Replicator(
                     slot.cfg, open_source(self.spark, slot.cfg.table), self.sink, self.stop, slot.metrics
                 )
+                if not self.once:
+                    job.turn_over = partial(self.schedule.should_give_way, slot.cfg.pipeline)
                 job.start()
                 slot.job = job
-                if not self._warmed:
-                    job.warm_up()  # the JVM's first read is slow; pay it before the first change arrives
-                    self._warmed = True
+                self._warm_up(job)
             progressed = job.step()
         except Exception as raised:
             exc = jvm_stopped(raised) or raised  # a JVM gone mid-call: the paragraph, not a traceback
@@ -174,6 +227,14 @@ class Runner:
             return False
         self._succeeded(slot)
         return progressed
+
+    def _warm_up(self, job: Replicator) -> None:
+        """The JVM's first read is slow: the first pipeline pays it before the first change arrives."""
+        with self._warm:
+            if self._warmed:
+                return
+            self._warmed = True
+        job.warm_up()
 
     def _report_skipped(self, skipped: list) -> None:
         """Tables a pattern skips (discovery.Skipped), for `status` as failing pipelines with the reason, once
@@ -218,11 +279,12 @@ class Runner:
 
     def _health_store(self, database: str) -> HealthStore:
         """The database's health store, its table created on first use."""
-        if database not in self._stores:
-            store = HealthStore(self.sink, database)
-            store.ensure()
-            self._stores[database] = store
-        return self._stores[database]
+        with self._stores_lock:
+            if database not in self._stores:
+                store = HealthStore(self.sink, database)
+                store.ensure()
+                self._stores[database] = store
+            return self._stores[database]
 
     def _save(self, slot: Slot) -> None:
         """Best effort: when ClickHouse itself is what fails, the log line is the report."""

@@ -216,6 +216,7 @@ class ProcessOptions:
     spark: SparkSettings = field(default_factory=SparkSettings)
     cluster: str | None = None
     discover_interval: float = 300.0
+    max_parallel: int | None = None  # None: parallel_default()
     config_path: str | None = None
     metrics_port: int | None = None
     serve: ServeOptions | None = None

@@ -9,6 +9,7 @@ writer, how to cut ranges) are pure functions in plan.py; the ports are in ports
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cdc2ch.base.errors import StateError
@@ -67,6 +68,10 @@ class Replicator:
         # Whether this runner holds the pipeline and its offset is recorded. A new pipeline claims itself
         # only once its first range is read and checked: refused input leaves no table and no offset.
         self.claimed = False
+        # Asked between two ranges of a long catch-up: end this step there and let other pipelines run
+        # (the runner asks its schedule); `gave_way` says the last step ended so, with work left.
+        self.turn_over: Callable[[], bool] = lambda: False
+        self.gave_way = False
         self.resync = Resync(
             cfg, self.source, self.ports.tables, self.ports.store, self.ports.load_snapshot, self.log
         )
@@ -200,16 +205,21 @@ class Replicator:
             total = sum(c.estimated_rows for c in commits)
             progress = Progress(f"catch-up {cfg.pipeline}", total, len(ranges), unit="range")
         broken = None
+        self.gave_way = False
         with ReadAhead(self.source.changes, cfg.immutable_keys, self.writer.collects) as reads:
             for i, (s, e) in enumerate(ranges):
-                if self.stop.is_set():
+                if self.stop.is_set() or self.gave_way:
                     break
                 changes = reads.open(s, e)
                 if self.writer.kind == "clickhouse":
                     check_range_for_clickhouse(self.source.uri, changes, state)
                 if not self.claimed:
                     self.writer.check(changes)  # a new pipeline writes nothing before its rows are checked
-                if plan.reads_ahead(estimates, i, max_rows):  # meanwhile: the DDL, the claim, the write
+                # decided before the next range is read ahead: a range read for nothing would be wasted
+                self.gave_way = i + 1 < len(ranges) and self.turn_over()
+                if not self.gave_way and plan.reads_ahead(
+                    estimates, i, max_rows
+                ):  # meanwhile: DDL, claim, write
                     reads.read(*ranges[i + 1])
                 if not self.claimed:  # the DDL before the claim: a table ClickHouse refuses leaves no offset
                     self.ports.lock.check()  # (and one another runner holds gets no DDL either)

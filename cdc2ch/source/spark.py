@@ -27,6 +27,9 @@ DELTA_CONF = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.showConsoleProgress": "false",
+    # Pipelines of one process run side by side, each in a pool of its own (source/threads.py): FAIR shares
+    # the executors between the pools, where FIFO would let one table's load hold every core.
+    "spark.scheduler.mode": "FAIR",
 }
 # Sensible for one machine; every key can be overridden with --spark-conf.
 LOCAL_CONF = {

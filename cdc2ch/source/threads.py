@@ -1,6 +1,10 @@
-"""Spark reads on threads other than the one that planned them (the loop reads the next range ahead)."""
+"""Spark jobs and threads: reads on threads other than the one that planned them (the loop reads the next
+range ahead), and each pipeline's jobs in a group and a scheduler pool of their own."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 def on_other_threads(fn):
@@ -21,3 +25,32 @@ def on_other_threads(fn):
         return fn(*args, **kwargs)
 
     return run
+
+
+def _group(name: str) -> str:
+    return f"cdc2ch:{name}"
+
+
+@contextmanager
+def jobs_of(spark, name: str) -> Iterator[None]:
+    """Spark jobs this thread starts inside the block belong to pipeline `name`: its job group (so that
+    cancel_jobs stops them and no other pipeline's) and its FAIR scheduler pool (each pipeline an equal share
+    of the executors, whatever another one asks for). Without a session: nothing to do."""
+    sc = getattr(spark, "sparkContext", None)
+    if sc is None:
+        yield
+        return
+    sc.setJobGroup(_group(name), f"cdc2ch pipeline {name}", interruptOnCancel=True)
+    sc.setLocalProperty("spark.scheduler.pool", name)
+    try:
+        yield
+    finally:
+        sc.setLocalProperty("spark.scheduler.pool", None)
+        sc._jsc.clearJobGroup()
+
+
+def cancel_jobs(spark, name: str) -> None:
+    """Cancel the Spark jobs of pipeline `name` that are running, and only those."""
+    sc = getattr(spark, "sparkContext", None)
+    if sc is not None:
+        sc.cancelJobGroup(_group(name))

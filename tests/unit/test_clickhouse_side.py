@@ -213,7 +213,7 @@ def test_insert_settings_and_long_messages_are_cut():
     assert "xyz " * 99 + "xyz…" in str(err.value) and "xyz " * 101 not in str(err.value)
     with sink_on(client) as s:
         pass
-    assert s.client.closed
+    assert client.closed and s.clients.count == 0
 
 
 # -- DSNs ----------------------------------------------------------------------------------------------

@@ -139,6 +139,7 @@ def test_config_file_keys_by_section():
         "clickhouse",
         "cluster",
         "discover-interval",
+        "max-parallel",
         "spark-master",
         "spark-conf",
         "log-format",
@@ -363,7 +364,7 @@ def test_run_once_sums_up_the_failed_pipelines(monkeypatch):
 
     def target(cfg, retries, check_lock):
         calls["check_lock"] = check_lock
-        return nullcontext(object())
+        return nullcontext(SimpleNamespace(widen=lambda calls: None))
 
     fakes = {
         "cdc2ch.fleet.runner": {"Runner": Runner},
