@@ -93,11 +93,17 @@ def _pipelines(invocation: Invocation):
     _start_logging(process)
     reported: set[str] = set()  # skipped tables already logged: a service lists them again and again
     configs, skipped = _expand(items, session(process.spark), reported)
-    return configs, process, skipped, lambda: _expand(items, session(process.spark), reported)
+    return (
+        configs,
+        process,
+        skipped,
+        lambda running: _expand(items, session(process.spark), reported, running),
+    )
 
 
-def _expand(items: list, spark, reported: set[str]):
-    """The pipelines of `items`, each --table pattern listed now; (pipelines, tables skipped)."""
+def _expand(items: list, spark, reported: set[str], running: frozenset[str] = frozenset()):
+    """The pipelines of `items`, each --table pattern listed now; (pipelines, tables skipped). The tables of
+    `running` pipelines are not checked again."""
     from cdc2ch.commands.options import build_config, check_unique
     from cdc2ch.fleet import discovery
     from cdc2ch.source import open_source
@@ -107,7 +113,7 @@ def _expand(items: list, spark, reported: set[str]):
         if isinstance(item, RunConfig):
             configs.append(item)
             continue
-        found = discovery.expand(item.values, spark, build_config, open_source)
+        found = discovery.expand(item.values, spark, build_config, open_source, running)
         log.info("pattern_listed", pattern=item.text, tables=len(found.configs), skipped=len(found.skipped))
         configs += found.configs
         skipped += found.skipped

@@ -5,7 +5,7 @@ through the sharing server's listings. A table that cannot be followed is skippe
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,9 +95,11 @@ def expand(
     spark: Any,
     build: Callable[[Mapping[str, Any]], RunConfig],
     open_source: Callable[[Any, str], Any],
+    running: Collection[str] = (),
 ) -> Expanded:
     """The pipelines of one pattern's option values: one per matched table that can be followed (its
-    `table`, `primary_key` and `target` filled in, then `build`), and the tables skipped with why."""
+    `table`, `primary_key` and `target` filled in, then `build`), and the tables skipped with why. The
+    pipelines named in `running` are replicating already: their tables are not opened and checked again."""
     pattern = patterns.parse_pattern(values["table"])
     matches, others = list_matches(pattern, spark)
     keys = dict(values.get("primary_keys") or ())
@@ -119,7 +121,11 @@ def expand(
     configs = []
     for match, key, target in chosen:
         cfg = build({**values, "table": match.table, "primary_key": key, "target": target, "pipeline": None})
-        reason = unfit(functools.partial(open_source, spark, match.table), cfg)
+        reason = (
+            None
+            if cfg.pipeline in running
+            else unfit(functools.partial(open_source, spark, match.table), cfg)
+        )
         if reason:
             skipped.append(Skipped(pattern.text, match.table, reason, target))
         else:

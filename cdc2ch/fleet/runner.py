@@ -63,7 +63,7 @@ class Runner:
         stop: threading.Event,
         metrics: Metrics,
         isolate: bool,
-        discover: Callable[[], tuple[list[RunConfig], list]] | None = None,
+        discover: Callable[[frozenset[str]], tuple[list[RunConfig], list]] | None = None,
         discover_interval: float = 300.0,
         skipped: list | None = None,
         workers: int = 1,
@@ -172,7 +172,7 @@ class Runner:
         changes nothing and is tried again next interval)."""
         self._discover_at = time.monotonic() + self.discover_interval
         try:
-            wanted, skipped = self.discover()
+            wanted, skipped = self.discover(frozenset(s.cfg.pipeline for s in self.slots if s.error is None))
         except Cdc2chError as exc:
             log.warning("discovery_failed", error=summarise(str(exc), 500))
             return
