@@ -9,8 +9,9 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import click
 
@@ -70,10 +71,24 @@ def stop_on_signals():
         os.close(write_end)
 
 
-def _configured(invocation: Invocation, listed=None) -> tuple[list[RunConfig], ProcessOptions]:
+@dataclass(frozen=True)
+class Listed:
+    """An invocation's pipelines, its tables listed now."""
+
+    configs: list[RunConfig]
+    process: ProcessOptions
+    skipped: list  # tables the patterns skip (discovery.Skipped)
+    # lists the pipelines again, given those already replicating (None without a pattern)
+    again: Callable[[frozenset[str]], tuple[list[RunConfig], list]] | None
+
+
+def _configured(
+    invocation: Invocation, listed: Listed | None = None
+) -> tuple[list[RunConfig], ProcessOptions]:
     """The invocation's pipelines (a pattern's tables listed now) and process options; with no pattern,
     checked before logging is set up. A pattern matching no table that can be followed is refused."""
-    configs, process, skipped, _ = listed or _pipelines(invocation)
+    listed = listed or _pipelines(invocation)
+    configs, process, skipped = listed.configs, listed.process, listed.skipped
     if not configs:
         raise ConfigError(
             f"No table to replicate: the --table pattern matched none that can be followed now "
@@ -82,22 +97,18 @@ def _configured(invocation: Invocation, listed=None) -> tuple[list[RunConfig], P
     return configs, process
 
 
-def _pipelines(invocation: Invocation):
-    """(pipelines, process options, tables skipped by the patterns, a function listing the pipelines again
-    (None without a pattern))."""
+def _pipelines(invocation: Invocation) -> Listed:
+    """The invocation's pipelines, each --table pattern listed now."""
     from cdc2ch.source.spark import session
 
     items, process = resolve(invocation, load_config(invocation))
     if all(isinstance(item, RunConfig) for item in items):
-        return items, process, [], None
+        return Listed(items, process, [], None)
     _start_logging(process)
     reported: set[str] = set()  # skipped tables already logged: a service lists them again and again
     configs, skipped = _expand(items, session(process.spark), reported)
-    return (
-        configs,
-        process,
-        skipped,
-        lambda running: _expand(items, session(process.spark), reported, running),
+    return Listed(
+        configs, process, skipped, lambda running: _expand(items, session(process.spark), reported, running)
     )
 
 
@@ -150,7 +161,7 @@ def run(invocation: Invocation) -> None:
     check_serve(process)
     _start_logging(process)
     with stop_on_signals() as stop:
-        run_pipelines(configs, process, stop, discover=listed[3], skipped=listed[2])
+        run_pipelines(configs, process, stop, discover=listed.again, skipped=listed.skipped)
 
 
 def run_pipelines(
@@ -306,7 +317,8 @@ def validate(invocation: Invocation) -> None:
     from cdc2ch.commands.validate import Finding, check
     from cdc2ch.source.spark import session
 
-    configs, process, skipped, _ = _pipelines(invocation)
+    listed = _pipelines(invocation)
+    configs, process, skipped = listed.configs, listed.process, listed.skipped
     _start_logging(process)
     findings = check(configs, lambda: session(configs[0].spark)) if configs else []
     # A table a pattern skips is no reason to refuse the others: run goes ahead without it.
