@@ -79,16 +79,17 @@ class Schedule:
 
     def should_give_way(self, name: str) -> bool:
         """Whether the running turn of `name` should end after the range in hand: it has run for QUANTUM,
-        and a due pipeline waits that no free worker can take."""
+        and a due pipeline waits that only this turn's worker can take: another heavy one (loads take turns
+        on their share of the workers), or any one when there is a single worker. Light pipelines waiting
+        for the worker heavy turns leave free are no reason: a load would only starve behind them."""
         with self.cond:
             now = self.clock()
             turn = self._turns.get(name)
             if turn is None or not turn.running or now - turn.started < QUANTUM:
                 return False
-            running = [t for t in self._turns.values() if t.running]
-            heavy_running = sum(t.heavy for t in running)
+            heavy_running = sum(t.heavy for t in self._turns.values() if t.running)
             for _, waiting in self._waiting(now):
-                if len(running) >= self.workers or (waiting.heavy and heavy_running >= self.heavy_cap):
+                if self.workers == 1 or (waiting.heavy and heavy_running >= self.heavy_cap):
                     return True
             return False
 

@@ -72,16 +72,32 @@ def test_a_turn_is_heavy_when_it_ran_a_quantum():
     assert (s._turns["a"].heavy, s._turns["b"].heavy) == (True, False)
 
 
-def test_a_long_turn_gives_way_only_to_a_pipeline_no_free_worker_can_take():
-    s, clock = schedule(2, "big", "other", "small")
-    assert [s.take(), s.take()] == ["big", "other"]
+def test_a_long_turn_gives_way_to_another_load_not_to_light_pipelines():
+    s, clock = schedule(2, "big", "big2", "small1", "small2")
+    s.end("big", clock.now, heavy=True)
+    s.end("small1", clock.now, heavy=False)
+    s.end("small2", clock.now + 1, heavy=False)
+    s.end("big2", clock.now + 5, heavy=True)
+    assert [s.take(), s.take()] == ["big", "small1"]
+    clock.now += QUANTUM
+    assert not s.should_give_way("big")  # small2 waits for the light worker, not for the load's
+    s.end("small1", clock.now + 10)
+    assert s.take() == "small2"
+    clock.now += 3
+    assert s.take() is None  # big2 is due, but heavy turns already hold their share
+    assert s.should_give_way("big")
+    s.end("big", clock.now, heavy=True)
+    assert s.take() == "big2"  # the loads take turns
+
+
+def test_on_one_worker_a_long_turn_gives_way_to_anyone():
+    s, clock = schedule(1, "big", "small")
+    assert s.take() == "big"
     assert not s.should_give_way("big")  # ran no quantum yet
     clock.now += QUANTUM
-    assert s.should_give_way("big")  # small is due, both workers busy
-    s.end("other", clock.now + 10)
-    assert not s.should_give_way("big")  # a free worker takes small
+    assert s.should_give_way("big")
+    s.end("big", clock.now)
     assert s.take() == "small"
-    assert not s.should_give_way("big")  # nothing waits
 
 
 def test_once_each_pipeline_runs_one_turn():
