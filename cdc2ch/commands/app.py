@@ -341,7 +341,9 @@ def status(invocation: Invocation) -> None:
     limit = report.parse_max_lag(max_lag) if max_lag else None
     lagging = given.get("lagging")
     select = Selection(
-        given.get("pattern"), bool(given.get("failing")), report.parse_lagging(lagging) if lagging else None
+        given.get("pattern"),
+        bool(given.get("failing")),
+        report.parse_lagging(lagging) if lagging is not None else None,
     )
     file = load_config(invocation)
     values = merge(invocation, file)[0]  # process-wide options are the same in every pipeline
