@@ -146,10 +146,11 @@ def _row(state: PipelineState | None, health: Health | None) -> dict:
     return row
 
 
-def add_lag(rows: list[dict], spark_factory, readers: int = LOG_READERS) -> None:
+def add_lag(rows: list[dict], spark_factory, readers: int | None = None) -> None:
     """Each row's latest version and lag, from its table's log, each table's once: first every log Python
-    reads, `readers` at a time; then, one by one, those only Spark (started only then) or a sharing
-    server can answer. A table that cannot be read leaves the lag unknown and says why in `error`."""
+    reads, `readers` (default LOG_READERS) at a time; then, one by one, those only Spark (started only then)
+    or a sharing server can answer. A table that cannot be read leaves the lag unknown and says why in
+    `error`."""
     tables: dict[str, list[dict]] = {}
     for row in rows:
         if row["source"]:
@@ -158,7 +159,8 @@ def add_lag(rows: list[dict], spark_factory, readers: int = LOG_READERS) -> None
     paths = [u for u in tables if is_path(u) and not is_shared(u)]
     later = [u for u in tables if u not in paths]
     if paths:
-        with ThreadPoolExecutor(min(readers, len(paths)), thread_name_prefix="cdc2ch-status") as pool:
+        readers = min(readers or LOG_READERS, len(paths))
+        with ThreadPoolExecutor(readers, thread_name_prefix="cdc2ch-status") as pool:
             done = {u: pool.submit(_python_lags, u, [_committed(r) for r in tables[u]]) for u in paths}
         for uri, future in done.items():
             try:
