@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
+from cdc2ch import api
 from cdc2ch.clickhouse.state import Health, HealthStore, StateStore, state_tables
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.commands import status
@@ -63,6 +64,8 @@ def test_three_hundred_pipelines_are_listed_filtered_and_read_in_a_few_queries(c
     few = {p for p in failing & lagging if p.startswith(f"{databases[1]}.p00") and p[-2] in "01234"}
     assert few and listed("--pattern", ops, "--failing", "--lagging", "3m") == few
     assert listed("--pattern", "*/t007") == {p for p, e in expected.items() if e.table.endswith("/t007")}
+    chosen = api.status(clickhouse=cli.dsn, pattern=mine, failing=True, lagging="3m")
+    assert {s.pipeline for s in chosen} == failing & lagging
 
     # The table lists the same pipelines; --max-lag checks those listed.
     text = cli("status", "--pattern", mine).stdout.splitlines()

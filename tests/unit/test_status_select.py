@@ -86,6 +86,14 @@ def test_bad_filters_end_the_command_with_one_paragraph(argv, message, tmp_path)
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "nowhere").exists()
 
 
+def test_the_python_api_refuses_a_bad_filter_before_opening_clickhouse(tmp_path):
+    from cdc2ch import api
+
+    with pytest.raises(ConfigError, match="--lagging 'soon' is not a duration"):
+        api.status(clickhouse=f"chdb://{tmp_path / 'nowhere'}", lagging="soon")
+    assert not (tmp_path / "nowhere").exists()
+
+
 def test_status_declares_the_filters_and_formats():
     help_text = CliRunner().invoke(main, ["status", "--help"]).stdout
     for flag in ("--pattern GLOB", "--failing", "--lagging DURATION", "--format [table|json]", "--json"):
