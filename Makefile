@@ -50,13 +50,15 @@ $(BENCH_STAMP): $(STAMP)
 	touch $(BENCH_STAMP)
 
 # cdc2ch against the delta-rs reference loop and ClickHouse's own Delta reader (W1-W3), then the snapshot
-# readers; writes bench/results.md and bench/results.png. bench-quick: the same at a tenth of the size.
+# readers; writes bench/results.md and bench/results.png; then the cost of reshape, verify, sharing and `status`
+# for 300 pipelines (goal < 2 s). bench-quick: the workloads at a tenth of the size.
 bench: $(BENCH_STAMP)
 	$(BIN)/python bench/workloads.py
 	$(BIN)/python bench/snapshot_readers.py 2000000
 	$(BIN)/python bench/reshape_cost.py 2000000
 	$(BIN)/python bench/verify_cost.py 5000000
 	$(BIN)/python bench/sharing_rate.py 1000000
+	$(BIN)/python bench/status_fleet.py 300
 
 bench-quick: $(BENCH_STAMP)
 	$(BIN)/python bench/workloads.py --quick

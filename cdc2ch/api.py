@@ -206,14 +206,27 @@ def snapshot(
         )
 
 
-def status(spark=None, *, clickhouse: str | None = None, target: str | None = None) -> list[PipelineStatus]:
-    """Every pipeline with a record in ClickHouse (or those writing `target`), as `cdc2ch status --json`.
+def status(
+    spark=None,
+    *,
+    clickhouse: str | None = None,
+    target: str | None = None,
+    pattern: str | None = None,
+    failing: bool = False,
+    lagging: str | None = None,
+) -> list[PipelineStatus]:
+    """Every pipeline with a record in ClickHouse (or those writing `target`), as `cdc2ch status --json`;
+    `pattern`, `failing` and `lagging` ("5m") select some as `--pattern`, `--failing` and `--lagging` do.
     Delta logs Python cannot reach are read through `spark` (None: the active session, if any)."""
     from cdc2ch.clickhouse.dsn import connect
     from cdc2ch.commands import status as report
+    from cdc2ch.commands.selection import Selection
 
     with api_call():
-        values = _values("status", "status", dict(clickhouse=clickhouse, target=target))
+        given = dict(clickhouse=clickhouse, target=target, pattern=pattern, failing=failing, lagging=lagging)
+        values = _values("status", "status", given)
+        seconds = report.parse_lagging(values["lagging"]) if values.get("lagging") is not None else None
+        select = Selection(values.get("pattern"), bool(values.get("failing")), seconds)
 
         def spark_factory():
             session = spark if spark is not None else _active_session()
@@ -226,7 +239,7 @@ def status(spark=None, *, clickhouse: str | None = None, target: str | None = No
 
         wanted = TargetName.parse(values["target"]) if values.get("target") else None
         with connect(values["clickhouse_dsn"], create=False, reader=True) as sink:
-            rows = report.collect(sink, spark_factory, wanted)
+            rows = report.collect(sink, spark_factory, wanted, select=select)
         names = [f.name for f in fields(PipelineStatus)]
         return [PipelineStatus(**{n: row.get(n) for n in names}) for row in rows]
 

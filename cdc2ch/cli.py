@@ -133,11 +133,11 @@ def verify(repair, as_json, **_):
 @main.command()
 @click_options("status")
 @handle_errors
-def status(target, as_json, max_lag, **_):
+def status(**_):
     """Show each pipeline's committed version, the latest Delta version, versions and seconds behind, rows
     written, last success and last error. With --config: the pipelines of that file, including any that
-    never ran."""
-    app.status(_current(), target, as_json, max_lag)
+    never ran. --pattern, --failing and --lagging narrow the list down."""
+    app.status(_current())
 
 
 @main.command()

@@ -1,6 +1,6 @@
 """What cdc2ch records about its pipelines, in ClickHouse next to the data (in the target database):
-replication offsets (`cdc2ch_state`), snapshot progress (`cdc2ch_snapshot_chunks`) and health
-(`cdc2ch_health`).
+replication offsets (`cdc2ch_state`), snapshot progress (`cdc2ch_snapshot_chunks`), health
+(`cdc2ch_health`) and the last verify (`cdc2ch_verify`).
 
 An offset is written only after every batch of its version range has landed; the ReplacingMergeTree keeps
 the row with the newest `updated_at` per pipeline.
@@ -8,6 +8,7 @@ the row with the newest `updated_at` per pipeline.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
@@ -21,6 +22,7 @@ from cdc2ch.model.offset import PipelineState, stamp_after
 STATE_TABLE = "cdc2ch_state"
 CHUNKS_TABLE = "cdc2ch_snapshot_chunks"
 HEALTH_TABLE = "cdc2ch_health"
+VERIFY_TABLE = "cdc2ch_verify"
 
 
 def _utc(ts: datetime | None) -> datetime | None:
@@ -117,19 +119,22 @@ class StateStore:
     def exists(self) -> bool:
         return self.sink.table_exists(TargetName(self.database, STATE_TABLE))
 
-    def _select(self) -> str | None:
+    def _select(self, present: Collection[str] | None = None) -> str | None:
         """The columns to read (an older table, which only a writer upgrades, lacks the added ones); None
-        when there is no state table."""
+        when there is no state table. `present`: the table's columns, when the caller has looked them up."""
         if self._columns is None:
-            present = self.sink.table_columns(TargetName(self.database, STATE_TABLE))
             if present is None:
+                present = self.sink.table_columns(TargetName(self.database, STATE_TABLE))
+            if not present:
                 return None
             added = [c if c in present else f"'' AS {c}" for c in ADDED_STATE_COLUMNS]
             self._columns = ", ".join([_COLUMNS, *added])
         return self._columns
 
-    def load_all(self) -> list[PipelineState]:
-        columns = self._select()
+    def load_all(self, present: Collection[str] | None = None) -> list[PipelineState]:
+        """Every pipeline's offset, in one query. `present`: the table's columns as `state_tables` found
+        them (then the table is not looked up again)."""
+        columns = self._select(present)
         if columns is None:
             return []
         rows = self.sink.query_rows(
@@ -193,14 +198,23 @@ def _state(row: tuple) -> PipelineState:
     )
 
 
-def databases_with_state(sink: Sink) -> list[str]:
-    """Databases holding offsets or health records of some pipeline."""
+def state_tables(sink: Sink, databases: Collection[str] | None = None) -> dict[str, dict[str, set[str]]]:
+    """{database: {table: its columns}} of the offsets, health and verify tables in `databases` (None:
+    every database), in one query: what readers of every pipeline's records need to know beforehand."""
+    parameters: dict = {"tables": [STATE_TABLE, HEALTH_TABLE, VERIFY_TABLE]}
+    where = ""
+    if databases is not None:
+        where, parameters["dbs"] = " AND database IN {dbs:Array(String)}", sorted(databases)
     rows = sink.query_rows(
-        "SELECT DISTINCT database FROM system.tables WHERE name IN ({s:String}, {h:String}) ORDER BY database",
-        {"s": STATE_TABLE, "h": HEALTH_TABLE},
+        "SELECT database, table, groupArray(name) FROM system.columns "
+        f"WHERE table IN {{tables:Array(String)}}{where} GROUP BY database, table",
+        parameters,
         what="find replication state tables",
     )
-    return [r[0] for r in rows]
+    out: dict[str, dict[str, set[str]]] = {}
+    for db, table, columns in rows:
+        out.setdefault(db, {})[table] = set(columns)
+    return dict(sorted(out.items()))
 
 
 @dataclass(frozen=True)
@@ -249,8 +263,12 @@ class HealthStore:
             self.database, HEALTH_TABLE, "create_health_table.sql", what="create the health table"
         )
 
-    def load_all(self) -> dict[str, Health]:
-        if not self.sink.table_exists(TargetName(self.database, HEALTH_TABLE)):
+    def load_all(self, exists: bool | None = None) -> dict[str, Health]:
+        """Every pipeline's health, in one query. `exists`: whether the table exists, when the caller knows
+        (None: looked up)."""
+        if exists is None:
+            exists = self.sink.table_exists(TargetName(self.database, HEALTH_TABLE))
+        if not exists:
             return {}
         names = [n for n, _ in _HEALTH_FIELDS]
         rows = self.sink.query_rows(
@@ -276,7 +294,6 @@ class HealthStore:
         )
 
 
-VERIFY_TABLE = "cdc2ch_verify"
 _VERIFY_FIELDS = [
     ("pipeline", pa.string()),
     ("version", pa.int64()),
@@ -319,8 +336,11 @@ class VerifyStore:
             pa.table({n: [values[n]] for n, _ in _VERIFY_FIELDS}, schema=pa.schema(_VERIFY_FIELDS)),
         )
 
-    def load_all(self) -> dict[str, Verified]:
-        if not self.sink.table_exists(TargetName(self.database, VERIFY_TABLE)):
+    def load_all(self, exists: bool | None = None) -> dict[str, Verified]:
+        """Every pipeline's last verify, in one query. `exists` as HealthStore.load_all's."""
+        if exists is None:
+            exists = self.sink.table_exists(TargetName(self.database, VERIFY_TABLE))
+        if not exists:
             return {}
         rows = self.sink.query_rows(
             f"SELECT pipeline, version, ok, summary, finished_at FROM {self._table} FINAL",

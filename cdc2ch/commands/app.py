@@ -357,16 +357,26 @@ def verify(invocation: Invocation, repair: bool, as_json: bool) -> None:
         sys.exit(1)
 
 
-def status(invocation: Invocation, target: str | None, as_json: bool, max_lag: str | None) -> None:
-    """`cdc2ch status`: a table (or JSON) of the pipelines; exit 2 when one is behind by more than
-    `max_lag`."""
+def status(invocation: Invocation) -> None:
+    """`cdc2ch status`: a table (or JSON) of the pipelines the filters keep; exit 2 when one of them is
+    behind by more than --max-lag."""
     from cdc2ch.clickhouse.dsn import connect
     from cdc2ch.commands import status as report
+    from cdc2ch.commands.selection import Selection
     from cdc2ch.source.spark import session
 
+    given = invocation.values
+    as_json = _status_format(invocation)
+    max_lag, target = given.get("max_lag"), given.get("target")
+    limit = report.parse_max_lag(max_lag) if max_lag else None
+    lagging = given.get("lagging")
+    select = Selection(
+        given.get("pattern"),
+        bool(given.get("failing")),
+        report.parse_lagging(lagging) if lagging is not None else None,
+    )
     file = load_config(invocation)
     values = merge(invocation, file)[0]  # process-wide options are the same in every pipeline
-    limit = report.parse_max_lag(max_lag) if max_lag else None
     process = process_options(values)
     _start_logging(process)
     with connect(process.clickhouse_dsn, create=False, reader=True) as sink:
@@ -375,12 +385,22 @@ def status(invocation: Invocation, target: str | None, as_json: bool, max_lag: s
             lambda: session(process.spark),
             TargetName.parse(target) if target else None,
             file.pipeline_ids() if file else None,
+            select,
         )
-    click.echo(json.dumps(rows, indent=2) if as_json else report.render_table(rows))
+    empty = f"No pipelines match {select.describe()}." if select else "No pipelines found."
+    click.echo(json.dumps(rows, indent=2) if as_json else report.render_table(rows, empty))
     behind = [r for r in rows if report.over_limit(r, *limit)] if limit else []
     if behind:
         click.echo(f"cdc2ch: {report.behind_message(behind, max_lag)}", err=True)
         sys.exit(2)
+
+
+def _status_format(invocation: Invocation) -> bool:
+    """Whether status prints JSON: --format json, or --json (its older spelling)."""
+    fmt, as_json = invocation.values.get("fmt") or "table", bool(invocation.values.get("as_json"))
+    if as_json and fmt == "table" and "fmt" in invocation.explicit:
+        raise ConfigError("--json asks for --format json, but --format table is given too. Give one of them.")
+    return as_json or fmt == "json"
 
 
 def compact(

@@ -109,12 +109,23 @@ class Option:
 CATALOGUE: tuple[Option, ...] = (
     # -- options of a single command
     Option("target", {"status"}, COMMAND, help="Only the pipelines writing to this database.table."),
-    Option("json", {"status"}, COMMAND, param="as_json", flag=True,
-           help="Print JSON (one object per pipeline) instead of a table."),
+    Option("pattern", {"status"}, COMMAND, metavar="GLOB",
+           help="Only the pipelines whose name, target (database.table) or Delta table matches this glob "
+           "(*, ?, [abc]; case-sensitive): 'sales.*', '*orders*', '/lake/eu/*'."),
+    Option("failing", {"status"}, COMMAND, flag=True,
+           help="Only the pipelines whose last attempt failed, tables a --table pattern skipped included."),
+    Option("lagging", {"status"}, COMMAND, metavar="DURATION",
+           help="Only the pipelines behind by more than this (30s, 5m, 2h, 1d) between the latest Delta commit "
+           "and the last replicated one, or versions behind with no commit time to compare."),
+    Option("format", {"status"}, COMMAND, param="fmt", choices=("table", "json"), default="table",
+           show_default=True, env="CDC2CH_STATUS_FORMAT",
+           help="table: aligned columns for a terminal; json: one object per pipeline, with every field."),
+    Option("json", {"status"}, COMMAND, param="as_json", flag=True, help="The same as --format json."),
     Option("max-lag", {"status"}, COMMAND,
-           help="Exit with code 2 when any pipeline is behind by more than this: a number of versions (10) "
-           "or a time between the latest Delta commit and the last replicated one (90s, 15m, 2h, 1d); stderr "
-           "names those behind. A pipeline whose table cannot be read counts as behind. For monitoring checks."),
+           help="Exit with code 2 when any pipeline listed is behind by more than this: a number of versions "
+           "(10) or a time between the latest Delta commit and the last replicated one (90s, 15m, 2h, 1d); "
+           "stderr names those behind. A pipeline whose table cannot be read counts as behind. For monitoring "
+           "checks (with --pattern, of those pipelines)."),
     Option("repair", {"verify"}, COMMAND, flag=True,
            help="Re-send the keys found different as of the committed version (rows, or tombstones for keys "
            "Delta does not have), versioned so later changes still win; then verify again. Safe while `run` "

@@ -1,26 +1,39 @@
-"""Per-pipeline replication status: stored offsets and health next to the Delta tables' latest versions."""
+"""Per-pipeline replication status: stored offsets and health next to the Delta tables' latest versions.
+
+Built to answer for hundreds of pipelines at once: each of cdc2ch's record tables is read with one query per
+database (whatever the number of pipelines), and each Delta table's log once, several at a time, probing a
+few of its files rather than reading it whole.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
-from cdc2ch.base.errors import Cdc2chError, ConfigError, summarise
+from cdc2ch.base.errors import Cdc2chError, ConfigError, SourceError, summarise
 from cdc2ch.base.log import get_logger
 from cdc2ch.clickhouse.state import (
+    HEALTH_TABLE,
+    STATE_TABLE,
+    VERIFY_TABLE,
     Health,
     HealthStore,
     PipelineState,
     StateStore,
     VerifyStore,
-    databases_with_state,
+    state_tables,
 )
 from cdc2ch.clickhouse.transport import Sink
+from cdc2ch.commands.selection import Selection
 from cdc2ch.model.config import TargetName, parse_duration
 from cdc2ch.model.tableref import is_path, is_shared
-from cdc2ch.source.log import python_log
+from cdc2ch.source.log import LogChanged, python_log
 
 log = get_logger("cdc2ch.status")
+
+# Delta logs read at once: a lookup is a few small reads, round trips on an object store.
+LOG_READERS = 8
 
 # Terminal columns: (heading, row key).
 TABLE_COLUMNS = (
@@ -50,19 +63,16 @@ def collect(
     spark_factory: Callable[[], object],
     target: TargetName | None = None,
     pipelines: list[tuple[str, TargetName]] | None = None,
+    select: Selection | None = None,
 ) -> list[dict]:
     """One dict per pipeline: every pipeline with a record in ClickHouse, or just `pipelines` (from a config
-    file: those that never ran are listed too) or those writing `target`."""
+    file: those that never ran are listed too) or those writing `target`; of these, those `select` keeps
+    (its pattern and --failing apply before any Delta log is read)."""
     if pipelines is not None:
-        databases = sorted({t.database for _, t in pipelines})
+        databases = {t.database for _, t in pipelines}
     else:
-        databases = [target.database] if target else databases_with_state(sink)
-    records: dict[tuple[str, str], list] = {}
-    for db in databases:
-        for st in StateStore(sink, db).load_all():
-            records.setdefault((db, st.pipeline), [None, None])[0] = st
-        for name, health in HealthStore(sink, db).load_all().items():
-            records.setdefault((db, name), [None, None])[1] = health
+        databases = {target.database} if target else None
+    records, verified = _records(sink, databases)
     if pipelines is not None:
         wanted = [(t.database, name) for name, t in pipelines]
         for key, (_, t) in zip(wanted, pipelines):
@@ -72,11 +82,30 @@ def collect(
         keys = sorted(records)
         if target:
             keys = [k for k in keys if (records[k][0] or records[k][1]).target == str(target)]
-    rows = [_row(records[k][0], records[k][1], spark_factory) for k in keys]
-    verified = {(db, name): v for db in databases for name, v in VerifyStore(sink, db).load_all().items()}
+    rows = [_row(*records[k]) for k in keys]
     for key, row in zip(keys, rows):
         with_verify(row, verified.get(key))
-    return rows
+    select = select or Selection()
+    rows = [r for r in rows if select.before_lag(r)]
+    add_lag(rows, spark_factory)
+    return [r for r in rows if select(r)]
+
+
+def _records(sink: Sink, databases: set[str] | None) -> tuple[dict, dict]:
+    """({(database, pipeline): [offset, health]}, {(database, pipeline): last verify}) of every pipeline in
+    `databases` (None: all): one query finds the record tables, then one query reads each."""
+    records: dict[tuple[str, str], list] = {}
+    verified = {}
+    for db, tables in state_tables(sink, databases).items():
+        if STATE_TABLE in tables:
+            for st in StateStore(sink, db).load_all(tables[STATE_TABLE]):
+                records.setdefault((db, st.pipeline), [None, None])[0] = st
+        if HEALTH_TABLE in tables:
+            for name, health in HealthStore(sink, db).load_all(exists=True).items():
+                records.setdefault((db, name), [None, None])[1] = health
+        if VERIFY_TABLE in tables:
+            verified.update({(db, n): v for n, v in VerifyStore(sink, db).load_all(exists=True).items()})
+    return records, verified
 
 
 def with_verify(row: dict, verified) -> None:
@@ -86,7 +115,8 @@ def with_verify(row: dict, verified) -> None:
     row["verified"] = f"{'ok' if verified.ok else 'DIFFERS'} {row['last_verify_at']}" if verified else None
 
 
-def _row(state: PipelineState | None, health: Health | None, spark_factory) -> dict:
+def _row(state: PipelineState | None, health: Health | None) -> dict:
+    """A pipeline's row from its records; its lag is added by add_lag."""
     first = state or health
     failing = health is not None and health.failures > 0
     row = {
@@ -113,17 +143,67 @@ def _row(state: PipelineState | None, health: Health | None, spark_factory) -> d
     }
     if not first.source:
         row["error"] = row["error"] or "has not run yet"
-        return row
-    try:
-        log = table_log(
-            first.source if is_shared(first.source) else row["location"] or first.source, spark_factory
-        )
-        latest = log.latest()
-        versions, seconds = log.lag(state.committed_version if state else -1, latest)
-        row.update(latest_version=latest.version, versions_behind=versions, seconds_behind=seconds)
-    except Cdc2chError as exc:
-        row["error"] = row["error"] or str(exc)
     return row
+
+
+def add_lag(rows: list[dict], spark_factory, readers: int | None = None) -> None:
+    """Each row's latest version and lag, from its table's log, each table's once: first every log Python
+    reads, `readers` (default LOG_READERS) at a time; then, one by one, those only Spark (started only then)
+    or a sharing server can answer. A table that cannot be read leaves the lag unknown and says why in
+    `error`."""
+    tables: dict[str, list[dict]] = {}
+    for row in rows:
+        if row["source"]:
+            uri = row["source"] if is_shared(row["source"]) else row["location"] or row["source"]
+            tables.setdefault(uri, []).append(row)
+    paths = [u for u in tables if is_path(u) and not is_shared(u)]
+    later = [u for u in tables if u not in paths]
+    if paths:
+        readers = min(readers or LOG_READERS, len(paths))
+        with ThreadPoolExecutor(readers, thread_name_prefix="cdc2ch-status") as pool:
+            done = {u: pool.submit(_python_lags, u, [_committed(r) for r in tables[u]]) for u in paths}
+        for uri, future in done.items():
+            try:
+                lags = future.result()
+            except Cdc2chError as exc:
+                _failed(tables[uri], exc)
+                continue
+            if lags is None:
+                later.append(uri)
+            for row, (latest, versions, seconds) in zip(tables[uri], lags or ()):
+                row.update(latest_version=latest, versions_behind=versions, seconds_behind=seconds)
+    for uri in later:
+        try:
+            source = _jvm_or_sharing_log(uri, spark_factory)
+            latest = source.latest()
+            for row in tables[uri]:
+                versions, seconds = source.lag(_committed(row), latest)
+                row.update(latest_version=latest.version, versions_behind=versions, seconds_behind=seconds)
+        except Cdc2chError as exc:
+            _failed(tables[uri], exc)
+
+
+def _committed(row: dict) -> int:
+    return row["committed_version"] if row["committed_version"] is not None else -1
+
+
+def _failed(rows: list[dict], exc: Cdc2chError) -> None:
+    for row in rows:
+        row["error"] = row["error"] or str(exc)
+
+
+def _python_lags(uri: str, committed: list[int]) -> list[tuple[int, int, float | None]] | None:
+    """(latest version, versions, seconds behind) for each of `committed`, from a log Python reads; None
+    when Python cannot reach its storage (said so: Spark reads it)."""
+    try:
+        delta_log = python_log(uri)
+    except (ValueError, OSError) as exc:
+        log.info("status_reads_log_with_spark", source=uri, reason=" ".join(str(exc).split()))
+        return None
+    try:
+        return [delta_log.behind(c) for c in committed]
+    except (ValueError, OSError, LogChanged) as exc:  # a log changing under the reader, a failing store
+        raise SourceError(f"The Delta log of {uri} could not be read: {summarise(str(exc), 300)}") from None
 
 
 def table_log(uri: str, spark_factory):
@@ -131,17 +211,23 @@ def table_log(uri: str, spark_factory):
     through Spark otherwise (its connectors and credentials), saying so. A catalog name with no recorded
     location (a pipeline that failed before its first offset) is looked up through Spark's catalog. A Delta
     Sharing table answers from its server, without a JVM."""
+    if is_path(uri) and not is_shared(uri):
+        try:
+            return python_log(uri)
+        except (ValueError, OSError) as exc:
+            log.info("status_reads_log_with_spark", source=uri, reason=" ".join(str(exc).split()))
+    return _jvm_or_sharing_log(uri, spark_factory)
+
+
+def _jvm_or_sharing_log(uri: str, spark_factory):
     from cdc2ch.source import open_source
 
-    if is_shared(uri):
-        return open_source(None, uri)
-    if not is_path(uri):
-        return open_source(spark_factory, uri)
-    try:
-        return python_log(uri)
-    except (ValueError, OSError) as exc:
-        log.info("status_reads_log_with_spark", source=uri, reason=" ".join(str(exc).split()))
-        return open_source(spark_factory, uri)
+    return open_source(None if is_shared(uri) else spark_factory, uri)
+
+
+def parse_lagging(text: str) -> float:
+    """`--lagging 5m`: the seconds a pipeline must be behind to be listed."""
+    return parse_duration(text, "--lagging").total_seconds()
 
 
 def parse_max_lag(text: str) -> tuple[int | None, float | None]:
@@ -199,9 +285,9 @@ def _cell(key: str, value):
     return value
 
 
-def render_table(rows: list[dict]) -> str:
+def render_table(rows: list[dict], empty: str = "No pipelines found.") -> str:
     if not rows:
-        return "No pipelines found."
+        return empty
     named = any(r.get("name") for r in rows)
     shown = {"error": any(r.get("error") for r in rows), "source": named, "location": named}
     shown["verified"] = any(r.get("verified") for r in rows)

@@ -201,6 +201,10 @@ class HadoopLogFiles:
         finally:
             stream.close()
 
+    def first_line(self, name: str) -> str | None:
+        text = self.read(name)
+        return None if text is None else text.split("\n", 1)[0]
+
     def names(self) -> list[str]:
         return [status.getPath().getName() for status in self._fs.listStatus(self._path(""))]
 
@@ -236,6 +240,20 @@ class ArrowLogFiles:
                 return stream.read().decode("utf-8")
         except FileNotFoundError:
             return None
+
+    def first_line(self, name: str, chunk: int = 64 * 1024) -> str | None:
+        """The file's first line, reading no further than needed (a commit file can hold megabytes)."""
+        try:
+            with self._fs.open_input_stream(self.dir + name) as stream:
+                head = b""
+                while b"\n" not in head:
+                    more = stream.read(chunk)
+                    if not more:
+                        break
+                    head += more
+        except FileNotFoundError:
+            return None
+        return head.split(b"\n", 1)[0].decode("utf-8")
 
     def names(self) -> list[str]:
         selector = self._pafs.FileSelector(self.dir, allow_not_found=True)
@@ -309,6 +327,36 @@ class DeltaLog:
         seconds = (latest.timestamp - base.timestamp).total_seconds() if base is not None else None
         return latest.version - committed, seconds
 
+    def commit_time(self, version: int) -> datetime | None:
+        """When `version` was committed, as parse_commit dates it, from the commit's first line only: a
+        commit with an in-commit timestamp has its commitInfo first (the protocol requires it), any other is
+        dated by its file's modification time. None when the log does not hold that commit."""
+        name = f"{version:020d}.json"
+        modified = self._files.modified(name)
+        line = self._files.first_line(name) if modified is not None else None
+        if line is None:
+            return None
+        action = json.loads(line) if line.strip() else {}
+        info = action.get("commitInfo") if isinstance(action, dict) else None
+        ts_ms = (info.get("inCommitTimestamp") if isinstance(info, dict) else None) or modified
+        self._known = max(self._known, version)
+        return datetime.fromtimestamp(ts_ms / 1000, tz=timezone.utc)
+
+    def behind(self, committed: int) -> tuple[int, int, float | None]:
+        """(latest version, versions, seconds) from `committed` (-1: nothing yet) to the newest commit, as
+        latest() and lag() give them but reading two commits' first lines only: what `status` needs."""
+        for _ in range(3):
+            latest = self.latest_version()
+            if committed >= latest:
+                return latest, 0, 0.0
+            newest = self.commit_time(latest)
+            if newest is not None:
+                break
+        else:
+            raise LogChanged(self._dir)
+        base = self.commit_time(max(committed, 0))
+        return latest, latest - committed, (newest - base).total_seconds() if base is not None else None
+
     def _last_checkpoint(self) -> int | None:
         text = self._files.read("_last_checkpoint")
         if text is None:
@@ -320,12 +368,20 @@ class DeltaLog:
 
 
 def python_log(uri: str) -> DeltaLog:
-    """The table's log read by Python, without a JVM. ValueError or OSError when Python cannot reach this
-    storage (a scheme pyarrow has no file system for, or credentials it cannot find); SourceError when
-    there is no Delta table at `uri`."""
+    """The table's log read by Python, without a JVM, its latest version found. ValueError or OSError when
+    Python cannot reach this storage (a scheme pyarrow has no file system for, or credentials it cannot
+    find); SourceError when there is no Delta table at `uri`.
+
+    The search starts at the last checkpoint (or version 0) and probes a few files: the log is listed only
+    when it has neither, so a long log costs no more than a short one."""
     files = ArrowLogFiles(uri)
-    if files.names():
-        return DeltaLog(files)
-    if urlsplit(uri).scheme in ("", "file") and not os.path.exists(files.dir[: -len("/_delta_log/")] or "/"):
-        raise missing_table(uri)
-    raise not_a_delta_table(uri)
+    log = DeltaLog(files)
+    try:
+        log.latest_version()
+    except FileNotFoundError:  # no commit file at all
+        if urlsplit(uri).scheme in ("", "file") and not os.path.exists(
+            files.dir[: -len("/_delta_log/")] or "/"
+        ):
+            raise missing_table(uri) from None
+        raise not_a_delta_table(uri) from None
+    return log

@@ -345,7 +345,7 @@ class Harness:
             )  # fmt: skip
         return len(rows)
 
-    def replicator(self, **more):
+    def replicator(self, metrics=None, **more):
         from cdc2ch.replication.pipeline import Replicator
 
         cfg = self.config(**more) if more else self.cfg
@@ -359,7 +359,7 @@ class Harness:
             remote_target=False,
             local_master=True,
         )
-        return Replicator(cfg, self.source, stop=self.stop, ports=ports)
+        return Replicator(cfg, self.source, stop=self.stop, metrics=metrics, ports=ports)
 
     def run(self, **more) -> PipelineState:
         self.stop.clear()

@@ -120,6 +120,7 @@ def test_environment_variables_are_derived_from_option_names():
         ("snapshot", "--version"): "CDC2CH_SNAPSHOT_VERSION",
         ("demo", "--dir"): "CDC2CH_DEMO_DIR",
         ("query", "--format"): "CDC2CH_QUERY_FORMAT",
+        ("status", "--format"): "CDC2CH_STATUS_FORMAT",
     }
     for (command, flag), envvar in envvars.items():
         expected = "CDC2CH_" + flag[2:].upper().replace("-", "_")
