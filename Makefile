@@ -59,6 +59,8 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/verify_cost.py 5000000
 	$(BIN)/python bench/sharing_rate.py 1000000
 	$(BIN)/python bench/status_fleet.py 300
+	$(BIN)/python bench/fleet.py
 
 bench-quick: $(BENCH_STAMP)
 	$(BIN)/python bench/workloads.py --quick
+	$(BIN)/python bench/fleet.py --quick
