@@ -114,6 +114,8 @@ class PipelineStatus:
     last_verify: str | None = None  # the summary of the last `cdc2ch verify`
     last_verify_at: str | None = None
     verified: str | None = None  # ok/DIFFERS and when
+    initial_load: str | None = None  # how it began: "snapshot at version 12", "changes from version 0"
+    initial_reason: str | None = None  # why
 
 
 def replicate(

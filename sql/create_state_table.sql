@@ -4,6 +4,7 @@
 -- replayed batches match the first attempt's deduplication tokens.
 -- location: where the table's files were when last resolved (a catalog name's location may change);
 -- table_id: the Delta table's id (metaData.id), new for a table dropped and created again.
+-- initial_load, initial_reason: how a new pipeline began (a snapshot or the change feed), and why.
 CREATE TABLE IF NOT EXISTS {table}
 (
     `pipeline`          String,
@@ -14,7 +15,9 @@ CREATE TABLE IF NOT EXISTS {table}
     `rows_written`      UInt64,
     `updated_at`        DateTime64(3, 'UTC'),
     `location`          String DEFAULT '',
-    `table_id`          String DEFAULT ''
+    `table_id`          String DEFAULT '',
+    `initial_load`      String DEFAULT '',
+    `initial_reason`    String DEFAULT ''
 )
 ENGINE = ReplacingMergeTree(`updated_at`)
 ORDER BY `pipeline`

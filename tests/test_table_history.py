@@ -197,11 +197,18 @@ def test_early_commits_removed_after_a_multi_part_checkpoint(spark, sink, cli, d
     assert python_log(path).latest_version() == 2
 
     target = TargetName(database, "spark")  # refused from the log, before either reader reads anything
-    failed = cli.replicate("run", path, target, "--once", expect=1)
+    failed = cli.replicate("run", path, target, "--once", "--initial-load", "changes", expect=1)
     assert "Versions 0..1 of" in failed.stderr and "no longer in the Delta log" in failed.stderr
     assert f"Resync with `cdc2ch snapshot --table {path} --primary-key id --target {target}" in failed.stderr
     assert not _has_table(sink, target) and _no_state(sink, database)
     spark.sql(f"DELETE FROM delta.`{path}` WHERE id % 5 = 0")  # v3
+    auto = TargetName(database, "auto")  # by default, a new pipeline begins with a snapshot instead
+    (chosen,) = cli.events(cli.replicate("run", path, auto, "--once"), "initial_load")
+    assert (chosen["choice"], chosen["version"]) == (
+        "snapshot",
+        3,
+    ) and "versions 0..1 are no longer" in chosen["reason"]
+    assert_replicated(spark, sink, path, auto)
     for reader in ("spark", "clickhouse"):
         target = TargetName(database, reader)
         cli.replicate("snapshot", path, target, "--version", "2", "--reader", reader)

@@ -41,13 +41,20 @@ _ARROW_SCHEMA = pa.schema(
         ("updated_at", pa.timestamp("ms", tz="UTC")),
         ("location", pa.string()),
         ("table_id", pa.string()),
+        ("initial_load", pa.string()),
+        ("initial_reason", pa.string()),
     ]
 )
 _COLUMNS = "pipeline, source, target, committed_version, pending_version, rows_written, updated_at"
 
 # Columns added to cdc2ch_state after its first release, with their definitions: `ensure` adds them to a
 # table created before (a default reads as "not recorded"); readers select them only where they exist.
-ADDED_STATE_COLUMNS = {"location": "String DEFAULT ''", "table_id": "String DEFAULT ''"}
+ADDED_STATE_COLUMNS = {
+    "location": "String DEFAULT ''",
+    "table_id": "String DEFAULT ''",
+    "initial_load": "String DEFAULT ''",
+    "initial_reason": "String DEFAULT ''",
+}
 
 
 class ChunkStore:
@@ -76,6 +83,17 @@ class ChunkStore:
             what="read snapshot progress",
         )
         return {int(c): int(n) for c, n in rows}
+
+    def last_version(self, pipeline: str) -> int | None:
+        """The version of the pipeline's snapshot whose chunks were recorded last, or None."""
+        if not self.sink.table_exists(TargetName(self.database, CHUNKS_TABLE)):
+            return None
+        rows = self.sink.query_rows(
+            f"SELECT version FROM {self._table} WHERE pipeline = {{p:String}} ORDER BY done_at DESC LIMIT 1",
+            {"p": pipeline},
+            what="read snapshot progress",
+        )
+        return int(rows[0][0]) if rows else None
 
     def record(self, pipeline: str, version: int, plan: str, chunk: int, rows: int) -> None:
         """Chunk `chunk` of the plan has landed with `rows` rows."""
@@ -154,6 +172,10 @@ class StateStore:
         )
         return _state(rows[0]) if rows else None
 
+    def snapshot_begun(self, pipeline: str) -> int | None:
+        """The version of the pipeline's snapshot whose chunks were recorded last (ChunkStore), or None."""
+        return self.chunks.last_version(pipeline)
+
     def forget(self, pipeline: str) -> None:
         """Remove a pipeline's offset (a side pipeline whose work is done). Idempotent."""
         if self.exists():
@@ -176,6 +198,8 @@ class StateStore:
                     "updated_at": state.updated_at,
                     "location": state.location,
                     "table_id": state.table_id,
+                    "initial_load": state.initial_load,
+                    "initial_reason": state.initial_reason,
                 }
             ],
             schema=_ARROW_SCHEMA,
@@ -184,7 +208,7 @@ class StateStore:
 
 
 def _state(row: tuple) -> PipelineState:
-    pipeline, source, target, version, pending, rows, updated, location, table_id = row
+    pipeline, source, target, version, pending, rows, updated, location, table_id, initial, why = row
     return PipelineState(
         pipeline,
         source,
@@ -195,6 +219,8 @@ def _state(row: tuple) -> PipelineState:
         _utc(updated),
         location or "",
         table_id or "",
+        initial or "",
+        why or "",
     )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from cdc2ch.model.config import READERS, SCHEMA_CHANGES, WRITERS, RunConfig, default_dsn
+from cdc2ch.model.config import INITIAL_LOADS, READERS, SCHEMA_CHANGES, WRITERS, RunConfig, default_dsn
 from cdc2ch.model.design import names, pairs
 
 # Where an option may be set besides the command line and the environment.
@@ -160,6 +160,14 @@ CATALOGUE: tuple[Option, ...] = (
            help="Like --from-version, but the first version committed at or after this ISO-8601 time."),
     Option("reset", RUN, PIPELINE, flag=True,
            help="Forget the stored offset and start at --from-version/--from-timestamp (default 0)."),
+    Option("initial-load", RUN, PIPELINE, choices=INITIAL_LOADS, default=_DEFAULT["initial_load"],
+           show_default=True,
+           help="How a new pipeline (no stored offset) begins. auto: with a snapshot of the latest version when "
+           "the change feed cannot replay the table's whole history (CDF enabled late, change files vacuumed, "
+           "log entries expired) or when replaying it would write more than twice the rows the table holds "
+           "now and over a million more; else by replaying the change feed from version 0. snapshot: always "
+           "with a snapshot. changes: always by replaying the change feed (refused where it cannot). The "
+           "change feed continues after a snapshot; --from-version/--from-timestamp mean changes."),
     Option("reset", {"snapshot"}, PIPELINE, flag=True,
            help="Point the pipeline at this snapshot's version even if its stored offset is further on or "
            "belongs to another source."),

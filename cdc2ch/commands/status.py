@@ -46,6 +46,7 @@ TABLE_COLUMNS = (
     ("rows_written", "rows_written"),
     ("last_success", "last_success"),
     ("verified", "verified"),
+    ("initial_load", "initial_load"),
     # Shown when some pipeline names its table through a catalog: the name and where it was found.
     ("source", "source"),
     ("location", "location"),
@@ -133,6 +134,8 @@ def _row(state: PipelineState | None, health: Health | None) -> dict:
         "versions_behind": None,
         "seconds_behind": None,
         "rows_written": state.rows_written if state else 0,
+        "initial_load": (state.initial_load or None) if state else None,  # how it began, and why
+        "initial_reason": (state.initial_reason or None) if state else None,
         "last_success": _iso(health.last_success_at) if health else None,
         "last_commit": _iso(state.updated_at) if state else None,
         "failing": failing,

@@ -11,7 +11,7 @@ from cdc2ch.base.errors import Cdc2chError
 from cdc2ch.clickhouse import embedded
 from cdc2ch.clickhouse.dsn import connect
 from cdc2ch.model.config import RunConfig
-from cdc2ch.replication import plan
+from cdc2ch.replication import initial, plan
 from cdc2ch.replication.projection import designed
 from cdc2ch.source import open_source
 
@@ -41,6 +41,18 @@ def duplicates_finding(cfg: RunConfig, version: int, found: tuple[int, int, dict
         f"have {rows - keys} fewer rows than the Delta table. Choose a --primary-key that identifies a row.",
         warning=True,
     )
+
+
+def initial_text(choice: initial.Choice | None) -> str:
+    """How a new pipeline begins, as validate lists it: whether an initial load (a snapshot) is needed, and
+    why; "" for a pipeline that has an offset."""
+    if choice is None:
+        return ""
+    if choice.load == initial.SNAPSHOT:
+        what = f"initial load needed: a snapshot of version {choice.version}, then the change feed"
+    else:
+        what = f"no initial load: the change feed from version {choice.version}"
+    return f"; {what}, because {choice.reason}"
 
 
 def _design_text(cfg: RunConfig) -> str:
@@ -81,9 +93,10 @@ def check(configs: list[RunConfig], spark_factory) -> list[Finding]:
                 # a catalog name is resolved here; the rows as the target's design sees them
                 source = designed(open_source(spark, cfg.table), cfg.design)
                 inputs = Replicator(cfg, source, sink).check_inputs()
-                # the commits `run` checks before its first read
-                commits = source.commits(inputs.start, inputs.latest)
-                plan.check_commits(inputs.start, commits, source.uri, cfg.primary_key, str(cfg.target))
+                snapshot = inputs.initial is not None and inputs.initial.load == initial.SNAPSHOT
+                if not snapshot:  # the commits `run` checks before its first read (a snapshot replays none)
+                    commits = source.commits(inputs.start, inputs.latest)
+                    plan.check_commits(inputs.start, commits, source.uri, cfg.primary_key, str(cfg.target))
                 duplicates = source.duplicate_keys(cfg.identity.columns, inputs.latest)
             except Cdc2chError as exc:
                 findings.append(Finding(cfg.pipeline, False, f"{cfg.table} -> {cfg.target}: {exc}"))
@@ -96,6 +109,8 @@ def check(configs: list[RunConfig], spark_factory) -> list[Finding]:
             where = (
                 f"resumes at version {start}"
                 if inputs.stored and not cfg.reset
+                else f"starts with a snapshot of version {inputs.initial.version}"
+                if snapshot
                 else f"starts at version {start}"
             )
             findings.append(
@@ -103,7 +118,8 @@ def check(configs: list[RunConfig], spark_factory) -> list[Finding]:
                     cfg.pipeline,
                     True,
                     f"{cfg.table} -> {cfg.target}: {found}latest version {latest}, {where}, key "
-                    f"{','.join(cfg.primary_key)}{_design_text(cfg)}, writer {inputs.writer}",
+                    f"{','.join(cfg.primary_key)}{_design_text(cfg)}, writer {inputs.writer}"
+                    f"{initial_text(inputs.initial)}",
                 )
             )
             if duplicates is not None:

@@ -28,6 +28,7 @@ DEFAULT_MAX_ROWS_PER_READ = 500_000
 READERS = ("spark", "clickhouse")
 WRITERS = ("auto", "driver", "executors")
 SCHEMA_CHANGES = ("fail", "resync")
+INITIAL_LOADS = ("auto", "snapshot", "changes")  # how a new pipeline begins (replication/initial.py)
 
 
 def default_data_dir() -> Path:
@@ -153,6 +154,7 @@ class RunConfig:
     lock_ttl: float = 60.0
     on_schema_change: str = "fail"
     writer: str = "auto"
+    initial_load: str = "auto"
     # snapshot only
     snapshot_version: int | None = None
     reader: str = "spark"
@@ -184,11 +186,17 @@ class RunConfig:
             ("reader", READERS),
             ("on_schema_change", SCHEMA_CHANGES),
             ("writer", WRITERS),
+            ("initial_load", INITIAL_LOADS),
         ):
             value = getattr(self, name)
             if value not in choices:
                 flag = "--" + name.replace("_", "-")
                 raise ConfigError(f"{flag} must be {_either(choices)} (got {value!r}).")
+        if self.initial_load == "snapshot" and (self.from_version is not None or self.from_timestamp):
+            raise ConfigError(
+                "--initial-load snapshot starts a new pipeline with a snapshot of the latest version, and "
+                "--from-version/--from-timestamp asks it to replay the change feed from an earlier one: give one."
+            )
         if self.lock_ttl < 1:
             raise ConfigError(f"--lock-ttl must be at least 1 second (got {self.lock_ttl}).")
         if self.poll_interval <= 0:

@@ -28,6 +28,10 @@ class PipelineState:
     # recorded before names existed have "" here, and their `source` is the path).
     location: str = ""
     table_id: str = ""  # the Delta table's id (metaData.id); "" where not recorded
+    # How the pipeline began (replication/initial.py), e.g. "snapshot at version 12", and why; "" where not
+    # recorded (pipelines started before this was).
+    initial_load: str = ""
+    initial_reason: str = ""
 
     @property
     def recorded_location(self) -> str:
@@ -61,6 +65,10 @@ class PipelineState:
     def relabelled(self, source: str, location: str, table_id: str) -> "PipelineState":
         """The same table under the name (or path), location and id it was reached by now."""
         return replace(self, source=source, location=location, table_id=table_id or self.table_id)
+
+    def began(self, initial_load: str, reason: str) -> "PipelineState":
+        """The same state, recording how the pipeline began and why."""
+        return replace(self, initial_load=initial_load, initial_reason=reason)
 
     @staticmethod
     def epoch() -> datetime:

@@ -12,12 +12,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cdc2ch.base.errors import StateError
 from cdc2ch.base.log import get_logger
 from cdc2ch.model import schema
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.offset import PipelineState
 from cdc2ch.replication import plan
+from cdc2ch.replication.bootstrap import Bootstrap
+from cdc2ch.replication.initial import Choice
 from cdc2ch.replication.metrics import Metrics, PipelineMetrics
 from cdc2ch.replication.ports import ChangeSource, Ports, RangeWriter
 from cdc2ch.replication.progress import Progress
@@ -38,6 +39,7 @@ class Inputs:
     latest: int
     writer: str
     table_id: str = ""  # the Delta table's id, recorded with the offset
+    initial: Choice | None = None  # how a new pipeline begins (None: it has an offset)
 
 
 class Replicator:
@@ -75,6 +77,7 @@ class Replicator:
         self.resync = Resync(
             cfg, self.source, self.ports.tables, self.ports.store, self.ports.load_snapshot, self.log
         )
+        self.bootstrap = Bootstrap(cfg, self.source, self.ports, self.log)
 
     # -- start-up ---------------------------------------------------------------------------------
     def check_inputs(self) -> Inputs:
@@ -104,17 +107,15 @@ class Replicator:
             done = f"replication stopped with version {stored.committed_version} committed" if stored else ""
             if found:
                 raise plan.clickhouse_reader_error(uri, found, done or "nothing was written")
-        return Inputs(start, stored, latest, writer, table_id)
+        initial = self.bootstrap.choose(stored, requested, start, latest)  # a new pipeline's first load
+        return Inputs(start, stored, latest, writer, table_id, initial)
 
     def initial_state(self, inputs: Inputs) -> PipelineState:
         """Where the pipeline stands: the stored offset (claimed now), or for a new pipeline an offset before
         `start` that is claimed and recorded only when the first range passed its checks (`_claim_new`)."""
         cfg, store = self.cfg, self.ports.store
         if inputs.stored is None:
-            return plan.repointed(
-                None, cfg.pipeline, self.source.uri, str(cfg.target), inputs.start - 1,
-                location=self.source.location, table_id=inputs.table_id,
-            )  # fmt: skip
+            return self.bootstrap.begin(inputs.initial, inputs.start, inputs.table_id)
         self.ports.lock.acquire()  # inputs are fine: from here on this process writes
         self.claimed = True
         stored = store.load(cfg.pipeline)  # again, now that nobody else can move it
@@ -152,16 +153,9 @@ class Replicator:
 
     def _claim_new(self, state: PipelineState) -> None:
         """A new pipeline's first range passed its checks: claim the pipeline and record its offset."""
-        cfg, store = self.cfg, self.ports.store
-        self.ports.lock.acquire()
+        self.bootstrap.claim()
         self.claimed = True
-        if store.load(cfg.pipeline) is not None:  # another runner started it since check_inputs
-            raise StateError(
-                f"Pipeline {cfg.pipeline!r} was started by another runner while this one was checking its "
-                f"inputs; nothing was written by this one. Run the same command again to resume it."
-            )
-        store.ensure()
-        store.save(state)
+        self.ports.store.save(state)
         self.log.info("claimed", committed=state.committed_version)
 
     def start(self) -> PipelineState:
@@ -258,11 +252,17 @@ class Replicator:
 
     # -- life cycle -------------------------------------------------------------------------------
     def step(self) -> bool:
-        """One poll: replicate whatever is new. True when versions were committed."""
+        """One poll: replicate whatever is new (a new pipeline's snapshot first, when it begins with one).
+        True when versions were committed."""
         before = self.state.committed_version
-        latest = self.source.latest()
-        self.metrics.lag(before, latest.version, self.source.lag(before, latest)[1] or 0.0)
-        if before < latest.version:
+        if self.bootstrap.pending is not None:
+            loaded = self.bootstrap.load(self.state)
+            if loaded is None:  # stopped between chunks: the next run resumes the snapshot
+                return False
+            self.state, self.claimed = loaded, True
+        committed, latest = self.state.committed_version, self.source.latest()
+        self.metrics.lag(committed, latest.version, self.source.lag(committed, latest)[1] or 0.0)
+        if committed < latest.version:
             self.state = self.catch_up(self.state, latest.version)
         return self.state.committed_version != before
 

@@ -293,7 +293,7 @@ def repointed(
     table_id: str = "",
 ) -> PipelineState:
     """The state of a pipeline (re)pointed at `version`: a new pipeline, a --reset, or a snapshot handing
-    over. Keeps the rows written so far and a stamp newer than the last saved one."""
+    over. Keeps the rows written so far, how the pipeline began, and a stamp newer than the last saved one."""
     return PipelineState(
         pipeline,
         uri,
@@ -304,4 +304,6 @@ def repointed(
         base.updated_at if base else PipelineState.epoch(),
         location,
         table_id,
+        base.initial_load if base else "",
+        base.initial_reason if base else "",
     ).advanced(version, 0)

@@ -93,6 +93,10 @@ class ChangeSource(Protocol):
     def lag(self, committed: int, latest: Commit) -> tuple[int, float | None]:
         """(versions, seconds) from `committed` to `latest`; seconds None when unknown. Read-only."""
 
+    def file_exists(self, path: str) -> bool | None:
+        """Whether the table's file `path`, as a commit's file actions name it (Commit.files), is still in
+        storage; None when the source cannot tell. Read-only."""
+
     def version_at(self, ts: datetime) -> int:
         """The first version committed at or after `ts`; SourceError when there is none."""
 
@@ -176,6 +180,10 @@ class OffsetStore(Protocol):
 
     def save(self, state: PipelineState) -> None:
         """Record `state`; the newest save wins. Idempotent."""
+
+    def snapshot_begun(self, pipeline: str) -> int | None:
+        """The version of the snapshot of `pipeline` whose chunks were recorded last (snapshot.py), or None.
+        For a pipeline without an offset: a snapshot begun and not finished. Read-only."""
 
 
 class Lock(Protocol):

@@ -32,8 +32,8 @@ from cdc2ch.replication.projection import designed
 from cdc2ch.replication.writers.driver import insert_rows
 from cdc2ch.replication.writers.pushdown import insert_from_lake, insert_settings, lake_function
 from cdc2ch.source.chunked import ChunkedFrame, arrow_schema
-from cdc2ch.source.delta import variants_as_json
 from cdc2ch.source.log import Commit
+from cdc2ch.source.variants import variants_as_json
 
 log = get_logger("cdc2ch.snapshot")
 

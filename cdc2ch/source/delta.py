@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 
 from cdc2ch.base.errors import CHANGE_FEED, SourceError, error_text, range_out_of_memory, summarise
-from cdc2ch.model import contract, schema
+from cdc2ch.model import contract
 from cdc2ch.model.tableref import normalize_uri, parse_table
 from cdc2ch.source.log import (
     Commit,
@@ -23,6 +23,7 @@ from cdc2ch.source.log import (
     missing_table,
     not_a_delta_table,
 )
+from cdc2ch.source.variants import variants_as_json
 
 __all__ = ["Commit", "DeltaSource", "normalize_uri"]
 
@@ -210,6 +211,13 @@ class DeltaSource:
         except Exception as exc:
             raise self.translate(exc, "the Delta log", version, version) from exc
 
+    def file_exists(self, path: str) -> bool | None:
+        """Whether the table's file `path`, as the log names it, is still in storage (None: cannot tell)."""
+        try:
+            return self._log().file_exists(path)
+        except Exception as exc:
+            raise self.translate(exc, "the Delta log", None, None) from exc
+
     def lag(self, committed: int, latest: Commit) -> tuple[int, float | None]:
         """(versions, seconds) from `committed` to `latest` (see DeltaLog.lag)."""
         try:
@@ -377,38 +385,6 @@ def _protocol(source: DeltaSource) -> dict:
             "readerFeatures": features,  # DESCRIBE DETAIL does not tell reader from writer features
             "writerFeatures": features,
         }
-
-
-def variants_as_json(frame):
-    """The frame with every VARIANT value, at any depth, as its JSON text (Spark's `to_json`): the form its
-    ClickHouse String column keeps (schema.py). Spark cannot hand VARIANT values to Arrow at all, and a
-    `CAST(v AS STRING)` would lose the quotes of a JSON string and turn a JSON null into NULL."""
-    fields = frame.schema.jsonValue()["fields"]
-    if not any(schema.contains_type(f["type"], "variant") for f in fields):
-        return frame
-    return frame.select(
-        *[_json_variants(contract.spark_col(f["name"]), f["type"]).alias(f["name"]) for f in fields]
-    )
-
-
-def _json_variants(col, spark_type):
-    from pyspark.sql import functions as F
-
-    if not schema.contains_type(spark_type, "variant"):
-        return col
-    if spark_type == "variant":
-        return F.to_json(col)
-    kind = spark_type["type"]
-    if kind == "array":
-        return F.transform(col, lambda x: _json_variants(x, spark_type["elementType"]))
-    if kind == "map":  # Spark allows no VARIANT map keys
-        return F.transform_values(col, lambda _, v: _json_variants(v, spark_type["valueType"]))
-    if kind == "struct":
-        fields = [
-            _json_variants(col.getField(f["name"]), f["type"]).alias(f["name"]) for f in spark_type["fields"]
-        ]
-        return F.when(col.isNull(), F.lit(None)).otherwise(F.struct(*fields))
-    return col
 
 
 class SparkChanges:

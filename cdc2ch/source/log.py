@@ -12,13 +12,23 @@ import json
 import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from cdc2ch.base.errors import SourceError
 
 # Bytes per row assumed for change files when a commit carries no statistics to learn it from. Small on
 # purpose: an over-estimate only makes read ranges smaller.
 DEFAULT_BYTES_PER_ROW = 8
+
+
+@dataclass(frozen=True)
+class Files:
+    """A commit's file actions, as far as the table's size and the files its change feed reads need them
+    (source/history.py). Paths as the log writes them: relative to the table, URI-encoded."""
+
+    added: tuple[tuple[str, int | None, bool], ...] = ()  # (path, live rows or None, dataChange)
+    removed: tuple[tuple[str, bool], ...] = ()  # (path, dataChange)
+    change_file: str | None = None  # the first of its change files (_change_data/...), if it wrote any
 
 
 @dataclass(frozen=True)
@@ -32,6 +42,7 @@ class Commit:
     parameters: dict = field(default_factory=dict, compare=False)
     metadata: bool = False  # carries a metaData action: a new schema or new table properties
     properties: dict | None = None  # the table properties of that metaData action
+    files: Files | None = field(default=None, compare=False)  # None: not known (a share's answer)
 
 
 def parse_commit(version: int, text: str, modified_ms: int) -> Commit:
@@ -63,7 +74,18 @@ def parse_commit(version: int, text: str, modified_ms: int) -> Commit:
         parameters=dict(info.get("operationParameters") or {}),
         metadata=meta is not None,
         properties=dict(meta.get("configuration") or {}) if meta is not None else None,
+        files=Files(
+            tuple((a["path"], _live(a), a.get("dataChange", True)) for a in adds),
+            tuple((r["path"], r.get("dataChange", True)) for r in removes),
+            cdcs[0]["path"] if cdcs else None,
+        ),
     )
+
+
+def _live(add: dict) -> int | None:
+    """The rows of an added file that are live: its numRecords less those its deletion vector deletes."""
+    n = _records(add)
+    return None if n is None else n - int((add.get("deletionVector") or {}).get("cardinality", 0))
 
 
 def _records(action: dict) -> int | None:
@@ -174,9 +196,10 @@ class HadoopLogFiles:
         # Every dotted lookup through the py4j gateway is a round trip: resolve the classes once.
         self._Path = jvm.org.apache.hadoop.fs.Path
         self._IOUtils = jvm.org.apache.commons.io.IOUtils
+        self._URI = jvm.java.net.URI
         self.dir = uri.rstrip("/") + "/_delta_log/"
         conf = spark._jsparkSession.sessionState().newHadoopConf()  # includes session-level fs.* settings
-        self._fs = self._Path(self.dir).getFileSystem(conf)
+        self._fs, self._conf = self._Path(self.dir).getFileSystem(conf), conf
 
     def _path(self, name: str):
         return self._Path(self.dir + name)
@@ -207,6 +230,15 @@ class HadoopLogFiles:
 
     def names(self) -> list[str]:
         return [status.getPath().getName() for status in self._fs.listStatus(self._path(""))]
+
+    def table_file_exists(self, path: str) -> bool | None:
+        """Whether the table's file `path` (as the log writes it: a URI relative to the table, or absolute) is
+        in storage, resolved as Delta resolves it; None when that cannot be told."""
+        try:
+            file = self._Path(self._Path(self.dir[: -len("_delta_log/")]), self._Path(self._URI(path)))
+            return bool(file.getFileSystem(self._conf).exists(file))
+        except Exception:
+            return None
 
 
 class ArrowLogFiles:
@@ -259,6 +291,14 @@ class ArrowLogFiles:
         selector = self._pafs.FileSelector(self.dir, allow_not_found=True)
         return [info.base_name for info in self._fs.get_file_info(selector)]
 
+    def table_file_exists(self, path: str) -> bool | None:
+        """Whether the table's file `path` (relative to the table, URI-encoded) is in storage; None for an
+        absolute path, which this reader does not resolve."""
+        if urlsplit(path).scheme or path.startswith("/"):
+            return None
+        info = self._fs.get_file_info(self.dir[: -len("_delta_log/")] + unquote(path))
+        return info.type != self._pafs.FileType.NotFound
+
 
 class DeltaLog:
     """The `_delta_log` directory of one table, read through `files` (HadoopLogFiles or ArrowLogFiles)."""
@@ -279,6 +319,10 @@ class DeltaLog:
             return None
         self._known = max(self._known, version)
         return parse_commit(version, text, modified)
+
+    def file_exists(self, path: str) -> bool | None:
+        """Whether the table's file `path`, as the log names it, is still in storage (None: cannot tell)."""
+        return self._files.table_file_exists(path)
 
     def versions(self) -> list[int]:
         """Every commit version in the log, by listing it (for when a search has no starting point)."""

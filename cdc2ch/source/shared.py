@@ -140,6 +140,10 @@ class SharedSource:
                 return None
             raise
 
+    def file_exists(self, path: str) -> bool | None:
+        """Unknown: a share's versions are served by its server, whose /changes says when it has them no more."""
+        return None
+
     def lag(self, committed: int, latest: Commit) -> tuple[int, float | None]:
         if committed >= latest.version:
             return 0, 0.0

@@ -44,6 +44,7 @@ class FakeTable:
         self.versions: list[dict] = []  # {"commit", "changes", "schema", "rows"}
         self.rows: dict = {}
         self.first_retained = 0  # versions before it were removed from the log
+        self.vacuumed: set[str] = set()  # files removed from storage (Commit.files paths)
         self.protocol = {"minReaderVersion": 1, "minWriterVersion": 4, "readerFeatures": None}
         self.commit(operation="CREATE TABLE", metadata=True)
 
@@ -51,8 +52,19 @@ class FakeTable:
     def latest(self) -> int:
         return len(self.versions) - 1
 
-    def commit(self, *ops, operation: str = "WRITE", metadata: bool = False, drop: str | None = None) -> int:
-        """ops: ("insert", row), ("update", key, {col: value}), ("delete", key). `drop` drops a column."""
+    def commit(
+        self,
+        *ops,
+        operation: str = "WRITE",
+        metadata: bool = False,
+        drop: str | None = None,
+        properties: dict | None = None,
+        parameters: dict | None = None,
+        files=None,
+    ) -> int:
+        """ops: ("insert", row), ("update", key, {col: value}), ("delete", key). `drop` drops a column;
+        `properties`, the table properties of a metaData action; `parameters`, the operation's; `files`, the
+        commit's file actions (log.Files; None: unknown, as for a share)."""
         changes = []
         if drop:
             self.columns.pop(drop)
@@ -77,7 +89,8 @@ class FakeTable:
         ts = T0 + timedelta(seconds=version)
         for c in changes:
             c.update(_commit_version=version, _commit_timestamp=ts)
-        commit = Commit(version, ts, operation, len(changes), {}, metadata, None)
+        metadata = metadata or properties is not None
+        commit = Commit(version, ts, operation, len(changes), parameters or {}, metadata, properties, files)
         self.versions.append(
             {"commit": commit, "changes": changes, "schema": dict(self.columns), "rows": dict(self.rows)}
         )
@@ -108,6 +121,9 @@ class FakeSource:
 
     def lag(self, committed: int, latest: Commit) -> tuple[int, float | None]:
         return max(latest.version - committed, 0), 0.0
+
+    def file_exists(self, path: str) -> bool | None:
+        return path not in self.table.vacuumed
 
     def version_at(self, ts: datetime) -> int:
         return next(v["commit"].version for v in self.table.versions if v["commit"].timestamp >= ts)
@@ -270,6 +286,7 @@ class MemoryStore:
 
     def __init__(self):
         self.states: dict[str, PipelineState] = {}
+        self.begun: dict[str, int] = {}  # pipeline -> version of a snapshot with chunks recorded
         self.saves = 0
         self.ensured = False
 
@@ -285,6 +302,9 @@ class MemoryStore:
     def save(self, state: PipelineState) -> None:
         self.states[state.pipeline] = state
         self.saves += 1
+
+    def snapshot_begun(self, pipeline: str) -> int | None:
+        return self.begun.get(pipeline)
 
 
 class MemoryLock:
