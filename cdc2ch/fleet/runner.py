@@ -31,6 +31,7 @@ log = get_logger("cdc2ch.runner")
 MAX_BACKOFF = 300.0
 HEALTH_EVERY = 60.0  # seconds between health writes while all is well (each write is an insert)
 MAX_ERROR_CHARS = 4000  # of an error kept in the health record (status shows it) and its log line
+STOP_SEEN = 0.1  # seconds at most between a stop and the dispatcher noticing it
 
 
 @dataclass
@@ -112,12 +113,10 @@ class Runner:
         pool = None
         if schedule.workers > 1:
             pool = ThreadPoolExecutor(schedule.workers, thread_name_prefix="cdc2ch-pipeline")
-        by_name = {s.cfg.pipeline: s for s in self.slots}
         try:
             while not self.stop.is_set():
                 while not self.stop.is_set() and (name := schedule.take()) is not None:
-                    slot = by_name.get(name) or next(s for s in self.slots if s.cfg.pipeline == name)
-                    by_name[name] = slot
+                    slot = next(s for s in self.slots if s.cfg.pipeline == name)
                     if pool is None:
                         self._turn(slot)  # on this thread: a single pipeline's failure is raised here
                     else:
@@ -126,8 +125,8 @@ class Runner:
                     break
                 if self.discover is not None and time.monotonic() >= self._discover_at:
                     self._rediscover()
-                with schedule.cond:  # a turn ending wakes this thread up early
-                    schedule.cond.wait(self._pause())
+                with schedule.cond:  # a turn ending wakes this thread up early; a stop within STOP_SEEN
+                    schedule.cond.wait(min(self._pause(), STOP_SEEN))
         finally:
             if pool is not None:
                 pool.shutdown(wait=True)  # a running turn ends after its batch (the stop is set)
