@@ -21,7 +21,7 @@ class CountingSink(Sink):
     """The session's engine behind a Sink of our own that records each ClickHouse call it makes."""
 
     def __init__(self, sink: Sink):
-        super().__init__(sink.client, sink.display, retries=1)
+        super().__init__(sink.clients.first, sink.display, retries=1)
         self.calls: list[str] = []
 
     def _call(self, what, fn, replicating=True):
