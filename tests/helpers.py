@@ -18,6 +18,16 @@ def create_table(spark, path: str, columns: str, partitioned_by: str | None = No
     )
 
 
+def vacuum_everything(spark, path: str) -> None:
+    """VACUUM with no retention: every file the table no longer references goes, change files included
+    (Delta refuses a retention under 7 days unless its check is off, for this call only)."""
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    try:
+        spark.sql(f"VACUUM delta.`{path}` RETAIN 0 HOURS")
+    finally:
+        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+
+
 def latest_version(spark, path: str) -> int:
     from delta.tables import DeltaTable
 

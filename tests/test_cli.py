@@ -16,7 +16,7 @@ from delta.tables import DeltaTable
 
 from cdc2ch.cli import main
 from cdc2ch.model.config import TargetName
-from tests.helpers import create_table
+from tests.helpers import create_table, vacuum_everything
 
 COLS = "id BIGINT, name STRING"
 
@@ -221,7 +221,6 @@ def _state(sink, database: str, pipeline: str) -> tuple[int, int]:
 def test_cdf_gap_vacuum_and_expired_log_ask_for_a_snapshot(spark, sink, cli, database, tmp_path):
     """Changes that Delta no longer has (CDF switched off for a while, files vacuumed, log entries expired)
     stop the pipeline at its committed version, with the resync command in the message."""
-    from delta.tables import DeltaTable
 
     def run_once(path: str, target: str, expect: int = 0) -> str:
         result = cli(
@@ -253,11 +252,7 @@ def test_cdf_gap_vacuum_and_expired_log_ask_for_a_snapshot(spark, sink, cli, dat
     run_once(path, target)
     spark.sql(f"UPDATE delta.`{path}` SET name = 'B' WHERE id = 2")
     spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 1")
-    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-    try:
-        DeltaTable.forPath(spark, path).vacuum(0)
-    finally:
-        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+    vacuum_everything(spark, path)
     err = run_once(path, target, expect=1)
     assert "are gone (removed by VACUUM or log retention)" in err and "resync with `cdc2ch snapshot`" in err
     assert _state(sink, database, target)[0] == 1

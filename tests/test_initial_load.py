@@ -13,7 +13,7 @@ import pyarrow as pa
 from deltalake import write_deltalake
 
 from cdc2ch.model.config import TargetName
-from tests.helpers import assert_replicated, create_table, delta_rows, latest_version
+from tests.helpers import assert_replicated, create_table, delta_rows, latest_version, vacuum_everything
 
 
 def _tables(sink, database: str) -> int:
@@ -116,18 +116,12 @@ def test_a_table_with_its_whole_change_feed_replays_it(spark, sink, cli, databas
 
 
 def test_vacuumed_change_files_begin_with_a_snapshot(spark, sink, cli, database, tmp_path):
-    from delta.tables import DeltaTable
-
     path = str(tmp_path / "vacuumed")
     create_table(spark, path, "id BIGINT, v STRING")
     spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'a'), (2, 'b')")
     spark.sql(f"UPDATE delta.`{path}` SET v = 'B' WHERE id = 2")
     spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 1")
-    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-    try:
-        DeltaTable.forPath(spark, path).vacuum(0)
-    finally:
-        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+    vacuum_everything(spark, path)
     target = TargetName(database, "vacuumed")
 
     refused = cli.replicate("run", path, target, "--once", "--initial-load", "changes", expect=1)

@@ -13,7 +13,7 @@ from pathlib import Path
 from cdc2ch.model.config import TargetName
 from cdc2ch.source.delta import DeltaSource
 from cdc2ch.source.log import python_log
-from tests.helpers import assert_replicated, committed_version
+from tests.helpers import assert_replicated, committed_version, vacuum_everything
 
 SHORT_RETENTION = "'interval 1 seconds'"
 
@@ -133,11 +133,7 @@ def test_vacuumed_change_files_ask_for_a_snapshot(spark, sink, cli, database, tm
     assert committed_version(sink, database, str(target)) == 1
     spark.sql(f"DELETE FROM delta.`{path}` WHERE id % 2 = 0")  # v2: its changes are in _change_data
     time.sleep(1.2)
-    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-    try:
-        spark.sql(f"VACUUM delta.`{path}` RETAIN 0 HOURS")
-    finally:
-        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+    vacuum_everything(spark, path)
     assert not [p for p in (Path(path) / "_change_data").rglob("*.parquet")]
 
     failed = cli.replicate("run", path, target, "--once", expect=1)
