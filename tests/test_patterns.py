@@ -10,7 +10,7 @@ import time
 
 import pyarrow as pa
 import pytest
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
 
 from cdc2ch import api
 from cdc2ch.base.errors import ConfigError
@@ -30,15 +30,40 @@ def _spark_table(spark, path: str, columns: str = "id BIGINT, name STRING", rows
     spark.sql(f"INSERT INTO delta.`{path}` VALUES {values}")
 
 
+# The good tables besides `a`, `b`, `multi` and `late`: delta-rs tables (an independent writer) and more Spark
+# ones, so that one pattern serves ~30 tables side by side.
+RS_TABLES = [f"rs_{i:02d}" for i in range(14)]
+SPARK_TABLES = [f"sp_{i:02d}" for i in range(6)]
+GOOD = ["a", "b", "multi", "late", *RS_TABLES, *SPARK_TABLES]
+BAD = {"plain": "not a Delta table", "nocdf": "Change Data Feed is not enabled", "nokey": "'id' are not"}
+TWO_COLUMN_KEYS = ("multi", "rs_01", "rs_02")  # given `tenant,id` by --primary-keys
+
+
+def _rs_table(path: str, number: int) -> None:
+    """A delta-rs table with its Change Data Feed on; some with a two-column key, some with a delete."""
+    ids = pa.array(range(number + 2), pa.int64())
+    columns = {"id": ids, "name": pa.array([f"r{i}" for i in range(number + 2)])}
+    if f"rs_{number:02d}" in TWO_COLUMN_KEYS:
+        columns["tenant"] = pa.array([i % 2 for i in range(number + 2)], pa.int32())
+    write_deltalake(path, pa.table(columns), configuration={"delta.enableChangeDataFeed": "true"})
+    if number % 3 == 0:
+        DeltaTable(path).delete("id = 0")  # delta-rs writes the change file of this delete
+
+
 def _lake(spark, root) -> dict[str, str]:
-    """A directory of tables: good ones by Spark and delta-rs, a two-column key, and four that cannot be
-    followed (not Delta, no Change Data Feed, no `id` column, no key at all is covered by the unit layer)."""
-    paths = {name: str(root / name) for name in ("a", "b", "rs", "multi", "plain", "nocdf", "nokey")}
-    for name in ("a", "b"):
+    """A directory of ~30 tables: good ones by Spark and delta-rs with mixed keys, one whose Change Data Feed
+    was switched on after its first rows (an initial load by snapshot), and three that cannot be followed
+    (not Delta, no Change Data Feed, no `id` column; no key at all is covered by the unit layer)."""
+    paths = {name: str(root / name) for name in (*GOOD, *BAD)}
+    for name in ("a", "b", *SPARK_TABLES):
         _spark_table(spark, paths[name], rows=3 + len(name))
-    data = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "name": ["x", "y", "z"]})
-    write_deltalake(paths["rs"], data, configuration={"delta.enableChangeDataFeed": "true"})
+    for number, name in enumerate(RS_TABLES):
+        _rs_table(paths[name], number)
     _spark_table(spark, paths["multi"], "id BIGINT, tenant INT, name STRING")
+    spark.sql(f"CREATE TABLE delta.`{paths['late']}` (id BIGINT, name STRING) USING delta")
+    spark.sql(f"INSERT INTO delta.`{paths['late']}` VALUES (1, 'x'), (2, 'y')")
+    spark.sql(f"ALTER TABLE delta.`{paths['late']}` SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")
+    spark.sql(f"UPDATE delta.`{paths['late']}` SET name = 'late' WHERE id = 2")
     spark.range(3).write.parquet(paths["plain"])  # a directory, not a Delta table
     _spark_table(spark, paths["nocdf"], cdf=False)
     _spark_table(spark, paths["nokey"], "ident BIGINT, name STRING")
@@ -47,54 +72,66 @@ def _lake(spark, root) -> dict[str, str]:
     return paths
 
 
+def _key(name: str) -> tuple[str, ...]:
+    return ("tenant", "id") if name in TWO_COLUMN_KEYS else ("id",)
+
+
 def test_a_storage_pattern_replicates_what_it_can_and_reports_the_rest(spark, cli, sink, database, tmp_path):
     paths = _lake(spark, tmp_path / "sales")
     pattern = f"{tmp_path}/sales/*"
-    args = ("--table", pattern, "--primary-key", "id", "--primary-keys", "multi=tenant,id",
+    keys = ",".join(f"{name}=tenant,id" for name in TWO_COLUMN_KEYS)
+    args = ("--table", pattern, "--primary-key", "id", "--primary-keys", keys,
             "--target", f"{database}.{{schema}}_{{table}}")  # fmt: skip
 
     checked = cli("validate", *args).stdout
-    for name in ("a", "b", "rs", "multi"):
+    for name in GOOD:
         assert f"{paths[name]} -> {database}.sales_{name}" in checked
-    assert "key tenant,id" in checked
+    assert checked.count("key tenant,id") == len(TWO_COLUMN_KEYS)
+    assert "initial load needed: a snapshot of version" in checked  # the late table
     warned = [line for line in checked.splitlines() if line.startswith("WARN")]
-    assert len(warned) == 3 and not any(line.startswith("FAIL") for line in checked.splitlines())
-    assert any(paths["plain"] in w and "not a Delta table" in w for w in warned)
-    assert any(paths["nocdf"] in w and "Change Data Feed is not enabled" in w for w in warned)
-    assert any(paths["nokey"] in w and "'id' are not in the Delta table" in w for w in warned)
+    assert len(warned) == len(BAD) and not any(line.startswith("FAIL") for line in checked.splitlines())
+    for name, why in BAD.items():
+        assert any(paths[name] in w and why in w for w in warned), (name, warned)
 
     # The Python API lists the same, with what to pass to replicate() for each table.
-    found = api.discover(spark, table=pattern, primary_key="id", primary_keys={"multi": ["tenant", "id"]},
+    found = api.discover(spark, table=pattern, primary_key="id",
+                         primary_keys={name: ["tenant", "id"] for name in TWO_COLUMN_KEYS},
                          target=f"{database}.{{schema}}_{{table}}")  # fmt: skip
     assert [(t.table, t.primary_key, t.target) for t in found.tables] == [
-        (paths[n], ("tenant", "id") if n == "multi" else ("id",), f"{database}.sales_{n}")
-        for n in ("a", "b", "multi", "rs")
+        (paths[n], _key(n), f"{database}.sales_{n}") for n in sorted(GOOD)
     ]
-    assert sorted(s["table"] for s in found.skipped) == sorted(paths[n] for n in ("nocdf", "nokey", "plain"))
+    assert sorted(s["table"] for s in found.skipped) == sorted(paths[n] for n in BAD)
     with pytest.raises(ConfigError, match="is a pattern of tables. cdc2ch.api.discover"):
         api.replicate(spark, table=pattern, primary_key="id")
 
     result = cli("run", *args, "--once")
     skipped = {e["table"]: e["reason"] for e in cli.events(result, "table_skipped")}
-    assert sorted(skipped) == sorted(paths[n] for n in ("plain", "nocdf", "nokey"))
-    for name in ("a", "b", "rs", "multi"):
+    assert sorted(skipped) == sorted(paths[n] for n in BAD)
+    (late,) = [e for e in cli.events(result, "initial_load") if e.get("choice") == "snapshot"]
+    assert "enabled at version" in late["reason"], late
+    for name in GOOD:
         assert_replicated(spark, sink, paths[name], TargetName(database, f"sales_{name}"))
     tables = {r[0] for r in sink.query_rows(f"SELECT name FROM system.tables WHERE database = '{database}'")}
-    assert {t for t in tables if t.startswith("sales_")} == {f"sales_{n}" for n in ("a", "b", "rs", "multi")}
+    assert {t for t in tables if t.startswith("sales_")} == {f"sales_{n}" for n in GOOD}
     # `status` shows each skipped table under the pipeline it would be, with why.
     rows = {r["pipeline"]: r for r in json.loads(cli("status", "--json").stdout)}
-    for name, why in (
-        ("plain", "not a Delta table"),
-        ("nocdf", "Change Data Feed"),
-        ("nokey", "'id' are not"),
-    ):
+    for name, why in BAD.items():
         row = rows[f"{database}.sales_{name}"]
-        assert row["last_error_kind"] == "skipped" and why in row["last_error"], row
+        assert row["last_error_kind"] == "skipped" and why.split(" is")[0] in row["last_error"], row
 
-    # A later commit to one table reaches its target on the next poll of the same command.
+    # Later commits by both writers reach their targets on the next poll of the same command, and
+    # `verify` over the pattern finds every good table equal to Delta.
     spark.sql(f"INSERT INTO delta.`{paths['b']}` VALUES (100, 'new')")
+    spark.sql(f"UPDATE delta.`{paths['late']}` SET name = 'later' WHERE id = 1")
+    write_deltalake(
+        paths["rs_04"], pa.table({"id": pa.array([100], pa.int64()), "name": ["new"]}), mode="append"
+    )
+    DeltaTable(paths["rs_05"]).update({"name": "'updated'"}, predicate="id = 1")
     cli("run", *args, "--once")
-    assert_replicated(spark, sink, paths["b"], TargetName(database, "sales_b"))
+    for name in ("b", "late", "rs_04", "rs_05"):
+        assert_replicated(spark, sink, paths[name], TargetName(database, f"sales_{name}"))
+    verified = json.loads(cli("verify", *args, "--json").stdout)
+    assert sorted(r["pipeline"] for r in verified if r["ok"]) == sorted(f"{database}.sales_{n}" for n in GOOD)
 
 
 def test_a_pattern_whose_targets_collide_is_refused(spark, cli, database, tmp_path):
