@@ -160,17 +160,21 @@ def test_a_catalog_pattern_replicates_the_schemas_matching_tables(spark, cli, si
 def test_a_running_service_follows_new_tables_and_lets_go_of_gone_ones(
     spark, http_sink, clickhouse_http, database, tmp_path
 ):
-    """A table created while `run` serves a pattern gets its pipeline within the discover interval (and
-    its rows); a table whose directory goes is let go of, its target kept."""
+    """A service whose pattern matches no table it can follow yet waits for one (where `--once` is refused);
+    a table created while `run` serves a pattern gets its pipeline within the discover interval (and its
+    rows); a table whose directory goes is let go of, its target kept."""
     lake = tmp_path / "lake"
-    _spark_table(spark, str(lake / "a"))
-    proc = Proc(
-        "run", "--table", f"{lake}/*", "--primary-key", "id", "--target", f"{database}.{{table}}",
-        "--poll-interval", "1", "--discover-interval", "2", "--clickhouse", clickhouse_http.dsn,
-        env={"CDC2CH_CLICKHOUSE_PASSWORD": clickhouse_http.password},
-    )  # fmt: skip
+    spark.range(3).write.parquet(str(lake / "plain"))  # not Delta: skipped
+    args = ("run", "--table", f"{lake}/*", "--primary-key", "id", "--target", f"{database}.{{table}}",
+            "--clickhouse", clickhouse_http.dsn)  # fmt: skip
+    env = {"CDC2CH_CLICKHOUSE_PASSWORD": clickhouse_http.password}
+    refused = Proc(*args, "--once", env=env)
+    assert refused.wait(240) == 2 and "No table to replicate" in refused.stderr, refused.stderr[-3000:]
+    proc = Proc(*args, "--poll-interval", "1", "--discover-interval", "2", env=env)
     try:
-        proc.wait_for("committed", timeout=240)
+        proc.wait_for("waiting_for_tables", timeout=240)
+        _spark_table(spark, str(lake / "a"))
+        proc.wait_for("committed", timeout=120)
         _spark_table(spark, str(lake / "b"), rows=7)
         created = time.monotonic()
         found = proc.wait_for("table_discovered", timeout=120)

@@ -80,13 +80,15 @@ class Listed:
     skipped: list  # tables the patterns skip (discovery.Skipped)
     # lists the pipelines again, given those already replicating (None without a pattern)
     again: Callable[[frozenset[str]], tuple[list[RunConfig], list]] | None
+    waits: bool = False  # a service of patterns: with no table to follow yet, it waits for one
 
 
 def _configured(
     invocation: Invocation, listed: Listed | None = None
 ) -> tuple[list[RunConfig], ProcessOptions]:
     """The invocation's pipelines (a pattern's tables listed now) and process options; with no pattern,
-    checked before logging is set up. A pattern matching no table that can be followed is refused."""
+    checked before logging is set up. A pattern matching no table that can be followed is refused (a
+    service waits instead: see run)."""
     listed = listed or _pipelines(invocation)
     configs, process, skipped = listed.configs, listed.process, listed.skipped
     if not configs:
@@ -107,8 +109,13 @@ def _pipelines(invocation: Invocation) -> Listed:
     _start_logging(process)
     reported: set[str] = set()  # skipped tables already logged: a service lists them again and again
     configs, skipped = _expand(items, session(process.spark), reported)
+    once = any(item.values.get("once") for item in items if not isinstance(item, RunConfig))
     return Listed(
-        configs, process, skipped, lambda running: _expand(items, session(process.spark), reported, running)
+        configs,
+        process,
+        skipped,
+        lambda running: _expand(items, session(process.spark), reported, running),
+        waits=not once,
     )
 
 
@@ -157,11 +164,33 @@ def _target(cfg: RunConfig, retries: int, check_lock: bool):
 def run(invocation: Invocation) -> None:
     """`cdc2ch run`: replicate the pipelines of the flags or of the --config file."""
     listed = _pipelines(invocation)
-    configs, process = _configured(invocation, listed)
+    if not (listed.waits and not listed.configs):
+        _configured(invocation, listed)  # refuses a --once run of patterns matching nothing to follow
+    process = listed.process
     check_serve(process)
     _start_logging(process)
     with stop_on_signals() as stop:
-        run_pipelines(configs, process, stop, discover=listed.again, skipped=listed.skipped)
+        if not listed.configs:
+            listed = _wait_for_tables(listed, stop)
+        if listed.configs:
+            run_pipelines(listed.configs, process, stop, discover=listed.again, skipped=listed.skipped)
+
+
+def _wait_for_tables(listed: Listed, stop: threading.Event) -> Listed:
+    """A service whose patterns match no table it can follow yet (an empty schema, or only tables it skips)
+    lists them again every --discover-interval until one appears, rather than exit."""
+    interval = listed.process.discover_interval
+    log.warning(
+        "waiting_for_tables",
+        skipped=len(listed.skipped),
+        discover_interval=interval,
+        hint="the --table patterns match no table that can be followed yet; they are listed again every "
+        "discover interval",
+    )
+    while not listed.configs and not stop.wait(interval):
+        configs, skipped = listed.again(frozenset())
+        listed = replace(listed, configs=configs, skipped=skipped)
+    return listed
 
 
 def run_pipelines(
