@@ -9,16 +9,16 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import click
 
 from cdc2ch.base import log as logsetup
 from cdc2ch.base.errors import Cdc2chError, ConfigError, summarise
 from cdc2ch.base.log import get_logger
-from cdc2ch.commands.options import Invocation, load_config, merge, process_options, resolve
+from cdc2ch.commands.listing import configured, pipelines, start_logging, wait_for_tables
+from cdc2ch.commands.options import Invocation, load_config, merge, process_options
 from cdc2ch.model.config import ProcessOptions, RunConfig, TargetName, parse_duration
 
 log = get_logger("cdc2ch")
@@ -71,82 +71,6 @@ def stop_on_signals():
         os.close(write_end)
 
 
-@dataclass(frozen=True)
-class Listed:
-    """An invocation's pipelines, its tables listed now."""
-
-    configs: list[RunConfig]
-    process: ProcessOptions
-    skipped: list  # tables the patterns skip (discovery.Skipped)
-    # lists the pipelines again, given those already replicating (None without a pattern)
-    again: Callable[[frozenset[str]], tuple[list[RunConfig], list]] | None
-    waits: bool = False  # a service of patterns: with no table to follow yet, it waits for one
-
-
-def _configured(
-    invocation: Invocation, listed: Listed | None = None
-) -> tuple[list[RunConfig], ProcessOptions]:
-    """The invocation's pipelines (a pattern's tables listed now) and process options; with no pattern,
-    checked before logging is set up. A pattern matching no table that can be followed is refused (a
-    service waits instead: see run)."""
-    listed = listed or _pipelines(invocation)
-    configs, process, skipped = listed.configs, listed.process, listed.skipped
-    if not configs:
-        raise ConfigError(
-            f"No table to replicate: the --table pattern matched none that can be followed now "
-            f"({len(skipped)} skipped, each named above with why). Fix those tables or the pattern."
-        )
-    return configs, process
-
-
-def _pipelines(invocation: Invocation) -> Listed:
-    """The invocation's pipelines, each --table pattern listed now."""
-    from cdc2ch.source.spark import session
-
-    items, process = resolve(invocation, load_config(invocation))
-    if all(isinstance(item, RunConfig) for item in items):
-        return Listed(items, process, [], None)
-    _start_logging(process)
-    reported: set[str] = set()  # skipped tables already logged: a service lists them again and again
-    configs, skipped = _expand(items, session(process.spark), reported)
-    once = any(item.values.get("once") for item in items if not isinstance(item, RunConfig))
-    return Listed(
-        configs,
-        process,
-        skipped,
-        lambda running: _expand(items, session(process.spark), reported, running),
-        waits=not once,
-    )
-
-
-def _expand(items: list, spark, reported: set[str], running: frozenset[str] = frozenset()):
-    """The pipelines of `items`, each --table pattern listed now; (pipelines, tables skipped). The tables of
-    `running` pipelines are not checked again."""
-    from cdc2ch.commands.options import build_config, check_unique
-    from cdc2ch.fleet import discovery
-    from cdc2ch.source import open_source
-
-    configs, skipped = [], []
-    for item in items:
-        if isinstance(item, RunConfig):
-            configs.append(item)
-            continue
-        found = discovery.expand(item.values, spark, build_config, open_source, running)
-        log.info("pattern_listed", pattern=item.text, tables=len(found.configs), skipped=len(found.skipped))
-        configs += found.configs
-        skipped += found.skipped
-    check_unique(configs, "The pipelines of the --table patterns")
-    for s in skipped:
-        if s.table not in reported:
-            log.warning("table_skipped", pattern=s.pattern, table=s.table, reason=s.reason)
-            reported.add(s.table)
-    return configs, skipped
-
-
-def _start_logging(process: ProcessOptions) -> None:
-    logsetup.configure(process.log_format, process.log_level)
-
-
 @contextmanager
 def _target(cfg: RunConfig, retries: int, check_lock: bool):
     """ClickHouse opened: yields the sink. With `check_lock`, refuses early, before Spark starts, if another
@@ -163,34 +87,17 @@ def _target(cfg: RunConfig, retries: int, check_lock: bool):
 
 def run(invocation: Invocation) -> None:
     """`cdc2ch run`: replicate the pipelines of the flags or of the --config file."""
-    listed = _pipelines(invocation)
+    listed = pipelines(invocation)
     if not (listed.waits and not listed.configs):
-        _configured(invocation, listed)  # refuses a --once run of patterns matching nothing to follow
+        configured(invocation, listed)  # refuses a --once run of patterns matching nothing to follow
     process = listed.process
     check_serve(process)
-    _start_logging(process)
+    start_logging(process)
     with stop_on_signals() as stop:
         if not listed.configs:
-            listed = _wait_for_tables(listed, stop)
+            listed = wait_for_tables(listed, stop)
         if listed.configs:
             run_pipelines(listed.configs, process, stop, discover=listed.again, skipped=listed.skipped)
-
-
-def _wait_for_tables(listed: Listed, stop: threading.Event) -> Listed:
-    """A service whose patterns match no table it can follow yet (an empty schema, or only tables it skips)
-    lists them again every --discover-interval until one appears, rather than exit."""
-    interval = listed.process.discover_interval
-    log.warning(
-        "waiting_for_tables",
-        skipped=len(listed.skipped),
-        discover_interval=interval,
-        hint="the --table patterns match no table that can be followed yet; they are listed again every "
-        "discover interval",
-    )
-    while not listed.configs and not stop.wait(interval):
-        configs, skipped = listed.again(frozenset())
-        listed = replace(listed, configs=configs, skipped=skipped)
-    return listed
 
 
 def run_pipelines(
@@ -294,13 +201,13 @@ def snapshot(invocation: Invocation) -> None:
     """`cdc2ch snapshot`: load one table as of one version (each table of a --table pattern in turn)."""
     from cdc2ch.fleet.patterns import is_pattern
 
-    configs, process = _configured(invocation.with_values(once=True))
+    configs, process = configured(invocation.with_values(once=True))
     if len(configs) > 1 and not is_pattern(invocation.values.get("table")):
         raise ConfigError(
             f"snapshot loads one table, but {process.config_path} lists {len(configs)} pipelines: choose one "
             f"with --pipeline NAME ({', '.join(c.pipeline for c in configs)})."
         )
-    _start_logging(process)
+    start_logging(process)
     with stop_on_signals() as stop:
         for cfg in configs:
             if not stop.is_set():
@@ -323,7 +230,7 @@ def reshape(invocation: Invocation) -> None:
     from cdc2ch.source import open_source
     from cdc2ch.source.spark import session
 
-    configs, process = _configured(invocation)
+    configs, process = configured(invocation)
     if len(configs) > 1:
         where = f"{process.config_path} lists" if process.config_path else "--table matches"
         raise ConfigError(
@@ -331,7 +238,7 @@ def reshape(invocation: Invocation) -> None:
             f"(or --pipeline NAME with --config): {', '.join(c.pipeline for c in configs)}."
         )
     cfg = configs[0]
-    _start_logging(process)
+    start_logging(process)
     with stop_on_signals() as stop, _target(cfg, cfg.retries, check_lock=False) as sink:
         done = Reshape(cfg, open_source(lambda: session(cfg.spark), cfg.table), sink, stop).run()
     if done is not None:
@@ -346,9 +253,9 @@ def validate(invocation: Invocation) -> None:
     from cdc2ch.commands.validate import Finding, check
     from cdc2ch.source.spark import session
 
-    listed = _pipelines(invocation)
+    listed = pipelines(invocation)
     configs, process, skipped = listed.configs, listed.process, listed.skipped
-    _start_logging(process)
+    start_logging(process)
     findings = check(configs, lambda: session(configs[0].spark)) if configs else []
     # A table a pattern skips is no reason to refuse the others: run goes ahead without it.
     findings += [Finding(s.table, True, f"skipped: {s.reason}", warning=True) for s in skipped]
@@ -365,8 +272,8 @@ def verify(invocation: Invocation, repair: bool, as_json: bool) -> None:
     from cdc2ch.source import open_source
     from cdc2ch.source.spark import session
 
-    configs, process = _configured(invocation.with_values(once=True))
-    _start_logging(process)
+    configs, process = configured(invocation.with_values(once=True))
+    start_logging(process)
     reports = []
     with stop_on_signals() as stop, _target(configs[0], max(c.retries for c in configs), False) as sink:
         for cfg in configs:
@@ -407,7 +314,7 @@ def status(invocation: Invocation) -> None:
     file = load_config(invocation)
     values = merge(invocation, file)[0]  # process-wide options are the same in every pipeline
     process = process_options(values)
-    _start_logging(process)
+    start_logging(process)
     with connect(process.clickhouse_dsn, create=False, reader=True) as sink:
         rows = report.collect(
             sink,

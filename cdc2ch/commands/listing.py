@@ -1,0 +1,109 @@
+"""Which pipelines an invocation names now: those of its flags or config file, each --table pattern listed
+(and listed again, for a service that discovers tables or waits for its first)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from cdc2ch.base import log as logsetup
+from cdc2ch.base.errors import ConfigError
+from cdc2ch.base.log import get_logger
+from cdc2ch.commands.options import Invocation, load_config, resolve
+from cdc2ch.model.config import ProcessOptions, RunConfig
+
+log = get_logger("cdc2ch")
+
+
+@dataclass(frozen=True)
+class Listed:
+    """An invocation's pipelines, its tables listed now."""
+
+    configs: list[RunConfig]
+    process: ProcessOptions
+    skipped: list  # tables the patterns skip (discovery.Skipped)
+    # lists the pipelines again, given those already replicating (None without a pattern)
+    again: Callable[[frozenset[str]], tuple[list[RunConfig], list]] | None
+    waits: bool = False  # a service of patterns: with no table to follow yet, it waits for one
+
+
+def configured(
+    invocation: Invocation, listed: Listed | None = None
+) -> tuple[list[RunConfig], ProcessOptions]:
+    """The invocation's pipelines (a pattern's tables listed now) and process options; with no pattern,
+    checked before logging is set up. A pattern matching no table that can be followed is refused (a
+    service waits instead: see run)."""
+    listed = listed or pipelines(invocation)
+    configs, process, skipped = listed.configs, listed.process, listed.skipped
+    if not configs:
+        raise ConfigError(
+            f"No table to replicate: the --table pattern matched none that can be followed now "
+            f"({len(skipped)} skipped, each named above with why). Fix those tables or the pattern."
+        )
+    return configs, process
+
+
+def pipelines(invocation: Invocation) -> Listed:
+    """The invocation's pipelines, each --table pattern listed now."""
+    from cdc2ch.source.spark import session
+
+    items, process = resolve(invocation, load_config(invocation))
+    if all(isinstance(item, RunConfig) for item in items):
+        return Listed(items, process, [], None)
+    start_logging(process)
+    reported: set[str] = set()  # skipped tables already logged: a service lists them again and again
+    configs, skipped = _expand(items, session(process.spark), reported)
+    once = any(item.values.get("once") for item in items if not isinstance(item, RunConfig))
+    return Listed(
+        configs,
+        process,
+        skipped,
+        lambda running: _expand(items, session(process.spark), reported, running),
+        waits=not once,
+    )
+
+
+def _expand(items: list, spark, reported: set[str], running: frozenset[str] = frozenset()):
+    """The pipelines of `items`, each --table pattern listed now; (pipelines, tables skipped). The tables of
+    `running` pipelines are not checked again."""
+    from cdc2ch.commands.options import build_config, check_unique
+    from cdc2ch.fleet import discovery
+    from cdc2ch.source import open_source
+
+    configs, skipped = [], []
+    for item in items:
+        if isinstance(item, RunConfig):
+            configs.append(item)
+            continue
+        found = discovery.expand(item.values, spark, build_config, open_source, running)
+        log.info("pattern_listed", pattern=item.text, tables=len(found.configs), skipped=len(found.skipped))
+        configs += found.configs
+        skipped += found.skipped
+    check_unique(configs, "The pipelines of the --table patterns")
+    for s in skipped:
+        if s.table not in reported:
+            log.warning("table_skipped", pattern=s.pattern, table=s.table, reason=s.reason)
+            reported.add(s.table)
+    return configs, skipped
+
+
+def start_logging(process: ProcessOptions) -> None:
+    logsetup.configure(process.log_format, process.log_level)
+
+
+def wait_for_tables(listed: Listed, stop: threading.Event) -> Listed:
+    """A service whose patterns match no table it can follow yet (an empty schema, or only tables it skips)
+    lists them again every --discover-interval until one appears, rather than exit."""
+    interval = listed.process.discover_interval
+    log.warning(
+        "waiting_for_tables",
+        skipped=len(listed.skipped),
+        discover_interval=interval,
+        hint="the --table patterns match no table that can be followed yet; they are listed again every "
+        "discover interval",
+    )
+    while not listed.configs and not stop.wait(interval):
+        configs, skipped = listed.again(frozenset())
+        listed = replace(listed, configs=configs, skipped=skipped)
+    return listed
