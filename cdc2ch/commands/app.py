@@ -107,6 +107,7 @@ def run_pipelines(
     file a failing pipeline is one failure among others (`--once` then exits 1 with a summary)."""
     from cdc2ch.fleet.runner import Runner
     from cdc2ch.fleet.scheduler import pool_size
+    from cdc2ch.replication.budget import RowBudget
     from cdc2ch.replication.metrics import Metrics
     from cdc2ch.source.spark import session
 
@@ -117,6 +118,9 @@ def run_pipelines(
     # A pipeline of a config that another runner holds is one failing pipeline, not a refusal of all.
     with _target(first, max(c.retries for c in configs), check_lock=not isolate) as sink, _serving(process):
         sink.widen(workers + 1)  # the pipelines' calls overlap; one more for claims' heartbeats
+        budget = RowBudget(
+            process.max_rows_in_memory or 2 * workers * max(c.max_rows_per_read for c in configs)
+        )
         if process.metrics_port is not None:
             metrics.serve(process.metrics_port)
         try:
@@ -132,6 +136,7 @@ def run_pipelines(
                 process.discover_interval,
                 skipped,
                 workers,
+                budget,
             )
             failed = runner.run()
         finally:

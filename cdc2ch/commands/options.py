@@ -140,6 +140,7 @@ def process_options(values: Mapping[str, Any]) -> ProcessOptions:
         cluster=values.get("cluster"),
         discover_interval=values.get("discover_interval") or 300.0,
         max_parallel=values.get("max_parallel"),
+        max_rows_in_memory=values.get("max_rows_in_memory"),
         config_path=values.get("config_path"),
         metrics_port=values.get("metrics_port"),
         serve=ServeOptions(

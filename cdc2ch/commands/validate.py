@@ -107,17 +107,17 @@ def check(configs: list[RunConfig], spark_factory) -> list[Finding]:
             else:  # a share names its table by profile; where its server serves it is worth showing
                 found = f"served at {source.location}, " if source.location != source.uri else ""
             where = (
-                f"resumes at version {start}"
+                f"resumes at version {start}, "
                 if inputs.stored and not cfg.reset
-                else f"starts with a snapshot of version {inputs.initial.version}"
+                else ""  # initial_text tells of the snapshot
                 if snapshot
-                else f"starts at version {start}"
+                else f"starts at version {start}, "
             )
             findings.append(
                 Finding(
                     cfg.pipeline,
                     True,
-                    f"{cfg.table} -> {cfg.target}: {found}latest version {latest}, {where}, key "
+                    f"{cfg.table} -> {cfg.target}: {found}latest version {latest}, {where}key "
                     f"{','.join(cfg.primary_key)}{_design_text(cfg)}, writer {inputs.writer}"
                     f"{initial_text(inputs.initial)}",
                 )

@@ -21,6 +21,7 @@ from cdc2ch.clickhouse.state import Health, HealthStore, VerifyStore
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.fleet.scheduler import NEVER, Schedule
 from cdc2ch.model.config import RunConfig
+from cdc2ch.replication.budget import UNLIMITED, RowBudget
 from cdc2ch.replication.metrics import Metrics, PipelineMetrics, error_kind
 from cdc2ch.replication.pipeline import Replicator
 from cdc2ch.source import open_source
@@ -68,8 +69,10 @@ class Runner:
         discover_interval: float = 300.0,
         skipped: list | None = None,
         workers: int = 1,
+        budget: RowBudget = UNLIMITED,
     ):
         self.configs = configs
+        self.budget = budget  # rows all pipelines may hold at once
         self.metrics = metrics
         self.discover, self.discover_interval = discover, discover_interval
         self._discover_at = time.monotonic() + discover_interval
@@ -200,9 +203,8 @@ class Runner:
         progressed = False
         try:
             if job is None:
-                job = Replicator(
-                    slot.cfg, open_source(self.spark, slot.cfg.table), self.sink, self.stop, slot.metrics
-                )
+                source = open_source(self.spark, slot.cfg.table)
+                job = Replicator(slot.cfg, source, self.sink, self.stop, slot.metrics, budget=self.budget)
                 if not self.once:
                     job.turn_over = partial(self.schedule.should_give_way, slot.cfg.pipeline)
                 job.start()

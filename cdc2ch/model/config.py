@@ -225,6 +225,7 @@ class ProcessOptions:
     cluster: str | None = None
     discover_interval: float = 300.0
     max_parallel: int | None = None  # None: parallel_default()
+    max_rows_in_memory: int | None = None  # None: two ranges per worker
     config_path: str | None = None
     metrics_port: int | None = None
     serve: ServeOptions | None = None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from cdc2ch.base.log import get_logger
 from cdc2ch.model import schema
@@ -18,28 +17,16 @@ from cdc2ch.model.config import RunConfig
 from cdc2ch.model.offset import PipelineState
 from cdc2ch.replication import plan
 from cdc2ch.replication.bootstrap import Bootstrap
-from cdc2ch.replication.initial import Choice
+from cdc2ch.replication.budget import UNLIMITED, Leases, RowBudget
+from cdc2ch.replication.inputs import Inputs, check_inputs
 from cdc2ch.replication.metrics import Metrics, PipelineMetrics
 from cdc2ch.replication.ports import ChangeSource, Ports, RangeWriter
 from cdc2ch.replication.progress import Progress
 from cdc2ch.replication.projection import designed
 from cdc2ch.replication.readahead import ReadAhead
 from cdc2ch.replication.resync import Resync
-from cdc2ch.replication.writers import pushdown
 
 log = get_logger("cdc2ch.pipeline")
-
-
-@dataclass(frozen=True)
-class Inputs:
-    """What the checks of `run` found (and `validate` reports)."""
-
-    start: int  # the first version to replicate
-    stored: PipelineState | None
-    latest: int
-    writer: str
-    table_id: str = ""  # the Delta table's id, recorded with the offset
-    initial: Choice | None = None  # how a new pipeline begins (None: it has an offset)
 
 
 class Replicator:
@@ -54,14 +41,16 @@ class Replicator:
         stop: threading.Event | None = None,
         metrics: PipelineMetrics | None = None,
         ports: Ports | None = None,
+        budget: RowBudget = UNLIMITED,
     ):
         self.cfg, self.source = cfg, designed(source, cfg.design)  # rows in the target's columns
+        self.budget = budget  # the rows the process's pipelines may hold at once
         self.stop = stop or threading.Event()
         self.metrics = metrics or Metrics().pipeline(cfg.pipeline)
         if ports is None:
             from cdc2ch.replication.target import clickhouse_ports
 
-            ports = clickhouse_ports(cfg, self.source, sink, self.stop, self.metrics)
+            ports = clickhouse_ports(cfg, self.source, sink, self.stop, self.metrics, budget)
         self.ports = ports
         self.log = log.bind(pipeline=cfg.pipeline)
         self.state: PipelineState | None = None
@@ -82,33 +71,7 @@ class Replicator:
     # -- start-up ---------------------------------------------------------------------------------
     def check_inputs(self) -> Inputs:
         """Check table, keys, change data feed, offsets and options, writing nothing (what `validate` runs)."""
-        cfg, uri, source = self.cfg, self.source.uri, self.source
-        latest = source.latest().version
-        if not source.cdf_enabled():
-            raise plan.cdf_disabled_error(uri)
-        requested = source.version_at(cfg.from_timestamp) if cfg.from_timestamp else cfg.from_version
-        stored = self.ports.store.load(cfg.pipeline)
-        if stored is None:  # a new pipeline: its target must not be another pipeline's
-            plan.check_owner(cfg.pipeline, str(cfg.target), self.ports.store.load_all())
-        table_id = source.table_id()
-        start = plan.start_version(
-            cfg.pipeline, uri, str(cfg.target), stored, requested, latest, cfg.reset, source.location, table_id
-        )  # fmt: skip
-        latest_schema = source.schema_at(latest)
-        self.ports.tables.check(  # an existing target fits the design (a new pipeline's: the types too)
-            schema.column_types(latest_schema, cfg.design), new=stored is None
-        )
-        writer = plan.choose_writer(cfg.reader, cfg.writer, self.ports.remote_target, self.ports.local_master)
-        if writer == "clickhouse":  # refuse what ClickHouse cannot read, before any write
-            pushdown.lake_function(source.location)
-            found = plan.unsupported_by_clickhouse_reader(
-                source.protocol(), source.properties(), latest_schema
-            )
-            done = f"replication stopped with version {stored.committed_version} committed" if stored else ""
-            if found:
-                raise plan.clickhouse_reader_error(uri, found, done or "nothing was written")
-        initial = self.bootstrap.choose(stored, requested, start, latest)  # a new pipeline's first load
-        return Inputs(start, stored, latest, writer, table_id, initial)
+        return check_inputs(self.cfg, self.source, self.ports, self.bootstrap)
 
     def initial_state(self, inputs: Inputs) -> PipelineState:
         """Where the pipeline stands: the stored offset (claimed now), or for a new pipeline an offset before
@@ -200,9 +163,13 @@ class Replicator:
             progress = Progress(f"catch-up {cfg.pipeline}", total, len(ranges), unit="range")
         broken = None
         self.gave_way = False
-        with ReadAhead(self.source.changes, cfg.immutable_keys, self.writer.collects) as reads:
+        held = [n if self.writer.collects else 0 for n in estimates]  # rows this process holds per range
+        with (
+            Leases(self.budget, self.stop) as leases,
+            ReadAhead(self.source.changes, cfg.immutable_keys, self.writer.collects) as reads,
+        ):
             for i, (s, e) in enumerate(ranges):
-                if self.stop.is_set() or self.gave_way:
+                if self.stop.is_set() or self.gave_way or not leases.need(i, held[i]):
                     break
                 changes = reads.open(s, e)
                 if self.writer.kind == "clickhouse":
@@ -211,8 +178,10 @@ class Replicator:
                     self.writer.check(changes)  # a new pipeline writes nothing before its rows are checked
                 # decided before the next range is read ahead: a range read for nothing would be wasted
                 self.gave_way = i + 1 < len(ranges) and self.turn_over()
-                if not self.gave_way and plan.reads_ahead(
-                    estimates, i, max_rows
+                if (
+                    not self.gave_way
+                    and plan.reads_ahead(estimates, i, max_rows)
+                    and leases.ahead(i + 1, held[i + 1])
                 ):  # meanwhile: DDL, claim, write
                     reads.read(*ranges[i + 1])
                 if not self.claimed:  # the DDL before the claim: a table ClickHouse refuses leaves no offset
@@ -226,6 +195,8 @@ class Replicator:
                 state = state.writing(e)
                 store.save(state)
                 result = self.writer.write(changes, state, estimates[i])
+                del changes  # its rows are written: give their share of the budget back
+                leases.done(i)
                 if not result.committed:
                     break
                 state = state.advanced(e, result.rows)

@@ -27,6 +27,7 @@ from cdc2ch.model import contract, schema
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.offset import PipelineState
 from cdc2ch.replication import plan
+from cdc2ch.replication.budget import UNLIMITED, Leases, RowBudget
 from cdc2ch.replication.progress import Progress
 from cdc2ch.replication.projection import designed
 from cdc2ch.replication.writers.driver import insert_rows
@@ -53,9 +54,17 @@ def _file_path(spark_file: str) -> str:
 class Snapshotter:
     """One table at one version into the target; `stop` asks it to end after the current chunk."""
 
-    def __init__(self, cfg: RunConfig, source, sink: Sink, stop: threading.Event | None = None):
+    def __init__(
+        self,
+        cfg: RunConfig,
+        source,
+        sink: Sink,
+        stop: threading.Event | None = None,
+        budget: RowBudget = UNLIMITED,
+    ):
         self.cfg, self.source, self.sink = cfg, designed(source, cfg.design), sink
         self.stop = stop or threading.Event()
+        self.budget = budget  # the rows the process's pipelines may hold at once
         self.tables = TargetTables(sink, cfg.target, cfg.design)
         self.table_sql = self.tables.table_sql
         self.store = StateStore(sink, cfg.target.database)
@@ -156,18 +165,27 @@ class Snapshotter:
         progress = Progress(f"snapshot v{version}", total, frame.count, len(frame.files))
         progress.advance(sum(done.values()), len(done))
         todo = [chunk for chunk in range(frame.count) if chunk not in done]
-        # The next chunk is read while this one is written: the JVM reads while the engine inserts. Leaving
-        # the block waits for a read under way, so no Spark job outlives the snapshot.
-        with ThreadPoolExecutor(1, thread_name_prefix="cdc2ch-snapshot-read") as pool:
-            pending = pool.submit(frame.read, todo[0]) if todo else None
+        # The next chunk is read while this one is written (the JVM reads while the engine inserts) when
+        # the row budget has room for both. Leaving the block waits for a read under way, so no Spark job
+        # outlives the snapshot.
+        rows = -(-total // max(frame.count, 1))  # a chunk's rows (the files are split evenly)
+        with (
+            Leases(self.budget, self.stop) as leases,
+            ThreadPoolExecutor(1, thread_name_prefix="cdc2ch-snapshot-read") as pool,
+        ):
+            pending = None
             for i, chunk in enumerate(todo):
-                if self.stop.is_set():
+                if self.stop.is_set() or not leases.need(chunk, rows):
                     return None
+                if pending is None:
+                    pending = pool.submit(frame.read, chunk)
                 try:
                     data = pending.result()
                 except Exception as exc:
                     raise self._read_error(exc, version, chunk, total // max(1, len(frame.files))) from exc
-                pending = pool.submit(frame.read, todo[i + 1]) if i + 1 < len(todo) else None
+                pending = None
+                if i + 1 < len(todo) and leases.ahead(todo[i + 1], rows):
+                    pending = pool.submit(frame.read, todo[i + 1])
                 n = 0
                 if data is not None:
                     n, _, _ = insert_rows(
@@ -180,6 +198,8 @@ class Snapshotter:
                         self.log,
                         chunk=chunk,
                     )
+                data = None  # written: give its share of the budget back
+                leases.done(chunk)
                 self.chunks.record(cfg.pipeline, version, plan, chunk, n)
                 self.log.info("chunk", version=version, chunk=chunk, of=frame.count, rows=n)
                 progress.advance(n, 1)

@@ -11,6 +11,7 @@ from cdc2ch.clickhouse.lock import PipelineLock
 from cdc2ch.clickhouse.state import StateStore
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model.config import RunConfig
+from cdc2ch.replication.budget import UNLIMITED, RowBudget
 from cdc2ch.replication.metrics import PipelineMetrics
 from cdc2ch.replication.ports import Ports
 from cdc2ch.replication.snapshot import Snapshotter
@@ -23,7 +24,12 @@ log = get_logger("cdc2ch.pipeline")
 
 
 def clickhouse_ports(
-    cfg: RunConfig, source, sink: Sink, stop: threading.Event, metrics: PipelineMetrics
+    cfg: RunConfig,
+    source,
+    sink: Sink,
+    stop: threading.Event,
+    metrics: PipelineMetrics,
+    budget: RowBudget = UNLIMITED,
 ) -> Ports:
     tables = TargetTables(sink, cfg.target, cfg.design)
     to = Destination(cfg, sink, tables.table_sql, stop, metrics, log.bind(pipeline=cfg.pipeline))
@@ -34,7 +40,7 @@ def clickhouse_ports(
         lock=PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl),
         tables=tables,
         writer=lambda kind: writers[kind](to),
-        load_snapshot=lambda side, version, comment: Snapshotter(side, source, sink, stop).load(
+        load_snapshot=lambda side, version, comment: Snapshotter(side, source, sink, stop, budget).load(
             version, comment=comment
         ),
         remote_target=sink.task_client is not None,

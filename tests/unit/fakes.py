@@ -365,7 +365,8 @@ class Harness:
             )  # fmt: skip
         return len(rows)
 
-    def replicator(self, metrics=None, **more):
+    def replicator(self, metrics=None, budget=None, **more):
+        from cdc2ch.replication.budget import UNLIMITED
         from cdc2ch.replication.pipeline import Replicator
 
         cfg = self.config(**more) if more else self.cfg
@@ -379,11 +380,13 @@ class Harness:
             remote_target=False,
             local_master=True,
         )
-        return Replicator(cfg, self.source, stop=self.stop, metrics=metrics, ports=ports)
+        return Replicator(
+            cfg, self.source, stop=self.stop, metrics=metrics, ports=ports, budget=budget or UNLIMITED
+        )
 
-    def run(self, **more) -> PipelineState:
+    def run(self, budget=None, **more) -> PipelineState:
         self.stop.clear()
-        return self.replicator(**more).run()
+        return self.replicator(budget=budget, **more).run()
 
     def final(self) -> list[dict]:
         return self.db.user_rows(str(self.cfg.target), self.table.columns)

@@ -141,6 +141,7 @@ def test_config_file_keys_by_section():
         "cluster",
         "discover-interval",
         "max-parallel",
+        "max-rows-in-memory",
         "spark-master",
         "spark-conf",
         "log-format",
