@@ -241,6 +241,18 @@ def test_run_serve_while_replicating(spark, monkeypatch, tmp_path):
             "query", "SELECT count() FROM cdc2ch.t FINAL", "--format", "TSV", "--clickhouse", dsn, env=env
         )
         assert query.wait() == 0 and query.stdout.split() == [str(n)], query.stderr
+        # `verify` on the directory goes through the service too, while commits arrive; it writes nothing
+        # there (its verdict is printed, not kept).
+        verify = Proc("verify", "--table", path, "--primary-key", "id", "--clickhouse", dsn, "--json",
+                      env=env, cwd=str(tmp_path))  # fmt: skip
+        for k in range(commits + 1, commits + 4):
+            spark.sql(f"UPDATE delta.`{path}` SET v = {k}")
+        assert verify.wait(300) == 0, verify.stderr[-3000:]
+        (report,) = json.loads(verify.stdout)
+        assert report["ok"] and report["delta_rows"] == n, report
+        assert "verify_not_recorded" in verify.stderr and "Code: 164" not in verify.stderr
+        tables = c.query("SELECT name FROM system.tables WHERE database = 'cdc2ch'").result_rows
+        assert ("cdc2ch_verify",) not in tables, tables
         # Without the password they are refused, and told where it goes.
         denied = Proc("query", "SELECT 1", "--clickhouse", dsn, env={"CDC2CH_SERVE_PASSWORD": ""})
         assert denied.wait() != 0 and "CDC2CH_SERVE_PASSWORD" in denied.stderr, denied.stderr

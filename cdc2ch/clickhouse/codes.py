@@ -41,12 +41,12 @@ ACCESS_DENIED = 497
 AUTHENTICATION_FAILED = 516
 KEEPER_EXCEPTION = 999
 
-# Worth another try: the server is busy, restarting or read-only for a moment, or the network hiccuped.
+# Worth another try: the server is busy or restarting, a replica is read-only for a moment (242: its Keeper
+# session is being restored), or the network hiccuped. READONLY (164) is not: it is the user's own setting.
 TRANSIENT = frozenset(
     {
         UNEXPECTED_END_OF_FILE,
         TIMEOUT_EXCEEDED,
-        READONLY,
         TOO_MANY_SIMULTANEOUS_QUERIES,
         SOCKET_TIMEOUT,
         NETWORK_ERROR,
@@ -63,6 +63,15 @@ TRANSIENT = frozenset(
 # The server refused the user or the password. Current servers answer all of these with 516; older ones
 # told an unknown user from a wrong or missing password.
 CREDENTIALS_REJECTED = frozenset({AUTHENTICATION_FAILED, UNKNOWN_USER, WRONG_PASSWORD, REQUIRED_PASSWORD})
+
+
+# Refusals another try cannot change, and what to do about each (the server's own text says what was refused).
+REFUSED = {
+    READONLY: "This connection may only read (ClickHouse's `readonly` setting, or a read-only endpoint such as "
+    "`cdc2ch run --serve`): connect as a user that may write, or run this command where the data is written.",
+    ACCESS_DENIED: "The user lacks a privilege the statement needs (the server's text above names it): GRANT "
+    "it to the user cdc2ch connects as, or connect as another user.",
+}
 
 
 def chain(exc: BaseException | None) -> Iterator[BaseException]:

@@ -109,6 +109,9 @@ class Sink:
                 f"ClickHouse could not be reached after {self._retries} attempts; check that it is up and "
                 f"reachable, then {again}."
             )
+        refused = codes.REFUSED.get(codes.error_code(exc))
+        if refused is not None:
+            return refused + (" The replication offset was not moved." if replicating else "")
         if replicating:
             return "Nothing after the last committed version was recorded; fix the cause and run again."
         return "Fix the statement and run it again."

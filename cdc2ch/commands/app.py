@@ -72,14 +72,14 @@ def stop_on_signals():
 
 
 @contextmanager
-def _target(cfg: RunConfig, retries: int, check_lock: bool):
+def _target(cfg: RunConfig, retries: int, check_lock: bool, reader: bool = False):
     """ClickHouse opened: yields the sink. With `check_lock`, refuses early, before Spark starts, if another
     runner has the pipeline; the job claims it itself once its inputs are checked, so bad input writes
-    nothing."""
+    nothing. A `reader` of an embedded directory a `run --serve` holds goes through that service."""
     from cdc2ch.clickhouse.dsn import connect
     from cdc2ch.clickhouse.lock import PipelineLock
 
-    with connect(cfg.clickhouse_dsn, retries, cluster=cfg.cluster) as sink:
+    with connect(cfg.clickhouse_dsn, retries, reader=reader, cluster=cfg.cluster) as sink:
         if check_lock:
             PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl).check()
         yield sink
@@ -280,7 +280,9 @@ def verify(invocation: Invocation, repair: bool, as_json: bool) -> None:
     configs, process = configured(invocation.with_values(once=True))
     start_logging(process)
     reports = []
-    with stop_on_signals() as stop, _target(configs[0], max(c.retries for c in configs), False) as sink:
+    retries = max(c.retries for c in configs)
+    # without --repair verify only reads: a running `run --serve` of the embedded directory can answer it
+    with stop_on_signals() as stop, _target(configs[0], retries, False, reader=not repair) as sink:
         for cfg in configs:
             check_target(sink, cfg)
             store = StateStore(sink, cfg.target.database)
@@ -291,11 +293,28 @@ def verify(invocation: Invocation, repair: bool, as_json: bool) -> None:
                 repaired = report.repaired
                 report = Verifier(cfg, verifier.source, sink, store, verifier.log, stop).run()
                 report = replace(report, repaired=repaired)
-            VerifyStore(sink, cfg.target.database).record(report)
+            _record(VerifyStore(sink, cfg.target.database), report)
             reports.append(report)
     click.echo(json.dumps([r.as_dict() for r in reports], indent=2) if as_json else render(reports, repair))
     if not all(r.ok for r in reports):
         sys.exit(1)
+
+
+def _record(store, report) -> None:
+    """Keep a verify's verdict for `status`; a read-only connection (a `run --serve`) keeps none, and says so."""
+    from cdc2ch.base.errors import SinkError
+    from cdc2ch.clickhouse import codes
+
+    try:
+        store.record(report)
+    except SinkError as exc:
+        if exc.code != codes.READONLY:
+            raise
+        log.warning(
+            "verify_not_recorded",
+            pipeline=report.pipeline,
+            reason="the connection may only read: the verdict is printed here, not kept for cdc2ch status",
+        )
 
 
 def status(invocation: Invocation) -> None:

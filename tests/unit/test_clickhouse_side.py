@@ -44,7 +44,7 @@ def test_codes_are_clickhouses():
     assert codes.AUTHENTICATION_FAILED == 516
     assert codes.CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN == 349
     assert codes.SOCKET_TIMEOUT == 209 and codes.TABLE_IS_READ_ONLY == 242
-    assert codes.TRANSIENT == {3, 159, 164, 202, 209, 210, 236, 242, 252, 319, 394, 425, 999}
+    assert codes.TRANSIENT == {3, 159, 202, 209, 210, 236, 242, 252, 319, 394, 425, 999}
     assert codes.AUTHENTICATION_FAILED in codes.CREDENTIALS_REJECTED
     assert not codes.TRANSIENT & codes.CREDENTIALS_REJECTED
 
@@ -182,6 +182,16 @@ def test_other_failures_are_tried_once():
     assert len(client.calls) == 1 and not logs
     assert err.value.code == 62
     assert "Nothing after the last committed version was recorded" in str(err.value)
+
+
+@pytest.mark.parametrize("code, says", [(164, "may only read"), (497, "lacks a privilege")])
+def test_a_refusal_is_not_retried_and_says_what_to_do(code, says):
+    client = FakeClient(db_error(code, "READONLY" if code == 164 else "ACCESS_DENIED"))
+    with capture_logs() as logs, pytest.raises(SinkError) as err:
+        sink_on(client, retries=4).command("CREATE DATABASE x", what="create the database")
+    assert len(client.calls) == 1 and not logs
+    assert err.value.code == code and says in str(err.value)
+    assert "could not be reached" not in str(err.value)
 
 
 def test_a_transient_failure_then_success_returns_the_result():
