@@ -15,7 +15,7 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from cdc2ch.base import retry
 from cdc2ch.base.errors import ConfigError, SinkError, one_line, summarise
-from cdc2ch.clickhouse import codes
+from cdc2ch.clickhouse import codes, versions
 from cdc2ch.clickhouse.placement import OneServer
 from cdc2ch.clickhouse.transport import Sink
 
@@ -121,15 +121,33 @@ def connect(
                 f"Check the user in the DSN and the password in {where}.",
                 code=code,
             ) from exc
+        # A server too old for the driver's start-up queries answers them with an error: ask its version
+        # the plainest way, so the user hears it is too old rather than that it cannot be reached.
+        version = versions.probe(
+            kwargs["host"], port, secure, kwargs["username"], kwargs["password"], ca_cert
+        )
+        old = versions.too_old(version, display)
+        if old is not None:
+            raise old from exc
         text = one_line(str(exc))
         if kwargs["password"]:
             text = text.replace(kwargs["password"], "***")
         detail = summarise(text, 300).rstrip(".")
+        if version is not None:  # it answers: the network is not the problem
+            raise SinkError(
+                f"ClickHouse at {display} (version {version}) refused the client's first queries: {detail}. "
+                f"Nothing was written; check the user's settings and privileges on that server.",
+                code=code,
+            ) from exc
         raise SinkError(
             f"Cannot connect to ClickHouse at {display} (tried {max(1, retries)} times): {detail}. Check "
             f"host, port and network, and that the server is running; nothing was written.",
             code=code,
         ) from exc
+    old = versions.too_old(client.server_version, display)
+    if old is not None:
+        client.close()
+        raise old
     return Sink(
         client,
         display,

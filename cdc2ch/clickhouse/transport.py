@@ -191,6 +191,13 @@ class Sink:
         )
         return dict(rows) if rows else None
 
+    def has_setting(self, name: str) -> bool:
+        """Whether the server knows the setting `name` (an older release lacks a newer feature's)."""
+        rows = self.query_rows(
+            "SELECT count() FROM system.settings WHERE name = {n:String}", {"n": name}, what="read a setting"
+        )
+        return bool(rows and rows[0][0])
+
     def table_exists(self, target: TargetName) -> bool:
         return self.table_comment(target) is not None
 

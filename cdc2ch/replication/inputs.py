@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cdc2ch.clickhouse import versions
 from cdc2ch.model import schema
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.offset import PipelineState
@@ -48,6 +49,8 @@ def check_inputs(cfg: RunConfig, source: ChangeSource, ports: Ports, bootstrap: 
     writer = plan.choose_writer(cfg.reader, cfg.writer, ports.remote_target, ports.local_master)
     if writer == "clickhouse":  # refuse what ClickHouse cannot read, before any write
         pushdown.lake_function(source.location)
+        if not ports.has_setting(pushdown.CDF_SETTING):
+            raise versions.missing_setting("--reader clickhouse", pushdown.CDF_SETTING)
         found = plan.unsupported_by_clickhouse_reader(source.protocol(), source.properties(), latest_schema)
         done = f"replication stopped with version {stored.committed_version} committed" if stored else ""
         if found:

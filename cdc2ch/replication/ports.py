@@ -62,6 +62,7 @@ class Ports:
     load_snapshot: Callable[[RunConfig, int, str], int | None]  # for resync: (side config, version, comment)
     remote_target: bool  # Spark tasks can reach the target (a server)
     local_master: bool  # Spark runs in this process
+    has_setting: Callable[[str], bool] = lambda name: True  # whether the target knows a setting
 
 
 @dataclass(frozen=True)

@@ -45,4 +45,5 @@ def clickhouse_ports(
         ),
         remote_target=sink.task_client is not None,
         local_master=source.spark.sparkContext.master.startswith("local"),
+        has_setting=sink.has_setting,
     )

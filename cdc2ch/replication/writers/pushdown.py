@@ -58,9 +58,12 @@ def insert_from_lake(
     )
 
 
+CDF_SETTING = "delta_lake_snapshot_start_version"  # a server without it cannot read a change data feed
+
+
 def cdf_settings(start: int, end: int) -> dict[str, int]:
     """Settings that make the lake function read the change data feed of versions start..end."""
-    return {"delta_lake_snapshot_start_version": start, "delta_lake_snapshot_end_version": end}
+    return {CDF_SETTING: start, "delta_lake_snapshot_end_version": end}
 
 
 def insert_settings(token: str) -> dict:
