@@ -4,7 +4,9 @@ The Python API is cdc2ch.api (`replicate`, `snapshot`, `status`); `cdc2ch.replic
 too. (`cdc2ch.replication.snapshot` and `cdc2ch.commands.status` are the modules doing that work, hence not
 the functions.) It is imported on first use, so that the command line does not pay for it."""
 
-__version__ = "0.1.0"
+from cdc2ch.base.version import __version__
+
+__all__ = ["__version__"]
 
 _API = ("replicate", "ReplicateResult", "SnapshotResult", "PipelineStatus")
 

@@ -78,7 +78,7 @@ def test_three_hundred_pipelines_are_listed_filtered_and_read_in_a_few_queries(c
     ids = [(p, TargetName.parse(p)) for p in sorted(expected)]
     assert len(status.collect(counting, no_spark, pipelines=ids)) == 300
     queries = list(counting.calls)
-    each_database = ["read replication offsets", "read pipeline health"]
+    each_database = ["read the state layout", "read replication offsets", "read pipeline health"]
     assert queries == ["find replication state tables", *each_database, *each_database]
     now = datetime.now(timezone.utc)
     for i in range(300, 400):

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
+from cdc2ch.clickhouse.layout import LAYOUT_TABLE, Layout
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName
@@ -126,13 +127,17 @@ class StateStore:
         self.sink.ensure_state_table(
             self.database, STATE_TABLE, "create_state_table.sql", what="create the state table"
         )
+        Layout(self.sink, self.database).upgrade(self._add_columns)
+        self._columns = None
+        self.chunks.ensure()
+
+    def _add_columns(self) -> None:
+        """Layout 1 to 2: the offsets table of an older release gains the columns added since."""
         for column, definition in ADDED_STATE_COLUMNS.items():
             self.sink.command(
                 f"ALTER TABLE {self._table} ADD COLUMN IF NOT EXISTS {schema.quote(column)} {definition}",
                 what="add a column to the state table",
             )
-        self._columns = None
-        self.chunks.ensure()
 
     def exists(self) -> bool:
         return self.sink.table_exists(TargetName(self.database, STATE_TABLE))
@@ -141,10 +146,13 @@ class StateStore:
         """The columns to read (an older table, which only a writer upgrades, lacks the added ones); None
         when there is no state table. `present`: the table's columns, when the caller has looked them up."""
         if self._columns is None:
-            if present is None:
+            looked_up = present is None
+            if looked_up:
                 present = self.sink.table_columns(TargetName(self.database, STATE_TABLE))
             if not present:
                 return None
+            if looked_up:  # (a caller that looked the tables up checks the layout itself)
+                Layout(self.sink, self.database).check()  # a newer cdc2ch's layout is refused, not misread
             added = [c if c in present else f"'' AS {c}" for c in ADDED_STATE_COLUMNS]
             self._columns = ", ".join([_COLUMNS, *added])
         return self._columns
@@ -225,9 +233,9 @@ def _state(row: tuple) -> PipelineState:
 
 
 def state_tables(sink: Sink, databases: Collection[str] | None = None) -> dict[str, dict[str, set[str]]]:
-    """{database: {table: its columns}} of the offsets, health and verify tables in `databases` (None:
+    """{database: {table: its columns}} of the offsets, health, verify and layout tables in `databases` (None:
     every database), in one query: what readers of every pipeline's records need to know beforehand."""
-    parameters: dict = {"tables": [STATE_TABLE, HEALTH_TABLE, VERIFY_TABLE]}
+    parameters: dict = {"tables": [STATE_TABLE, HEALTH_TABLE, VERIFY_TABLE, LAYOUT_TABLE]}
     where = ""
     if databases is not None:
         where, parameters["dbs"] = " AND database IN {dbs:Array(String)}", sorted(databases)

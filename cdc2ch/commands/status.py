@@ -13,6 +13,7 @@ from datetime import datetime
 
 from cdc2ch.base.errors import Cdc2chError, ConfigError, SourceError, summarise
 from cdc2ch.base.log import get_logger
+from cdc2ch.clickhouse.layout import LAYOUT_TABLE, Layout
 from cdc2ch.clickhouse.state import (
     HEALTH_TABLE,
     STATE_TABLE,
@@ -98,6 +99,7 @@ def _records(sink: Sink, databases: set[str] | None) -> tuple[dict, dict]:
     records: dict[tuple[str, str], list] = {}
     verified = {}
     for db, tables in state_tables(sink, databases).items():
+        Layout(sink, db).check(exists=LAYOUT_TABLE in tables)  # a newer cdc2ch's records are not misread
         if STATE_TABLE in tables:
             for st in StateStore(sink, db).load_all(tables[STATE_TABLE]):
                 records.setdefault((db, st.pipeline), [None, None])[0] = st
