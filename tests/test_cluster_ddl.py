@@ -55,6 +55,7 @@ def changed_lines(plain: str, clustered: str) -> list[tuple[str, str]]:
 def test_the_state_templates_are_all_covered():
     assert STATE_TEMPLATES == [
         "create_health_table.sql",
+        "create_layout_table.sql",
         "create_locks_table.sql",
         "create_snapshot_chunks_table.sql",
         "create_state_table.sql",
