@@ -8,9 +8,31 @@ STAMP  := $(VENV)/.installed
 SHARING_VENV  := .venv-sharing
 SHARING_STAMP := $(SHARING_VENV)/.installed
 
-.PHONY: install demo test unit lint clean
+# Prometheus and promtool from Debian's `prometheus` package, unpacked without root for the tests of
+# deploy/prometheus (rules, and a real Prometheus scraping cdc2ch). Best effort: where `apt-get download`
+# cannot fetch it, the reason goes to $(PROM_DIR)/UNAVAILABLE and those tests skip naming it.
+PROM_DIR   := build/prometheus
+PROM_STAMP := $(PROM_DIR)/.fetched
 
-install: $(STAMP) $(SHARING_STAMP)
+.PHONY: install demo test unit lint clean prometheus
+
+install: $(STAMP) $(SHARING_STAMP) prometheus
+
+prometheus: $(PROM_STAMP)
+
+$(PROM_STAMP):
+	@mkdir -p $(PROM_DIR)
+	@rm -f $(PROM_DIR)/UNAVAILABLE $(PROM_DIR)/prometheus_*.deb
+	@if ! command -v apt-get > /dev/null || ! command -v dpkg > /dev/null; then \
+	    echo "apt-get/dpkg not found: cannot fetch Debian's prometheus package" > $(PROM_DIR)/UNAVAILABLE; \
+	elif ! (cd $(PROM_DIR) && apt-get download prometheus > download.log 2>&1); then \
+	    echo "apt-get download prometheus failed: $$(tail -n 1 $(PROM_DIR)/download.log)" > $(PROM_DIR)/UNAVAILABLE; \
+	elif ! dpkg -x $(PROM_DIR)/prometheus_*.deb $(PROM_DIR)/root; then \
+	    echo "dpkg -x of $$(ls $(PROM_DIR)/prometheus_*.deb) failed" > $(PROM_DIR)/UNAVAILABLE; \
+	else \
+	    rm -f $(PROM_DIR)/prometheus_*.deb && touch $(PROM_STAMP); \
+	fi
+	@if [ -f $(PROM_DIR)/UNAVAILABLE ]; then echo "warning: $$(cat $(PROM_DIR)/UNAVAILABLE); the Prometheus tests will skip"; fi
 
 # Everything a fresh machine needs: a virtualenv, the package with test extras, the Delta jars
 # (fetched once from Maven Central into ~/.cache/cdc2ch/jars) and the JVM class archive saved beside them.
@@ -37,11 +59,11 @@ unit: install
 	$(BIN)/python -m pytest -q -m unit
 
 lint: install
-	$(BIN)/ruff check cdc2ch tests
-	$(BIN)/ruff format --check cdc2ch tests
+	$(BIN)/ruff check cdc2ch tests bench deploy
+	$(BIN)/ruff format --check cdc2ch tests bench deploy
 
 clean:
-	rm -rf $(VENV) $(SHARING_VENV) cdc2ch-demo .pytest_cache
+	rm -rf $(VENV) $(SHARING_VENV) cdc2ch-demo .pytest_cache $(PROM_DIR)
 
 .PHONY: bench bench-quick
 BENCH_STAMP := $(VENV)/.bench-installed

@@ -109,7 +109,7 @@ def run_pipelines(
     from cdc2ch.fleet.scheduler import pool_size
     from cdc2ch.replication.budget import RowBudget
     from cdc2ch.replication.metrics import Metrics
-    from cdc2ch.source.spark import session
+    from cdc2ch.source.spark import jvm_pid, session
 
     isolate = process.config_path is not None or discover is not None  # one table's failure stops no other
     first = configs[0]
@@ -125,6 +125,7 @@ def run_pipelines(
             metrics.serve(process.metrics_port)
         try:
             spark = None if stop.is_set() else session(first.spark)  # stopped already: no Spark needed
+            metrics.jvm_pid = jvm_pid(spark) if spark is not None else None
             runner = Runner(
                 configs,
                 spark,

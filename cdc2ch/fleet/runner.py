@@ -257,7 +257,7 @@ class Runner:
         text = str(exc) if isinstance(exc, Cdc2chError) else f"{type(exc).__name__}: {exc}"
         slot.error = exc
         slot.health = slot.health.failed(_now(), _kept(text), kind)
-        slot.metrics.error(exc)
+        slot.metrics.error(exc, slot.health.failures)
         pause = backoff(self.poll_interval, slot.health.failures)
         slot.retry_at = time.monotonic() + pause
         fields = {"pipeline": slot.cfg.pipeline, "kind": kind, "error": _kept(text)}

@@ -1,14 +1,23 @@
 """Prometheus metrics, per pipeline, served on --metrics-port (path /metrics).
 
 A registry of its own rather than the process-wide default: several runners in one test process must not
-share counters, and Python's process/GC collectors are noise for a replication dashboard.
+share counters, and Python's GC collector is noise for a replication dashboard. What the process holds in
+memory is not: `process_*` is the Python process, `cdc2ch_jvm_process_*` the Spark JVM it started (where
+most of the memory goes), both read from /proc by prometheus_client's ProcessCollector.
 """
 
 from __future__ import annotations
 
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    start_http_server,
+)
 
 from cdc2ch.base.errors import Cdc2chError, ConfigError, SchemaChangeError, SinkError, SourceError, StateError
 from cdc2ch.clickhouse import codes
@@ -62,6 +71,12 @@ class Metrics:
         self.errors = Counter(
             "cdc2ch_errors", "Failed attempts, by kind of failure.", ["pipeline", "kind"], registry=r
         )
+        self.failures = Gauge(
+            "cdc2ch_consecutive_failures",
+            "Attempts that failed in a row (0 after a success); the pause before the next doubles with each.",
+            p,
+            registry=r,
+        )
         self.last_success = Gauge(
             "cdc2ch_last_success_timestamp_seconds",
             "Unix time of the last poll that ended without error.",
@@ -82,6 +97,26 @@ class Metrics:
             "Tables a --table pattern matches that cannot be replicated now (each is in `cdc2ch status`).",
             registry=r,
         )
+        self.snapshot_started = Gauge(
+            "cdc2ch_snapshot_started_timestamp_seconds",
+            "Unix time the snapshot `run` is loading for the pipeline began (an initial load or a schema-change "
+            "resync); no series while none runs.",
+            p,
+            registry=r,
+        )
+        self.snapshot_rows = Gauge(
+            "cdc2ch_snapshot_rows_loaded", "Rows the running (or last) snapshot has loaded.", p, registry=r
+        )
+        self.snapshot_expected = Gauge(
+            "cdc2ch_snapshot_rows_expected",
+            "Rows the running (or last) snapshot's version holds.",
+            p,
+            registry=r,
+        )
+        # The JVM's pid once Spark runs (`jvm_pid`); until then its collector yields nothing.
+        self.jvm_pid: int | None = None
+        ProcessCollector(registry=r)
+        ProcessCollector(namespace="cdc2ch_jvm", pid=lambda: self.jvm_pid or "-", registry=r)
         self._server = None
 
     def serve(self, port: int, address: str = "0.0.0.0") -> None:
@@ -129,10 +164,28 @@ class PipelineMetrics:
 
     def success(self) -> None:
         self._m.last_success.labels(self.name).set(time.time())
+        self._m.failures.labels(self.name).set(0)
 
     def verified(self, ok: bool, at: float) -> None:
         self._m.verify_ok.labels(self.name).set(1 if ok else 0)
         self._m.last_verify.labels(self.name).set(at)
 
-    def error(self, exc: BaseException) -> None:
+    def error(self, exc: BaseException, in_a_row: int | None = None) -> None:
         self._m.errors.labels(self.name, error_kind(exc)).inc()
+        if in_a_row is not None:
+            self._m.failures.labels(self.name).set(in_a_row)
+
+    def snapshot_began(self) -> None:
+        self._m.snapshot_started.labels(self.name).set(time.time())
+
+    def snapshot_progress(self, rows: int, expected: int | None) -> None:
+        self._m.snapshot_rows.labels(self.name).set(rows)
+        if expected is not None:
+            self._m.snapshot_expected.labels(self.name).set(expected)
+
+    def snapshot_ended(self) -> None:
+        """Finished, stopped or failed: the pipeline has no running snapshot (its rows figures stay)."""
+        try:
+            self._m.snapshot_started.remove(self.name)
+        except KeyError:
+            pass

@@ -8,6 +8,7 @@ writer, how to cut ranges) are pure functions in plan.py; the ports are in ports
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 
@@ -51,7 +52,8 @@ class Replicator:
             from cdc2ch.replication.target import clickhouse_ports
 
             ports = clickhouse_ports(cfg, self.source, sink, self.stop, self.metrics, budget)
-        self.ports = ports
+        # A snapshot (initial load or resync) is seen running in the metrics, so an alert can say it runs long.
+        self.ports = dataclasses.replace(ports, load_snapshot=self._timed(ports.load_snapshot))
         self.log = log.bind(pipeline=cfg.pipeline)
         self.state: PipelineState | None = None
         self.started: PipelineState | None = None
@@ -67,6 +69,16 @@ class Replicator:
             cfg, self.source, self.ports.tables, self.ports.store, self.ports.load_snapshot, self.log
         )
         self.bootstrap = Bootstrap(cfg, self.source, self.ports, self.log)
+
+    def _timed(self, load_snapshot: Callable[[RunConfig, int, str], int | None]):
+        def load(side: RunConfig, version: int, comment: str | None) -> int | None:
+            self.metrics.snapshot_began()
+            try:
+                return load_snapshot(side, version, comment)
+            finally:
+                self.metrics.snapshot_ended()
+
+        return load
 
     # -- start-up ---------------------------------------------------------------------------------
     def check_inputs(self) -> Inputs:

@@ -28,6 +28,7 @@ from cdc2ch.model.config import RunConfig
 from cdc2ch.model.offset import PipelineState
 from cdc2ch.replication import plan
 from cdc2ch.replication.budget import UNLIMITED, Leases, RowBudget
+from cdc2ch.replication.metrics import PipelineMetrics
 from cdc2ch.replication.progress import Progress
 from cdc2ch.replication.projection import designed
 from cdc2ch.replication.writers.driver import insert_rows
@@ -61,8 +62,10 @@ class Snapshotter:
         sink: Sink,
         stop: threading.Event | None = None,
         budget: RowBudget = UNLIMITED,
+        metrics: PipelineMetrics | None = None,
     ):
         self.cfg, self.source, self.sink = cfg, designed(source, cfg.design), sink
+        self.metrics = metrics  # a `run`'s: rows loaded so far, for its dashboard
         self.stop = stop or threading.Event()
         self.budget = budget  # the rows the process's pipelines may hold at once
         self.tables = TargetTables(sink, cfg.target, cfg.design)
@@ -163,7 +166,7 @@ class Snapshotter:
         plan = "spark:" + frame.fingerprint()
         done = self.chunks.done(cfg.pipeline, version, plan)
         progress = Progress(f"snapshot v{version}", total, frame.count, len(frame.files))
-        progress.advance(sum(done.values()), len(done))
+        self._advance(progress, sum(done.values()), len(done))
         todo = [chunk for chunk in range(frame.count) if chunk not in done]
         # The next chunk is read while this one is written (the JVM reads while the engine inserts) when
         # the row budget has room for both. Leaving the block waits for a read under way, so no Spark job
@@ -202,9 +205,14 @@ class Snapshotter:
                 leases.done(chunk)
                 self.chunks.record(cfg.pipeline, version, plan, chunk, n)
                 self.log.info("chunk", version=version, chunk=chunk, of=frame.count, rows=n)
-                progress.advance(n, 1)
+                self._advance(progress, n, 1)
         progress.done()
         return sum(self.chunks.done(cfg.pipeline, version, plan).values())
+
+    def _advance(self, progress: Progress, rows: int, chunks: int) -> None:
+        progress.advance(rows, chunks)
+        if self.metrics is not None:
+            self.metrics.snapshot_progress(progress.rows, progress.total_rows)
 
     def _read_error(self, exc: Exception, version: int, chunk: int, rows_per_file: int) -> Exception:
         """A chunk's read failure in the user's terms; running out of memory says what to change."""
@@ -229,7 +237,7 @@ class Snapshotter:
         plan = "clickhouse:" + hashlib.sha1("\0".join([str(count), *files]).encode()).hexdigest()[:16]
         done = self.chunks.done(cfg.pipeline, version, plan)
         progress = Progress(f"snapshot v{version}", total, count, len(files))
-        progress.advance(sum(done.values()), len(done))
+        self._advance(progress, sum(done.values()), len(done))
         meta = contract.sql_fixed_meta(version, ts_ms, contract.SNAPSHOT)
         for chunk, group in enumerate(groups):
             if chunk in done or not group:
@@ -257,7 +265,7 @@ class Snapshotter:
             n = max(self.sink.row_count(self.table_sql) - before, 0)
             self.chunks.record(cfg.pipeline, version, plan, chunk, n)
             self.log.info("chunk", version=version, chunk=chunk, of=count, rows=n, files=len(group))
-            progress.advance(n, 1)
+            self._advance(progress, n, 1)
         progress.done()
         return sum(self.chunks.done(cfg.pipeline, version, plan).values())
 

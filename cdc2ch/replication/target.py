@@ -40,9 +40,9 @@ def clickhouse_ports(
         lock=PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl),
         tables=tables,
         writer=lambda kind: writers[kind](to),
-        load_snapshot=lambda side, version, comment: Snapshotter(side, source, sink, stop, budget).load(
-            version, comment=comment
-        ),
+        load_snapshot=lambda side, version, comment: Snapshotter(
+            side, source, sink, stop, budget, metrics
+        ).load(version, comment=comment),
         remote_target=sink.task_client is not None,
         local_master=source.spark.sparkContext.master.startswith("local"),
         has_setting=sink.has_setting,

@@ -292,6 +292,12 @@ def _launch_jvm(conf: dict[str, str], master: str | None, local: bool) -> None:
     ).start()
 
 
+def jvm_pid(spark) -> int | None:
+    """The pid of the JVM this process started for `spark` (None for one it did not start: spark-submit)."""
+    proc = getattr(spark.sparkContext._gateway, "proc", None)
+    return getattr(proc, "pid", None)
+
+
 def _relay(stream) -> None:
     """Pass on the JVM's output line by line until it exits (never stop reading: a full pipe blocks it)."""
     from cdc2ch.base.log import relay
