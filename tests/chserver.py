@@ -133,10 +133,11 @@ class FaultProxy(HTTPService):
       delay        sleep `seconds` before forwarding
       error        answer like ClickHouse with exception `code` (242) and HTTP `status` (500), no forwarding
       call         call `fn(req)` (it may block, kill or signal), then forward (unless `forward=False`)
+      answer       answer `body` (bytes) with HTTP 200 instead of forwarding (e.g. another server version)
     `down()` refuses connections and drops open ones; `up()` listens on the same port again.
     """
 
-    ACTIONS = ("reset", "reset_after", "delay", "error", "call")
+    ACTIONS = ("reset", "reset_after", "delay", "error", "call", "answer")
     handler_class = _ProxyHandler
 
     def __init__(self, upstream_host: str, upstream_port: int, timeout: float = 300):
@@ -190,6 +191,8 @@ class FaultProxy(HTTPService):
             text = f"Code: {code}. DB::Exception: {opts.get('message', 'Injected by FaultProxy')}. ({name})\n"
             headers = {"X-ClickHouse-Exception-Code": str(code), "Content-Type": "text/plain; charset=UTF-8"}
             return h.reply(opts.get("status", 500), text.encode(), headers)
+        if action == "answer":
+            return h.reply(200, opts["body"], {"Content-Type": "text/tab-separated-values; charset=UTF-8"})
         if action == "delay":
             time.sleep(opts["seconds"])
         if action == "call":

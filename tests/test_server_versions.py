@@ -65,3 +65,25 @@ def test_the_clickhouse_reader_is_refused_where_the_server_lacks_its_setting(
     said = " ".join(result.stderr.split())
     assert "--reader clickhouse needs ClickHouse's setting delta_lake_snapshot_start_version" in said, said
     assert not sink.query_rows(f"SELECT name FROM system.tables WHERE database = '{database}'")
+
+
+@pytest.mark.parametrize(
+    "version, refused", [("22.8.21.38", True), ("23.1.7.30", True), ("23.2.1.2537", False)]
+)
+def test_the_version_a_server_answers_decides(
+    version, refused, fault_proxy, clickhouse_http, cli, monkeypatch
+):
+    """The test endpoint answers the driver's version query as an older (or just new enough) server would;
+    everything else is the real engine behind it."""
+    monkeypatch.setenv("CDC2CH_CLICKHOUSE_PASSWORD", clickhouse_http.password)
+    fault_proxy.add_fault(
+        "answer",
+        lambda req: req.sql.startswith("SELECT version()"),
+        times=None,
+        body=f"{version}\tUTC\n".encode(),
+    )
+    dsn = fault_proxy.url_for(clickhouse_http.user)
+    result = cli("status", "--clickhouse", dsn, "--format", "json", expect=1 if refused else 0)
+    said = " ".join(result.stderr.split())
+    assert (f"is version {version}, and cdc2ch needs 23.2 or later" in said) == refused, said
+    assert fault_proxy.hits("answer") >= 1
