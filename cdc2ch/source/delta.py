@@ -15,6 +15,9 @@ import pyarrow as pa
 from cdc2ch.base.errors import CHANGE_FEED, SourceError, error_text, range_out_of_memory, summarise
 from cdc2ch.model import contract
 from cdc2ch.model.tableref import normalize_uri, parse_table
+from cdc2ch.source.cdfscan import StateSnapshots
+from cdc2ch.source.cdfscan import delta_log as _delta_log
+from cdc2ch.source.cdfscan import scanned_changes as _scanned_changes
 from cdc2ch.source.log import (
     Commit,
     DeltaLog,
@@ -101,32 +104,6 @@ def _leave(spark, entered: list[str]) -> None:
 _MISSING_CDF = re.compile(r"change data was not recorded for version \[?(\d+)\]?", re.I)
 
 
-def _delta_log(spark, location: str):
-    """Delta's own log object of the table at `location` (cached by Delta per location)."""
-    return spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
-
-
-def _scanned_changes(spark, location: str, start: int, end: int):
-    """The same change feed as Delta's documented read, built by the function that read calls
-    (CDCReader.changesToBatchDF, with the schema of version `end`), without the relation that read wraps it
-    in: that relation hands Spark its rows one Row object at a time, where this frame scans the files
-    directly (vectorized Parquet). None when this Delta has no such function or refuses the range: the
-    documented read then plans it, and says what is wrong."""
-    from pyspark.sql import DataFrame
-
-    jvm, session = spark._jvm, spark._jsparkSession
-    try:
-        none = jvm.scala.Option.empty()
-        log = _delta_log(spark, location)
-        schema_of = jvm.scala.Some(log.getSnapshotAt(int(end), none, none, False))
-        cdc = jvm.org.apache.spark.sql.delta.commands.cdc.CDCReader
-        return DataFrame(
-            cdc.changesToBatchDF(log, int(start), int(end), session, none, schema_of, False, none), spark
-        )
-    except Exception:
-        return None
-
-
 class DeltaSource:
     """One Delta table, read through a Spark session. `table` is a path/URI or a catalog name (see
     tableref): a name is resolved through the session's catalog once, here, and the table is then read at
@@ -146,6 +123,7 @@ class DeltaSource:
             self.location = self.uri
         self._checked = False
         self._log_reader: DeltaLog | None = None
+        self._snapshots = StateSnapshots()  # lends ranges the snapshot their schema comes from
 
     # -- log --------------------------------------------------------------------------------------
     def _check(self) -> None:
@@ -181,7 +159,9 @@ class DeltaSource:
             found = [first] + [log.commit(v) for v in rest]
         except Exception as exc:
             raise self.translate(exc, "the Delta log", start, end) from exc
-        return [c for c in found if c is not None]
+        found = [c for c in found if c is not None]
+        self._snapshots.seen(found)
+        return found
 
     def schema_at(self, version: int) -> dict:
         """The table's schema (Spark JSON form) as of `version`; reads only the log."""
@@ -274,7 +254,7 @@ class DeltaSource:
     def changes(self, start: int, end: int) -> "SparkChanges":
         """The Change Data Feed for versions [start, end] (lazy; the schema is that of version `end`)."""
         self._check()
-        frame = _scanned_changes(self.spark, self.location, start, end)
+        frame = _scanned_changes(self.spark, self.location, start, end, self._snapshots)
         if frame is None:
             try:
                 with session_conf(self.spark, CDF_SCHEMA_CONF):
