@@ -19,6 +19,7 @@ from cdc2ch.source.cdfscan import StateSnapshots
 from cdc2ch.source.cdfscan import delta_log as _delta_log
 from cdc2ch.source.cdfscan import scanned_changes as _scanned_changes
 from cdc2ch.source.log import (
+    ArrowLogFiles,
     Commit,
     DeltaLog,
     HadoopLogFiles,
@@ -140,7 +141,9 @@ class DeltaSource:
     def _log(self) -> DeltaLog:
         if self._log_reader is None:
             self._check()
-            self._log_reader = DeltaLog(HadoopLogFiles(self.spark, self.location))
+            hadoop = HadoopLogFiles(self.spark, self.location)
+            local = urlsplit(self.location).scheme in ("", "file")
+            self._log_reader = DeltaLog(LocalLogFiles(self.location, hadoop) if local else hadoop)
         return self._log_reader
 
     def commits(self, start: int = 0, end: int | None = None) -> list[Commit]:
@@ -389,6 +392,19 @@ class SparkChanges:
 
     def read_error(self, exc: Exception) -> Exception:
         return self.source.translate(exc, CHANGE_FEED, self.start, self.end)
+
+
+class LocalLogFiles(ArrowLogFiles):
+    """A local table's log read by Python: every poll looks at a few log files, each a handful of JVM round
+    trips through Hadoop (about 20 ms a poll) and a few system calls here. Table files are still resolved as
+    Delta resolves them."""
+
+    def __init__(self, uri: str, hadoop: HadoopLogFiles):
+        super().__init__(uri)
+        self._hadoop = hadoop
+
+    def table_file_exists(self, path: str) -> bool | None:
+        return self._hadoop.table_file_exists(path)
 
 
 def check_table(spark, location: str, name: str | None) -> None:
