@@ -147,7 +147,7 @@ def main() -> None:
         cfg = RunConfig(table=path, primary_key=("id",), target=TargetName("bench", "small"), clickhouse_dsn=dsn,
                         pipeline="bench.small", poll_interval=1.0)  # fmt: skip
         phases = Phases()
-        walls, cpus, breakdown, counts = [], [], defaultdict(list), defaultdict(list)
+        walls, cpus, python, breakdown, counts = [], [], [], defaultdict(list), defaultdict(list)
         with connect(dsn) as sink:
             job = Replicator(cfg, delta.DeltaSource(spark, path), sink)
             with jobs_of(spark, cfg.pipeline):  # as a fleet worker runs it: a job group and a pool
@@ -158,9 +158,10 @@ def main() -> None:
                 for i in range(args.warm + args.turns):
                     write_deltalake(path, one_row(10_000_000 + i), mode="append")
                     phases.take()
-                    c0, t0 = tree_cpu(os.getpid()), time.perf_counter()
+                    c0, p0, t0 = tree_cpu(os.getpid()), time.process_time(), time.perf_counter()
                     assert job.step(), "the turn committed nothing"
                     wall, cpu = time.perf_counter() - t0, tree_cpu(os.getpid()) - c0
+                    python.append(time.process_time() - p0)
                     spent, calls = phases.take()
                     if i < args.warm:
                         continue
@@ -184,6 +185,7 @@ def main() -> None:
         "wall_median_s": round(statistics.median(walls), 4),
         "wall_p95_s": round(quantile(walls, 0.95), 4),
         "cpu_per_turn_s": round(sum(cpus) / len(cpus), 4),
+        "python_cpu_per_turn_s": round(sum(python[args.warm :]) / len(walls), 4),
         "idle_poll_median_s": round(statistics.median(idle), 4),
         "phases_median_s": {
             k: round(statistics.median(v + [0.0] * (len(walls) - len(v))), 4) for k, v in breakdown.items()
@@ -197,7 +199,8 @@ def main() -> None:
     print(f"  wall per turn: median {figures['wall_median_s']:.3f} s, p95 {figures['wall_p95_s']:.3f} s")
     cores, cpu = os.cpu_count() or 1, figures["cpu_per_turn_s"]
     print(
-        f"  CPU per turn (Python + JVM): {cpu:.3f} s (= {cores / max(cpu, 1e-9):.1f} turns/s on {cores} cores)"
+        f"  CPU per turn (Python + JVM): {cpu:.3f} s (= {cores / max(cpu, 1e-9):.1f} turns/s on {cores} cores), "
+        f"of which the Python process (chdb included) {figures['python_cpu_per_turn_s']:.3f} s"
     )
     print(f"  a poll that finds nothing new: median {figures['idle_poll_median_s'] * 1000:.1f} ms")
     print("  phase (own time, median per turn)         seconds  calls/turn")
