@@ -135,6 +135,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=30)
     parser.add_argument("--warm", type=int, default=5, help="turns run first and not counted")
     parser.add_argument("--rows", type=int, default=5_000, help="rows of the table before the turns")
+    parser.add_argument("--reader", choices=("spark", "clickhouse"), default="spark")
     parser.add_argument("--json", action="store_true", help="one JSON line of figures instead of a table")
     args = parser.parse_args()
     spark = session(SparkSettings("local[2]"))
@@ -145,7 +146,7 @@ def main() -> None:
                         configuration=CDF)  # fmt: skip
         dsn = f"chdb://{tmp}/clickhouse"
         cfg = RunConfig(table=path, primary_key=("id",), target=TargetName("bench", "small"), clickhouse_dsn=dsn,
-                        pipeline="bench.small", poll_interval=1.0)  # fmt: skip
+                        pipeline="bench.small", poll_interval=1.0, reader=args.reader)  # fmt: skip
         phases = Phases()
         walls, cpus, python, breakdown, counts = [], [], [], defaultdict(list), defaultdict(list)
         with connect(dsn) as sink:
@@ -195,7 +196,10 @@ def main() -> None:
     if args.json:
         print(json.dumps(figures))
         return
-    print(f"light turn ({figures['turns']} turns, one row each, {args.rows:,}-row table, local[2], chdb):")
+    print(
+        f"light turn ({figures['turns']} turns, one row each, {args.rows:,}-row table, local[2], chdb, "
+        f"--reader {args.reader}):"
+    )
     print(f"  wall per turn: median {figures['wall_median_s']:.3f} s, p95 {figures['wall_p95_s']:.3f} s")
     cores, cpu = os.cpu_count() or 1, figures["cpu_per_turn_s"]
     print(
