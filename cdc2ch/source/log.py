@@ -261,7 +261,10 @@ class ArrowLogFiles:
             raise ValueError(f"no Python file system for {scheme}:// URIs")
         if scheme in ("s3a",):
             uri = "s3" + uri[len(scheme) :]
-        self._fs, root = pafs.FileSystem.from_uri(uri if scheme else f"file://{uri}")
+        if scheme:
+            self._fs, root = pafs.FileSystem.from_uri(uri)
+        else:  # a path, not a URI: a space, '#' or '?' in it is part of the name
+            self._fs, root = pafs.LocalFileSystem(), os.path.abspath(uri)
         self.dir = root.rstrip("/") + "/_delta_log/"
         self._pafs = pafs
 
