@@ -73,7 +73,8 @@ $(BENCH_STAMP): $(STAMP)
 
 # cdc2ch against the delta-rs reference loop and ClickHouse's own Delta reader (W1-W3), then the snapshot
 # readers; writes bench/results.md and bench/results.png; then the cost of reshape, verify, sharing and `status`
-# for 300 pipelines (goal < 2 s). bench-quick: the workloads at a tenth of the size.
+# for 300 pipelines (goal < 2 s), what one light turn costs, and a fleet of small tables beside a load.
+# bench-quick: the workloads at a tenth of the size.
 bench: $(BENCH_STAMP)
 	$(BIN)/python bench/workloads.py
 	$(BIN)/python bench/snapshot_readers.py 2000000
@@ -81,8 +82,10 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/verify_cost.py 5000000
 	$(BIN)/python bench/sharing_rate.py 1000000
 	$(BIN)/python bench/status_fleet.py 300
+	$(BIN)/python bench/light_turn.py
 	$(BIN)/python bench/fleet.py
 
 bench-quick: $(BENCH_STAMP)
 	$(BIN)/python bench/workloads.py --quick
+	$(BIN)/python bench/light_turn.py
 	$(BIN)/python bench/fleet.py --quick

@@ -1,4 +1,4 @@
-"""A fleet of tables in one process: `python bench/fleet.py [--tables N] [--big-rows N] [--quick]`.
+"""A fleet of tables in one process: `python bench/fleet.py [--tables N] [--big-rows N] [--quick] [--no-load S]`.
 
 Writes N small Delta tables (1-10k rows each) with delta-rs under one directory and serves them with one
 `cdc2ch run --table DIR/* --poll-interval 1` on the embedded engine (`--serve`, so that this script reads
@@ -12,6 +12,9 @@ load runs, a writer commits one row to each of 20 random small tables every seco
 - the service's peak RSS, Python and JVM together (goal <= 2 GiB);
 - `cdc2ch status` wall time over every pipeline (goal < 2 s);
 - the time from the big table's appearance to its rows in ClickHouse (goal <= discover interval + load).
+
+With `--no-load S` there is no big table: the writer runs S seconds alone and only the lag is printed, the
+small tables' lag with every worker theirs (capacity without fairness).
 """
 
 from __future__ import annotations
@@ -127,65 +130,22 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--tables", type=int, default=200)
-    parser.add_argument("--big-rows", type=int, default=20_000_000)
-    parser.add_argument("--discover-interval", type=float, default=10.0)
-    parser.add_argument("--quick", action="store_true", help="40 tables and a 2M-row load")
-    args = parser.parse_args()
-    if args.quick:
-        args.tables, args.big_rows = 40, 2_000_000
-    rng = random.Random(SEED)
-    work = Path(tempfile.mkdtemp(prefix="cdc2ch-fleet-"))
-    lake = work / "lake"
-    staging = work / "staging"
-    names = write_lake(lake, staging, args.tables, args.big_rows, rng)
-    print(f"fleet: {args.tables} small tables and {args.big_rows:,} rows to load, seed {SEED}, in {work}")
-
-    # The big load alone: the reference for its rate in the fleet.
-    alone = Service("--table", str(staging / "big"), "--primary-key", "id", "--target", "bench.big", "--once",
-                    "--clickhouse", f"chdb://{work / 'alone'}")  # fmt: skip
-    alone.proc.wait()
-    alone_rows, alone_rate = load_rate(alone.events, "bench.big")
-
-    port = free_port()
-    service = Service(
-        "--table", f"{lake}/*", "--primary-key", "id", "--target", "bench.{table}", "--poll-interval", "1",
-        "--discover-interval", str(args.discover_interval), "--clickhouse", f"chdb://{work / 'fleet'}",
-        "--serve", f"127.0.0.1:{port}",
-    )  # fmt: skip
-    import clickhouse_connect
-
-    def loaded() -> int:
-        return len({e["pipeline"] for e in service.events if e["event"] == "committed"})
-
-    service.wait_for(lambda: loaded() >= len(names), 3600, "the small tables' first loads")
-    reader = clickhouse_connect.get_client(host="127.0.0.1", port=port, username="default")
-    # The big table arrives while the fleet is served: discovered, then loaded beside the small tables.
-    (staging / "big").rename(lake / "big")
-    created_at = time.time()
-    last_version = (args.big_rows - 1) // 1_000_000
-
-    def big_running() -> bool:
-        return not any(e["event"] == "committed" and e.get("pipeline") == "bench.big" and
-                       e.get("version") == last_version for e in service.events)  # fmt: skip
-
-    service.wait_for(lambda: any(e.get("pipeline") == "bench.big" for e in service.events), 600, "the load")
-    discovered = time.time() - created_at
-    written: list[tuple[str, int, float]] = []  # (table, id, commit time)
+def write_changes(lake: Path, names: list[str], rng: random.Random, going) -> list[tuple[str, int, float]]:
+    """One row to each of 20 random small tables every second while `going()`: (table, id, commit time)."""
+    written: list[tuple[str, int, float]] = []
     next_id = 10_000_000
-    while big_running() and service.proc.poll() is None:
+    while going():
         tick = time.time()
         for name in rng.sample(names, min(20, len(names))):
             write_deltalake(str(lake / name), rows(next_id, 1), mode="append")
             written.append((name, next_id, time.time()))
             next_id += 1
         time.sleep(max(0.0, 1.0 - (time.time() - tick)))
-    service.wait_for(lambda: not big_running(), 3600, "the big load")
-    done = next(e for e in service.events if e["event"] == "committed" and e.get("pipeline") == "bench.big"
-                and e.get("version") == last_version)  # fmt: skip
-    to_clickhouse = datetime.fromisoformat(done["timestamp"]).timestamp() - created_at
+    return written
+
+
+def change_lags(service: Service, reader, written: list[tuple[str, int, float]]) -> list[float]:
+    """Seconds from each written row's commit to its `_synced_at` in ClickHouse (waiting for them to land)."""
     lags = []
     for name in sorted({t for t, _, _ in written}):
         mine = {i: at for t, i, at in written if t == name}
@@ -198,6 +158,95 @@ def main() -> None:
             f"SELECT id, toUnixTimestamp64Milli(min(_synced_at)) FROM bench.{name} WHERE id >= 10000000 GROUP BY id"
         ).result_rows:
             lags.append(synced / 1000 - mine[i])
+    return lags
+
+
+def serve(lake: Path, work: Path, discover_interval: float, reader: str) -> tuple[Service, int]:
+    """`cdc2ch run --table LAKE/* --poll-interval 1 --serve`, and the port it serves on."""
+    port = free_port()
+    service = Service(
+        "--table", f"{lake}/*", "--primary-key", "id", "--target", "bench.{table}", "--poll-interval", "1",
+        "--discover-interval", str(discover_interval), "--clickhouse", f"chdb://{work / 'fleet'}",
+        "--serve", f"127.0.0.1:{port}", "--reader", reader,
+    )  # fmt: skip
+    return service, port
+
+
+def loaded(service: Service) -> int:
+    return len({e["pipeline"] for e in service.events if e["event"] == "committed"})
+
+
+def without_load(args, lake: Path, names: list[str], rng: random.Random, work: Path) -> None:
+    """The writer alone for args.no_load seconds, no big table: what the small tables' lag is when every
+    worker is theirs (a lag as high as with the load says capacity, not fairness, is short)."""
+    import clickhouse_connect
+
+    service, port = serve(lake, work, args.discover_interval, args.reader)
+    service.wait_for(lambda: loaded(service) >= len(names), 3600, "the small tables' first loads")
+    reader = clickhouse_connect.get_client(host="127.0.0.1", port=port, username="default")
+    until = time.time() + args.no_load
+    written = write_changes(lake, names, rng, lambda: time.time() < until and service.proc.poll() is None)
+    lags = change_lags(service, reader, written)
+    service.stop()
+    turns = sum(1 for e in service.events if e["event"] == "committed")
+    print(f"small tables' changes, no load ({len(lags)} commits to 20 tables a second for {args.no_load:.0f}s): "
+          f"lag p50 {quantile(lags, 0.5):.2f}s, p95 {quantile(lags, 0.95):.2f}s, max {max(lags):.2f}s "
+          f"(goal p95 <= 3.0s); {turns} committed ranges in all; peak RSS {service.peak / 2**20:,.0f} MiB")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tables", type=int, default=200)
+    parser.add_argument("--big-rows", type=int, default=20_000_000)
+    parser.add_argument("--discover-interval", type=float, default=10.0)
+    parser.add_argument("--quick", action="store_true", help="40 tables and a 2M-row load")
+    parser.add_argument("--no-load", type=float, default=0.0, metavar="SECONDS",
+                        help="no big table: the writer runs this long alone (capacity without fairness)")  # fmt: skip
+    parser.add_argument(
+        "--reader", choices=("spark", "clickhouse"), default="spark", help="the fleet's --reader"
+    )
+    args = parser.parse_args()
+    if args.quick:
+        args.tables, args.big_rows = 40, 2_000_000
+    if args.no_load:
+        args.big_rows = 0
+    rng = random.Random(SEED)
+    work = Path(tempfile.mkdtemp(prefix="cdc2ch-fleet-"))
+    lake = work / "lake"
+    staging = work / "staging"
+    names = write_lake(lake, staging, args.tables, args.big_rows, rng)
+    print(f"fleet: {args.tables} small tables and {args.big_rows:,} rows to load, seed {SEED}, in {work}")
+
+    if args.no_load:
+        return without_load(args, lake, names, rng, work)
+    # The big load alone: the reference for its rate in the fleet.
+    alone = Service("--table", str(staging / "big"), "--primary-key", "id", "--target", "bench.big", "--once",
+                    "--clickhouse", f"chdb://{work / 'alone'}")  # fmt: skip
+    alone.proc.wait()
+    alone_rows, alone_rate = load_rate(alone.events, "bench.big")
+
+    service, port = serve(lake, work, args.discover_interval, args.reader)
+    import clickhouse_connect
+
+    service.wait_for(lambda: loaded(service) >= len(names), 3600, "the small tables' first loads")
+    reader = clickhouse_connect.get_client(host="127.0.0.1", port=port, username="default")
+    # The big table arrives while the fleet is served: discovered, then loaded beside the small tables.
+    (staging / "big").rename(lake / "big")
+    created_at = time.time()
+    last_version = (args.big_rows - 1) // 1_000_000
+
+    def big_running() -> bool:
+        return not any(e["event"] == "committed" and e.get("pipeline") == "bench.big" and
+                       e.get("version") == last_version for e in service.events)  # fmt: skip
+
+    service.wait_for(lambda: any(e.get("pipeline") == "bench.big" for e in service.events), 600, "the load")
+    discovered = time.time() - created_at
+    written = write_changes(lake, names, rng, lambda: big_running() and service.proc.poll() is None)
+    service.wait_for(lambda: not big_running(), 3600, "the big load")
+    done = next(e for e in service.events if e["event"] == "committed" and e.get("pipeline") == "bench.big"
+                and e.get("version") == last_version)  # fmt: skip
+    to_clickhouse = datetime.fromisoformat(done["timestamp"]).timestamp() - created_at
+    lags = change_lags(service, reader, written)
     service.wait_for(lambda: not big_running(), 3600, "the big load")
     big_rows, big_rate = load_rate(service.events, "bench.big")
     peak = service.peak

@@ -15,7 +15,11 @@ import pyarrow as pa
 from cdc2ch.base.errors import CHANGE_FEED, SourceError, error_text, range_out_of_memory, summarise
 from cdc2ch.model import contract
 from cdc2ch.model.tableref import normalize_uri, parse_table
+from cdc2ch.source.cdfscan import StateSnapshots
+from cdc2ch.source.cdfscan import delta_log as _delta_log
+from cdc2ch.source.cdfscan import scanned_changes as _scanned_changes
 from cdc2ch.source.log import (
+    ArrowLogFiles,
     Commit,
     DeltaLog,
     HadoopLogFiles,
@@ -101,32 +105,6 @@ def _leave(spark, entered: list[str]) -> None:
 _MISSING_CDF = re.compile(r"change data was not recorded for version \[?(\d+)\]?", re.I)
 
 
-def _delta_log(spark, location: str):
-    """Delta's own log object of the table at `location` (cached by Delta per location)."""
-    return spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
-
-
-def _scanned_changes(spark, location: str, start: int, end: int):
-    """The same change feed as Delta's documented read, built by the function that read calls
-    (CDCReader.changesToBatchDF, with the schema of version `end`), without the relation that read wraps it
-    in: that relation hands Spark its rows one Row object at a time, where this frame scans the files
-    directly (vectorized Parquet). None when this Delta has no such function or refuses the range: the
-    documented read then plans it, and says what is wrong."""
-    from pyspark.sql import DataFrame
-
-    jvm, session = spark._jvm, spark._jsparkSession
-    try:
-        none = jvm.scala.Option.empty()
-        log = _delta_log(spark, location)
-        schema_of = jvm.scala.Some(log.getSnapshotAt(int(end), none, none, False))
-        cdc = jvm.org.apache.spark.sql.delta.commands.cdc.CDCReader
-        return DataFrame(
-            cdc.changesToBatchDF(log, int(start), int(end), session, none, schema_of, False, none), spark
-        )
-    except Exception:
-        return None
-
-
 class DeltaSource:
     """One Delta table, read through a Spark session. `table` is a path/URI or a catalog name (see
     tableref): a name is resolved through the session's catalog once, here, and the table is then read at
@@ -146,6 +124,7 @@ class DeltaSource:
             self.location = self.uri
         self._checked = False
         self._log_reader: DeltaLog | None = None
+        self._snapshots = StateSnapshots()  # lends ranges the snapshot their schema comes from
 
     # -- log --------------------------------------------------------------------------------------
     def _check(self) -> None:
@@ -162,7 +141,9 @@ class DeltaSource:
     def _log(self) -> DeltaLog:
         if self._log_reader is None:
             self._check()
-            self._log_reader = DeltaLog(HadoopLogFiles(self.spark, self.location))
+            hadoop = HadoopLogFiles(self.spark, self.location)
+            local = urlsplit(self.location).scheme in ("", "file")
+            self._log_reader = DeltaLog(LocalLogFiles(self.location, hadoop) if local else hadoop)
         return self._log_reader
 
     def commits(self, start: int = 0, end: int | None = None) -> list[Commit]:
@@ -181,7 +162,9 @@ class DeltaSource:
             found = [first] + [log.commit(v) for v in rest]
         except Exception as exc:
             raise self.translate(exc, "the Delta log", start, end) from exc
-        return [c for c in found if c is not None]
+        found = [c for c in found if c is not None]
+        self._snapshots.seen(found)
+        return found
 
     def schema_at(self, version: int) -> dict:
         """The table's schema (Spark JSON form) as of `version`; reads only the log."""
@@ -274,7 +257,7 @@ class DeltaSource:
     def changes(self, start: int, end: int) -> "SparkChanges":
         """The Change Data Feed for versions [start, end] (lazy; the schema is that of version `end`)."""
         self._check()
-        frame = _scanned_changes(self.spark, self.location, start, end)
+        frame = _scanned_changes(self.spark, self.location, start, end, self._snapshots)
         if frame is None:
             try:
                 with session_conf(self.spark, CDF_SCHEMA_CONF):
@@ -409,6 +392,19 @@ class SparkChanges:
 
     def read_error(self, exc: Exception) -> Exception:
         return self.source.translate(exc, CHANGE_FEED, self.start, self.end)
+
+
+class LocalLogFiles(ArrowLogFiles):
+    """A local table's log read by Python: every poll looks at a few log files, each a handful of JVM round
+    trips through Hadoop (about 20 ms a poll) and a few system calls here. Table files are still resolved as
+    Delta resolves them."""
+
+    def __init__(self, uri: str, hadoop: HadoopLogFiles):
+        super().__init__(uri)
+        self._hadoop = hadoop
+
+    def table_file_exists(self, path: str) -> bool | None:
+        return self._hadoop.table_file_exists(path)
 
 
 def check_table(spark, location: str, name: str | None) -> None:

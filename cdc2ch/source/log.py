@@ -43,6 +43,7 @@ class Commit:
     metadata: bool = False  # carries a metaData action: a new schema or new table properties
     properties: dict | None = None  # the table properties of that metaData action
     files: Files | None = field(default=None, compare=False)  # None: not known (a share's answer)
+    protocol: bool = False  # carries a protocol action: new table features
 
 
 def parse_commit(version: int, text: str, modified_ms: int) -> Commit:
@@ -50,6 +51,7 @@ def parse_commit(version: int, text: str, modified_ms: int) -> Commit:
     table records one, else the file's modification time (what DESCRIBE HISTORY shows)."""
     info: dict = {}
     meta: dict | None = None
+    protocol = False
     adds, removes, cdcs = [], [], []
     for line in text.splitlines():
         if not line.strip():
@@ -65,6 +67,8 @@ def parse_commit(version: int, text: str, modified_ms: int) -> Commit:
             cdcs.append(action["cdc"])
         elif "metaData" in action:
             meta = action["metaData"] or {}
+        elif "protocol" in action:
+            protocol = True
     ts_ms = info.get("inCommitTimestamp") or modified_ms
     return Commit(
         version=version,
@@ -79,6 +83,7 @@ def parse_commit(version: int, text: str, modified_ms: int) -> Commit:
             tuple((r["path"], r.get("dataChange", True)) for r in removes),
             cdcs[0]["path"] if cdcs else None,
         ),
+        protocol=protocol,
     )
 
 
@@ -256,7 +261,10 @@ class ArrowLogFiles:
             raise ValueError(f"no Python file system for {scheme}:// URIs")
         if scheme in ("s3a",):
             uri = "s3" + uri[len(scheme) :]
-        self._fs, root = pafs.FileSystem.from_uri(uri if scheme else f"file://{uri}")
+        if scheme:
+            self._fs, root = pafs.FileSystem.from_uri(uri)
+        else:  # a path, not a URI: a space, '#' or '?' in it is part of the name
+            self._fs, root = pafs.LocalFileSystem(), os.path.abspath(uri)
         self.dir = root.rstrip("/") + "/_delta_log/"
         self._pafs = pafs
 
