@@ -42,16 +42,19 @@ def test_a_newer_layout_is_refused_by_writers_and_readers(spark, sink, cli, data
     path, target = _table(spark, tmp_path), TargetName(database, "t")
     cli.replicate("run", path, target, "--once")
     sink.command(f"INSERT INTO {database}.{LAYOUT_TABLE} VALUES ({LAYOUT + 1}, 'cdc2ch 9.9', now64(3))")
-    committed = committed_version(sink, database, str(target))
-    spark.sql(f"INSERT INTO delta.`{path}` VALUES (3, 'c')")
-    for command in ("run", "status"):
-        args = ("--once",) if command == "run" else ()
-        result = (
-            cli.replicate("run", path, target, *args, expect=1)
-            if command == "run"
-            else cli("status", expect=1)
-        )
-        said = " ".join(result.stderr.split())
-        assert f"have layout {LAYOUT + 1}, written by a newer cdc2ch" in said, said
-    assert committed_version(sink, database, str(target)) == committed
-    assert sink.query_rows(f"SELECT count() FROM {database}.t FINAL")[0][0] == 2
+    try:
+        committed = committed_version(sink, database, str(target))
+        spark.sql(f"INSERT INTO delta.`{path}` VALUES (3, 'c')")
+        for command in ("run", "status"):
+            args = ("--once",) if command == "run" else ()
+            result = (
+                cli.replicate("run", path, target, *args, expect=1)
+                if command == "run"
+                else cli("status", expect=1)
+            )
+            said = " ".join(result.stderr.split())
+            assert f"have layout {LAYOUT + 1}, written by a newer cdc2ch" in said, said
+        assert committed_version(sink, database, str(target)) == committed
+        assert sink.query_rows(f"SELECT count() FROM {database}.t FINAL")[0][0] == 2
+    finally:  # the engine is shared by the session's tests: a status over every database must not meet it
+        sink.command(f"DROP TABLE {database}.{LAYOUT_TABLE}")
