@@ -120,6 +120,7 @@ class StateStore:
         self._table = f"{schema.quote(database)}.{schema.quote(STATE_TABLE)}"
         self.chunks = ChunkStore(sink, database)
         self._columns: str | None = None  # the select list, once the table's columns are known
+        self._layout_known = False  # the layout was checked (or brought up to date) through this store
 
     def ensure(self) -> None:
         """Create the offsets table (adding the columns of later releases to an older one) and the snapshot
@@ -128,6 +129,7 @@ class StateStore:
             self.database, STATE_TABLE, "create_state_table.sql", what="create the state table"
         )
         Layout(self.sink, self.database).upgrade(self._add_columns)
+        self._layout_known = True
         self._columns = None
         self.chunks.ensure()
 
@@ -151,8 +153,9 @@ class StateStore:
                 present = self.sink.table_columns(TargetName(self.database, STATE_TABLE))
             if not present:
                 return None
-            if looked_up:  # (a caller that looked the tables up checks the layout itself)
+            if looked_up and not self._layout_known:  # (a caller that looked the tables up checks it)
                 Layout(self.sink, self.database).check()  # a newer cdc2ch's layout is refused, not misread
+                self._layout_known = True
             added = [c if c in present else f"'' AS {c}" for c in ADDED_STATE_COLUMNS]
             self._columns = ", ".join([_COLUMNS, *added])
         return self._columns

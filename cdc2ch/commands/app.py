@@ -88,7 +88,7 @@ def _target(cfg: RunConfig, retries: int, check_lock: bool, reader: bool = False
 def run(invocation: Invocation) -> None:
     """`cdc2ch run`: replicate the pipelines of the flags or of the --config file."""
     listed = pipelines(invocation)
-    if not (listed.waits and not listed.configs):
+    if listed.configs or not listed.waits:
         configured(invocation, listed)  # refuses a --once run of patterns matching nothing to follow
     process = listed.process
     check_serve(process)
