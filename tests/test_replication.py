@@ -366,3 +366,22 @@ def test_log_reader_agrees_with_delta(deletion_vectors, spark, tmp_path):
     assert [c.version for c in commits if c.metadata] == [0] + (
         [max(history) - 4] if deletion_vectors else []
     )
+
+
+def test_a_table_seen_while_it_was_being_created_is_found_once_it_exists(
+    spark, sink, cli, database, tmp_path
+):
+    """A look at a table whose `_delta_log` exists but holds no commit yet (another writer is creating it)
+    finds no table; the next run in the same process must find it, not an answer Delta kept from that look."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    path = tmp_path / "creating"
+    (path / "_delta_log").mkdir(parents=True)
+    target = TargetName(database, "creating")
+    refused = cli.replicate("run", str(path), target, "--once", expect=1)
+    assert "is not a Delta table" in " ".join(refused.stderr.split())
+    data = pa.table({"id": pa.array([1, 2], pa.int64()), "v": ["a", "b"]})
+    write_deltalake(str(path), data, configuration={"delta.enableChangeDataFeed": "true"})
+    cli.replicate("run", str(path), target, "--once")
+    assert_replicated(spark, sink, str(path), target)

@@ -414,7 +414,15 @@ def check_table(spark, location: str, name: str | None) -> None:
     if urlsplit(location).scheme == "" and not os.path.exists(location):
         raise missing_table(location, name)
     if not DeltaTable.isDeltaTable(spark, location):
-        raise not_a_delta_table(location, name)
+        # Delta keeps one log object per path and answers from it: a look taken while the table was being
+        # created (`_delta_log` there, no commit yet) would say "not Delta" for as long as it is kept. Drop
+        # it and look once more, so a retry or a later listing sees the table.
+        jvm = spark._jvm
+        jvm.org.apache.spark.sql.delta.DeltaLog.invalidateCache(
+            spark._jsparkSession, jvm.org.apache.hadoop.fs.Path(location)
+        )
+        if not DeltaTable.isDeltaTable(spark, location):
+            raise not_a_delta_table(location, name)
 
 
 def _from_ms(ms: int) -> datetime:
