@@ -44,6 +44,7 @@ MAX_QUERIES, QUEUE_SECONDS = 16, 10.0  # statements at once; how long one more w
 # The HTTP status a real server gives some exception codes (ClickHouse's exceptionCodeToHTTPStatus); else 500.
 HTTP_STATUS = {516: 403, 192: 403, 193: 403, 497: 403, 194: 401, 6: 400, 27: 400, 36: 400, 53: 400, 62: 400,
                46: 404, 47: 404, 60: 404, 73: 404, 81: 404, 115: 404, 159: 408, 209: 503}  # fmt: skip
+_DIGITS, _HEX = re.compile(r"[0-9]{1,19}"), re.compile(rb"[0-9A-Fa-f]{1,16}")
 AUTH_FAILED = (
     "Code: 516. DB::Exception: {}: Authentication failed: password is incorrect, or there is no user with "
     "such name. (AUTHENTICATION_FAILED)"
@@ -108,20 +109,27 @@ class Handler(BaseHTTPRequestHandler):
         super().finish()
 
     def body(self, limit: int | None = None) -> bytes:
-        """The raw request body, by Content-Length or chunked transfer encoding, up to `limit` bytes."""
+        """The raw request body, by Content-Length or chunked transfer encoding, up to `limit` bytes. A body
+        that cannot be framed closes the connection: what follows it is not a request."""
         limit = limit if limit is not None else 1 << 62
         too_big = ClientError(413, f"The request body is larger than {limit} bytes.")
         if "chunked" not in self.headers.get("Transfer-Encoding", "").lower():
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-            except ValueError:
-                raise ClientError(400, "Bad Content-Length.") from None
-            if length > limit:
+            length = self.headers.get("Content-Length") or "0"
+            if not _DIGITS.fullmatch(length.strip()):  # int() takes "-1", "+1", "1_0": read(-1) reads to EOF
+                self.close_connection = True
+                raise ClientError(400, f"Bad Content-Length {length[:40]!r}.")
+            if int(length) > limit:
                 self.close_connection = True  # the body stays unread
                 raise too_big
-            return self.rfile.read(length)
+            return self.rfile.read(int(length))
         parts, size = [], 0
-        while chunk := int(self.rfile.readline(100).split(b";")[0].strip() or b"0", 16):
+        while True:
+            line = self.rfile.readline(100).split(b";")[0].strip()
+            if not _HEX.fullmatch(line):
+                self.close_connection = True
+                raise ClientError(400, f"Bad chunk size {line[:40]!r} in a chunked request body.")
+            if not (chunk := int(line, 16)):
+                break
             size += chunk
             if size > limit:
                 self.close_connection = True
