@@ -40,6 +40,7 @@ from cdc2ch.clickhouse.server import SERVE_PASSWORD_ENV as PASSWORD_ENV
 
 MAX_REQUEST = 64 << 20  # bytes of a request body, and of it decompressed
 IDLE_SECONDS = 30  # a connection waiting longer for its next request is closed
+MAX_CONNECTIONS = 512  # open at once; more are closed as they come
 MAX_QUERIES, QUEUE_SECONDS = 16, 10.0  # statements at once; how long one more waits for a turn
 # The HTTP status a real server gives some exception codes (ClickHouse's exceptionCodeToHTTPStatus); else 500.
 HTTP_STATUS = {516: 403, 192: 403, 193: 403, 497: 403, 194: 401, 6: 400, 27: 400, 36: 400, 53: 400, 62: 400,
@@ -154,6 +155,14 @@ class Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = (
+        1024  # listen backlog: with socketserver's 5, a burst of connections waits out SYN retries
+    )
+
+    def verify_request(self, request, client_address) -> bool:
+        """At most `max_connections` open at once (a thread each): slow clients cannot take every thread."""
+        with self.owner.connections_lock:
+            return len(self.owner.connections) < self.owner.max_connections
 
     def __init__(self, address, handler, family):
         self.address_family = family
@@ -169,8 +178,14 @@ class HTTPService:
 
     handler_class = Handler
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, tls: ssl.SSLContext | None = None):
-        self.host, self.port, self.tls = host, port, tls
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        tls: ssl.SSLContext | None = None,
+        max_connections: int = MAX_CONNECTIONS,
+    ):
+        self.host, self.port, self.tls, self.max_connections = host, port, tls, max_connections
         self.connections: set[socket.socket] = set()
         self.connections_lock = threading.Lock()
         self._server: _Server | None = None
@@ -230,8 +245,9 @@ class ClickHouseHTTP(HTTPService):
         tls: ssl.SSLContext | None = None,
         max_request: int = MAX_REQUEST,
         max_queries: int = MAX_QUERIES,
+        max_connections: int = MAX_CONNECTIONS,
     ):
-        super().__init__(host, port, tls)
+        super().__init__(host, port, tls, max_connections)
         self.engine, self.user, self.password, self.max_request = engine, user, password, max_request
         self.max_queries = max_queries
         self._queries = threading.BoundedSemaphore(max_queries)  # statements running at once
