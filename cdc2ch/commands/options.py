@@ -67,6 +67,16 @@ def convert(option: Option, value: Any) -> Any:
     """A Python value (a config file's, a keyword argument of the Python API) as the option would have parsed
     it from the command line: a list is comma-joined (primary-key = ["tenant", "id"]), a table becomes
     key=value items ([spark-conf]), a date or time its ISO text. Raises click.BadParameter."""
+    if isinstance(value, bool) and not option.flag:  # int(True) is 1: a TOML true is no batch size
+        raise click.BadParameter(f"{value!r} is a boolean; --{option.name} takes a value.")
+    whole = isinstance(_click_option(option).type, click.types.IntParamType)
+    if whole and isinstance(value, float) and not value.is_integer():  # int(1.5) is 1, int(inf) raises
+        raise click.BadParameter(f"{value!r} is not a whole number.")
+    nested = isinstance(value, (list, tuple)) and any(isinstance(v, (list, tuple, dict)) for v in value)
+    if nested or (isinstance(value, dict) and not option.multiple):  # would become text such as "{'a': 1}"
+        raise click.BadParameter(
+            f"--{option.name} takes a value or a list of values, not a table or nested list."
+        )
     if isinstance(value, dict) and option.multiple:
         value = [
             f"{k}={','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}" for k, v in value.items()

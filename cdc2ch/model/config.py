@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -197,10 +198,15 @@ class RunConfig:
                 "--initial-load snapshot starts a new pipeline with a snapshot of the latest version, and "
                 "--from-version/--from-timestamp asks it to replay the change feed from an earlier one: give one."
             )
-        if self.lock_ttl < 1:
-            raise ConfigError(f"--lock-ttl must be at least 1 second (got {self.lock_ttl}).")
-        if self.poll_interval <= 0:
-            raise ConfigError(f"--poll-interval must be positive (got {self.poll_interval}).")
+        # `not (x >= 1)` also refuses nan, which every comparison answers False; inf never ends a wait.
+        if not (self.lock_ttl >= 1 and math.isfinite(self.lock_ttl)):
+            raise ConfigError(f"--lock-ttl must be at least 1 second (got {self.lock_ttl}), and finite.")
+        if not (self.poll_interval > 0 and math.isfinite(self.poll_interval)):
+            raise ConfigError(f"--poll-interval must be positive (got {self.poll_interval}), and finite.")
+        if self.retries < 1:
+            raise ConfigError(
+                f"--retries counts attempts per ClickHouse call: at least 1 (got {self.retries})."
+            )
 
     @property
     def identity(self) -> Identity:
@@ -229,6 +235,12 @@ class ProcessOptions:
     config_path: str | None = None
     metrics_port: int | None = None
     serve: ServeOptions | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.discover_interval > 0 and math.isfinite(self.discover_interval)):
+            raise ConfigError(
+                f"--discover-interval must be a positive number of seconds (got {self.discover_interval})."
+            )
 
 
 @dataclass(frozen=True)
