@@ -70,13 +70,22 @@ def test_defaults_and_conversions_are_the_command_lines():
         ({"from_version": 1.5}, r"1.5 is not a whole number"),
         ({"batch_size": float("inf")}, r"inf is not a whole number"),
         ({"target": {"a": 1}}, r"--target takes a value or a list of values, not a table"),
-        ({"primary_key": [["id"]]}, r"not a table or nested list"),
+        ({"primary_key": [["id"]]}, r"not a table or a nested list"),
         ({"table": "s3a://"}, r"is a scheme with no location after it"),
+        ({"batch_size": [1]}, r"--batch-size takes a number, not a table or a list"),
+        ({"target": ""}, None),
+        (
+            {"target": "db."},
+            r"--target 'db\.' is not a ClickHouse table name \(a part of it is empty\)\. Use",
+        ),
         ({"primary_key": ""}, "--primary-key is required"),
         ({"target": "a.b.c"}, "is not a ClickHouse table name"),
     ],
 )
 def test_bad_keywords_are_refused_as_the_command_line_refuses_flags(keywords, message):
+    if message is None:  # accepted: the default
+        _cfg(**keywords)
+        return
     with pytest.raises(ConfigError, match=message):
         _cfg(**keywords)
 
@@ -119,6 +128,11 @@ def test_refusals_found_by_fuzzing_the_command_line(tmp_path):
     assert result.exit_code == 2 and "is not of the form column=value" in result.stderr, result.stderr
     result = CliRunner().invoke(main, [*base, "--discover-interval", "-1", "--once"])
     assert result.exit_code == 2 and "--discover-interval must be a positive" in result.stderr, result.stderr
+    # validate checks what run checks: a --serve address run would refuse.
+    result = CliRunner().invoke(main, ["validate", *base[1:], "--serve", "host:port"])
+    assert result.exit_code == 2 and "is not an address to listen on" in result.stderr, result.stderr
+    result = CliRunner().invoke(main, [*base, "--serve-tls-cert", str(tmp_path / "c.pem")])
+    assert result.exit_code == 2 and "--serve-tls-cert configure what --serve" in result.stderr, result.stderr
     assert not (tmp_path / "ch").exists()
     from cdc2ch.clickhouse import server
 
