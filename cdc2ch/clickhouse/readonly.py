@@ -18,8 +18,9 @@ import re
 
 # Statements a reader runs; EXPLAIN is judged by the statement it explains.
 READING = frozenset({"SELECT", "WITH", "SHOW", "DESC", "DESCRIBE", "EXISTS"})
-# URL settings that name a file, directory, URL or schema (templates and schemas are read from files).
-_REACHES_OUT = re.compile(r"schema|template|file|path|url|uri|dir|profil", re.I)
+# Words of a URL setting's name that make it name a file, directory, URL or schema (templates and schemas
+# are read from files): format_template_row, format_schema, output_format_schema, ..._file_path, ..._url.
+_REACHES_OUT = frozenset({"schema", "template", "file", "files", "path", "url", "uri", "dir", "directory"})
 _TOKEN = re.compile(
     r"""\s+|--[^\r\n]*|/\*.*?(\*/|\Z)              # space and comments (not nested: the first */ ends one)
     |'(?:[^'\\]|\\.|'')*(?:'|\Z)                    # a string literal
@@ -42,7 +43,7 @@ class Refused(RuntimeError):
 def check_settings(settings: dict) -> None:
     """Refuse a URL setting that names a file, URL or schema (the engine would read or write it)."""
     for name in settings:
-        if _REACHES_OUT.search(name):
+        if _REACHES_OUT & set(name.lower().split("_")) or "profiler" in name.lower():
             raise Refused(f"Setting {name!r}")
 
 
