@@ -345,32 +345,15 @@ def test_bad_config_files_get_one_paragraph_and_write_nothing(place, tripwire, d
 
 
 # -- a few real processes ------------------------------------------------------------------------------------
+_ONE_TABLE = ["--table", "{place}/t ü", "--primary-key", "id", "--clickhouse"]
+
+
 @pytest.mark.parametrize(
     "argv",
     [
-        ["run", "--table", "{place}/t ü", "--primary-key", "id", "--clickhouse", "http://[::1/"],
-        [
-            "run",
-            "--table",
-            "{place}/t ü",
-            "--primary-key",
-            "id",
-            "--clickhouse",
-            "{dsn}",
-            "--poll-interval",
-            "nan",
-        ],
-        [
-            "snapshot",
-            "--table",
-            "{place}/t ü",
-            "--primary-key",
-            "id",
-            "--clickhouse",
-            "{dsn}",
-            "--primary-keys",
-            "x",
-        ],
+        ["run", *_ONE_TABLE, "http://[::1/"],
+        ["run", *_ONE_TABLE, "{dsn}", "--poll-interval", "nan"],
+        ["snapshot", *_ONE_TABLE, "{dsn}", "--primary-keys", "x"],
         ["validate", "--config", "{place}/a dir/broken ü.toml"],
         ["status", "--clickhouse", "{dsn}", "--lagging", "5 parsecs"],
     ],
