@@ -137,12 +137,18 @@ def test_read_only_and_credentials(served, database, tmp_path):
 
 def test_connections_and_framing_are_bounded(served):
     """Found by tests/test_fuzz_serve.py: a negative Content-Length (or chunk size) read the stream to its
-    end, unbounded; a listen backlog of 5 made a burst of connections wait out SYN retries; and every
-    connection took a thread, without a cap."""
+    end, unbounded; anyone could make the server hold a 64 MiB body per connection; a listen backlog of 5
+    made a burst of connections wait out SYN retries; and every connection took a thread, without a cap."""
     for head in (b"Content-Length: -1", b"Transfer-Encoding: chunked\r\n\r\n-5"):
         with socket.create_connection(("127.0.0.1", served.port), timeout=5) as s:  # our side stays open
             s.sendall(b"POST / HTTP/1.1\r\n" + head + b"\r\n\r\nSELECT 1")
             assert s.recv(4096).startswith(b"HTTP/1.1 400"), head
+    # Before its credentials are known a request may not make the server hold a large body: wrong ones are
+    # refused before it is read, and without any only a small one (a form may carry them) is read.
+    for auth, status in ((b"X-ClickHouse-Key: wrong\r\n", b"403"), (b"", b"413")):
+        with socket.create_connection(("127.0.0.1", served.port), timeout=5) as s:
+            s.sendall(b"POST / HTTP/1.1\r\n" + auth + b"Content-Length: 60000000\r\n\r\nSELECT 1")
+            assert s.recv(4096).startswith(b"HTTP/1.1 " + status), auth
     started, burst = time.monotonic(), []
     try:
         for _ in range(100):

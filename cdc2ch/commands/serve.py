@@ -39,6 +39,7 @@ from cdc2ch.clickhouse.served import Engine
 from cdc2ch.clickhouse.server import SERVE_PASSWORD_ENV as PASSWORD_ENV
 
 MAX_REQUEST = 64 << 20  # bytes of a request body, and of it decompressed
+MAX_ANONYMOUS = 1 << 20  # the same before the request's credentials are known (they may be in a form)
 IDLE_SECONDS = 30  # a connection waiting longer for its next request is closed
 MAX_CONNECTIONS = 512  # open at once; more are closed as they come
 MAX_QUERIES, QUEUE_SECONDS = 16, 10.0  # statements at once; how long one more waits for a turn
@@ -283,10 +284,17 @@ class ClickHouseHTTP(HTTPService):
             "Keep-Alive": f"timeout={IDLE_SECONDS}",
         }
         try:
-            body = h.body(self.max_request)
             if url.path == "/ping":
+                h.body(MAX_ANONYMOUS)
                 return h.reply(200, b"Ok.\n", headers)
-            body = decompress(body, h.headers.get("Content-Encoding"), self.max_request)
+            given, user, password = self._credentials(h, params)
+            trusted = self._authenticated(user, password)
+            if given and not trusted:
+                h.close_connection = True  # its body stays unread
+                return self._refuse(h, user, given, headers)
+            # Until credentials are known a small body only, which may be a form that carries them.
+            limit = self.max_request if trusted else min(self.max_request, MAX_ANONYMOUS)
+            body = decompress(h.body(limit), h.headers.get("Content-Encoding"), limit)
             if h.headers.get_content_type() == "multipart/form-data":  # form-encoded query and parameters
                 form = BytesParser().parsebytes(
                     f"Content-Type: {h.headers['Content-Type']}\r\n\r\n".encode() + body
@@ -294,12 +302,10 @@ class ClickHouseHTTP(HTTPService):
                 params.update((p.get_param("name", header="content-disposition"), p.get_payload(decode=True).decode())
                               for p in form.get_payload())  # fmt: skip
                 body = b""
-            given, user, password = self._credentials(h, params)
-            if not self._authenticated(user, password):
-                headers["WWW-Authenticate"] = 'Basic realm="ClickHouse", charset="UTF-8"'
-                status = 403 if given else 401
-                error = RuntimeError(AUTH_FAILED.format(user))
-                return self._error(h, error, headers, status)
+                given, user, password = self._credentials(h, params)
+                trusted = self._authenticated(user, password)
+            if not trusted:
+                return self._refuse(h, user, given, headers)
             if not params.get("query") and not body:
                 return h.reply(200, b"Ok.\n", headers)
             if not self._queries.acquire(timeout=QUEUE_SECONDS):
@@ -319,6 +325,11 @@ class ClickHouseHTTP(HTTPService):
         if out and accepted and params.get("enable_http_compression") == "1":
             out, headers["Content-Encoding"] = codecs[accepted[0]](out), accepted[0]
         h.reply(200, out, headers)
+
+    def _refuse(self, h: Handler, user: str, given: bool, headers: dict) -> None:
+        """ClickHouse's answer to missing (401) or wrong (403) credentials."""
+        headers["WWW-Authenticate"] = 'Basic realm="ClickHouse", charset="UTF-8"'
+        self._error(h, RuntimeError(AUTH_FAILED.format(user)), headers, 403 if given else 401)
 
     def _error(self, h: Handler, exc: Exception, headers: dict, status: int | None = None) -> None:
         text = str(exc)
