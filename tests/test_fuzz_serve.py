@@ -323,6 +323,7 @@ _token = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1,
 _junk = st.binary(max_size=200)
 
 
+INJECT = b"/?query_id=a%0d%0aSet-Cookie:%20evil=1&query=SELECT%201"  # a header of the client's making
 REFUSALS = {
     400,
     401,
@@ -345,7 +346,9 @@ def malformed(draw):
     """Raw bytes of a request no client library would send, and whether it asks for /ping."""
     method = draw(st.sampled_from([b"GET", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"HEAD", b"", b"G\x00ET"]))
     path = draw(
-        st.sampled_from([b"/", b"/ping", b"/?query=SELECT%201", b"*", b"", b"/" + b"a" * 70000, b"/%ff%00"])
+        st.sampled_from(
+            [b"/", b"/ping", b"/?query=SELECT%201", b"*", b"", b"/" + b"a" * 70000, b"/%ff%00", INJECT]
+        )
         | _junk.map(lambda b: b"/" + b.replace(b"\r", b"").replace(b"\n", b""))
     )
     version = draw(
@@ -420,6 +423,38 @@ def test_malformed_http_gets_no_data_and_no_stall(service, request):
     for status in (int(s) for s in re.findall(rb"HTTP/1\.[01] (\d{3})", out)):
         assert status in REFUSALS or (status == 200 and ping), out[:500]  # no credentials: only /ping answers
     assert b"v1\n" not in out and SECRET.encode() not in out
+    assert b"\nSet-Cookie" not in out, out[:500]
+
+
+@settings(FUZZ, max_examples=150)
+@given(
+    encoding=st.sampled_from([None, "gzip", "deflate", "lz4", "zstd", "br"]),
+    multipart=st.booleans(),
+    body=st.binary(max_size=300)
+    | st.sampled_from(
+        [
+            b"--b\r\n\r\nx\r\n--b--\r\n",
+            b'--b\r\nContent-Disposition: form-data; name="query"\r\n\r\n\xff\r\n--b--',
+        ]
+    ),
+)
+def test_malformed_bodies_with_credentials_are_the_clients_error(service, encoding, multipart, body):
+    """Bodies that cannot be decompressed or are no form: a 4xx naming the problem, never a 500."""
+    headers = {"X-ClickHouse-User": "default", "X-ClickHouse-Key": PASSWORD}
+    if encoding:
+        headers["Content-Encoding"] = encoding
+    if multipart:
+        headers["Content-Type"] = "multipart/form-data; boundary=b"
+    conn = http.client.HTTPConnection("127.0.0.1", service.port, timeout=10)
+    try:
+        conn.request("POST", "/", body, headers)
+        resp = conn.getresponse()
+        status, text = resp.status, resp.read().decode(errors="replace")
+    finally:
+        conn.close()
+    if status == 200 or (status >= 500 and "Code: 1001" not in text):
+        return  # the body reached ClickHouse (an empty one, or text it parsed): its answer is its own
+    assert status in (400, 413, 415), (status, text[:300])
 
 
 # -- credentials -------------------------------------------------------------------------------------------

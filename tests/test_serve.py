@@ -149,6 +149,11 @@ def test_connections_and_framing_are_bounded(served):
         with socket.create_connection(("127.0.0.1", served.port), timeout=5) as s:
             s.sendall(b"POST / HTTP/1.1\r\n" + auth + b"Content-Length: 60000000\r\n\r\nSELECT 1")
             assert s.recv(4096).startswith(b"HTTP/1.1 " + status), auth
+    # A query_id is echoed in a header: its CR LF must not start headers of the client's own.
+    with socket.create_connection(("127.0.0.1", served.port), timeout=5) as s:
+        s.sendall(b"GET /?query_id=a%0d%0aSet-Cookie:%20evil=1 HTTP/1.1\r\n\r\n")
+        head = s.recv(4096).split(b"\r\n\r\n")[0]
+        assert head.startswith(b"HTTP/1.1 401") and b"\r\nSet-Cookie" not in head, head
     started, burst = time.monotonic(), []
     try:
         for _ in range(100):

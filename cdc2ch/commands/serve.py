@@ -46,6 +46,7 @@ MAX_QUERIES, QUEUE_SECONDS = 16, 10.0  # statements at once; how long one more w
 # The HTTP status a real server gives some exception codes (ClickHouse's exceptionCodeToHTTPStatus); else 500.
 HTTP_STATUS = {516: 403, 192: 403, 193: 403, 497: 403, 194: 401, 6: 400, 27: 400, 36: 400, 53: 400, 62: 400,
                46: 404, 47: 404, 60: 404, 73: 404, 81: 404, 115: 404, 159: 408, 209: 503}  # fmt: skip
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _DIGITS, _HEX = re.compile(r"[0-9]{1,19}"), re.compile(rb"[0-9A-Fa-f]{1,16}")
 AUTH_FAILED = (
     "Code: 516. DB::Exception: {}: Authentication failed: password is incorrect, or there is no user with "
@@ -67,6 +68,17 @@ def decompress(data: bytes, encoding: str | None, limit: int = MAX_REQUEST) -> b
     enc = (encoding or "identity").strip().lower()
     if enc == "identity" or not data:
         return data
+    if enc not in ("lz4", "zstd", "gzip", "deflate"):
+        raise ClientError(415, f"Unknown Content-Encoding {enc!r}.")
+    try:
+        return _inflate(data, enc, limit)
+    except ClientError:
+        raise
+    except Exception as exc:  # lz4's RuntimeError, zlib.error, ZstdError: the client's bytes, not our fault
+        raise ClientError(400, f"The request body is not valid {enc}: {exc}.") from None
+
+
+def _inflate(data: bytes, enc: str, limit: int) -> bytes:
     too_big = ClientError(413, f"The decompressed request body is larger than {limit} bytes.")
     if enc in ("lz4", "zstd"):
         out, size = [], 0
@@ -81,12 +93,25 @@ def decompress(data: bytes, encoding: str | None, limit: int = MAX_REQUEST) -> b
             out.append(chunk)
             data = frame.unused_data
         return b"".join(out)
-    if enc not in ("gzip", "deflate"):
-        raise ClientError(415, f"Unknown Content-Encoding {enc!r}.")
     out = zlib.decompressobj(31 if enc == "gzip" else 15).decompress(data, limit + 1)
     if len(out) > limit:
         raise too_big
     return out
+
+
+def form_fields(content_type: str, body: bytes) -> dict[str, str]:
+    """The fields of a multipart/form-data body (ClientError 400 for one that is not)."""
+    form = BytesParser().parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + body)
+    parts = form.get_payload()
+    try:
+        return {
+            p.get_param("name", header="content-disposition"): p.get_payload(decode=True).decode()
+            for p in parts
+        }
+    except (AttributeError, TypeError, UnicodeDecodeError):  # not parts; a nested multipart; not UTF-8
+        raise ClientError(
+            400, "Malformed multipart/form-data body: send named fields of UTF-8 text."
+        ) from None
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -145,7 +170,9 @@ class Handler(BaseHTTPRequestHandler):
     def reply(self, status: int, body: bytes, headers: dict | list = ()) -> None:
         self.send_response(status)
         for k, v in headers.items() if isinstance(headers, dict) else headers:
-            self.send_header(k, v)
+            self.send_header(
+                k, _CONTROL.sub("", str(v))
+            )  # a query_id with CR LF would write headers of its own
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -296,11 +323,7 @@ class ClickHouseHTTP(HTTPService):
             limit = self.max_request if trusted else min(self.max_request, MAX_ANONYMOUS)
             body = decompress(h.body(limit), h.headers.get("Content-Encoding"), limit)
             if h.headers.get_content_type() == "multipart/form-data":  # form-encoded query and parameters
-                form = BytesParser().parsebytes(
-                    f"Content-Type: {h.headers['Content-Type']}\r\n\r\n".encode() + body
-                )
-                params.update((p.get_param("name", header="content-disposition"), p.get_payload(decode=True).decode())
-                              for p in form.get_payload())  # fmt: skip
+                params.update(form_fields(h.headers["Content-Type"], body))
                 body = b""
                 given, user, password = self._credentials(h, params)
                 trusted = self._authenticated(user, password)

@@ -47,6 +47,23 @@ def test_decompression_is_bounded():
     with pytest.raises(serve.ClientError) as err:
         serve.decompress(b"abc", "br", 100)
     assert err.value.status == 415
+    # Found by tests/test_fuzz_serve.py: bytes that are not what they claim were a 500 with Python's words.
+    for encoding in ("gzip", "deflate", "lz4", "zstd"):
+        with pytest.raises(serve.ClientError, match=f"not valid {encoding}|Truncated {encoding}") as err:
+            serve.decompress(b"\x00\x00junk", encoding, 100)
+        assert err.value.status == 400
+
+
+def test_malformed_forms_are_the_clients_error():
+    """Found by tests/test_fuzz_serve.py: a body that is no form, a nested one, or one not in UTF-8 was a 500."""
+    field = '--b\r\nContent-Disposition: form-data; name="query"\r\n\r\n{}\r\n--b--\r\n'
+    assert serve.form_fields("multipart/form-data; boundary=b", field.format("SELECT 1").encode()) == {
+        "query": "SELECT 1"
+    }
+    for body in (b"garbage", field.encode().replace(b"{}", b"\xff\xfe")):
+        with pytest.raises(serve.ClientError, match="Malformed multipart") as err:
+            serve.form_fields("multipart/form-data; boundary=b", body)
+        assert err.value.status == 400
 
 
 def _headers(**values) -> Message:
