@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import partial
 
-from cdc2ch.base.errors import Cdc2chError, SinkError, jvm_stopped, summarise
+from cdc2ch.base.errors import Cdc2chError, SinkError, jvm_gone, jvm_stopped, jvm_stopped_error, summarise
 from cdc2ch.base.log import get_logger
 from cdc2ch.clickhouse.state import Health, HealthStore, VerifyStore
 from cdc2ch.clickhouse.transport import Sink
@@ -81,6 +81,7 @@ class Runner:
         self.stop = stop
         self.isolate = isolate
         self.once = configs[0].once
+        self.fatal: BaseException | None = None  # what ends the whole process (Spark's JVM gone)
         self.poll_interval = configs[0].poll_interval
         self.schedule = Schedule(workers if isolate else 1)
         self._stores: dict[str, HealthStore] = {}
@@ -138,6 +139,8 @@ class Runner:
                     slot.job.close()
                 elif self.stop.is_set() and slot.error is None:  # stopped before it started
                     log.info("stopped", pipeline=slot.cfg.pipeline, started=False)
+        if self.fatal is not None:
+            raise self.fatal
         return [s for s in self.slots if s.error is not None]
 
     def _pause(self) -> float:
@@ -221,6 +224,9 @@ class Runner:
             # first range) says so on stderr and writes nothing; a pipeline of a config, or one that failed
             # after it had claimed its offset, leaves its error for `cdc2ch status`.
             self._failed(slot, exc, record=self.isolate or wrote)
+            if self.isolate and jvm_gone(raised):  # no pipeline can read again: end, to be restarted whole
+                self.fatal = jvm_stopped_error()
+                self.stop.set()
             if not self.isolate:
                 if exc is raised:
                     raise
