@@ -54,7 +54,9 @@ def stop_on_signals():
         if signum:
             stop.set()
             name = signal.Signals(signum).name
-            log.warning("signal_received", signal=name, action="stopping after the current batch")
+            logsetup.when_configured(
+                lambda: log.warning("signal_received", signal=name, action="stopping after the current batch")
+            )
 
     watcher = threading.Thread(target=announce, name="cdc2ch-signals", daemon=True)
     watcher.start()
