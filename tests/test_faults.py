@@ -296,6 +296,42 @@ def test_the_jvm_killed_mid_run_ends_in_one_paragraph_and_the_run_resumes(
     assert _duplicates(http_sink, target) == 0
 
 
+def test_a_service_of_a_config_ends_when_the_jvm_is_killed(
+    spark, cli, http_sink, server, fault_proxy, database, tmp_path
+):
+    """A config's pipelines are isolated from one another's failures, but not from Spark's JVM gone: no
+    pipeline can read again in that process, so the service ends (exit 1, one paragraph) for its supervisor
+    to restart it whole, instead of retrying every pipeline forever."""
+    path, target, args = _small_ranges(spark, http_sink, fault_proxy, database, tmp_path, "jvm_killed_config")
+    config = tmp_path / "jvm_killed.toml"
+    config.write_text(
+        f'clickhouse = "{fault_proxy.url_for()}"\npoll-interval = 1\nbatch-size = 40\nmax-rows-per-read = 200\n'
+        f'[[pipelines]]\ntable = "{path}"\nprimary-key = "id"\ntarget = "{target}"\n'
+    )
+    proc = None
+    killed = []
+
+    def kill_the_jvm(req):
+        jvm = _descendant(proc.pid, "java")
+        if jvm and not killed:
+            killed.append(jvm)
+            os.kill(jvm, signal.SIGKILL)
+
+    fault_proxy.clear()
+    fault_proxy.add_fault("call", match=_is_data_insert(target), fn=kill_the_jvm)
+    proc = Proc("run", "--config", str(config), env=_env(server))
+    assert proc.wait(timeout=180) == 1, proc.stderr[-3000:]
+    assert killed, "the JVM was not found"
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    last = json.loads(proc.stderr_lines[-1])
+    assert last["event"] == "error" and "JVM stopped" in last["message"], last
+
+    fault_proxy.clear()
+    cli(*args)
+    assert_replicated(spark, http_sink, path, target)
+    assert _duplicates(http_sink, target) == 0
+
+
 def _small_ranges(spark, sink, fault_proxy, database: str, tmp_path, name: str):
     """A table with a history, its precreated target, and `run --once` arguments (through the proxy) that
     read it in several small ranges of several batches each."""

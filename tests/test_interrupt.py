@@ -172,3 +172,39 @@ def test_ctrl_c_while_reading_and_while_inserting(spark, cli, http_sink, clickho
     for target in (reading, inserting):
         cli(*_run(path, target, clickhouse_http, "--once"))
         assert_replicated(spark, http_sink, path, target)
+
+
+STOP_WHILE_LISTING = """
+import os, signal, sys
+from cdc2ch.commands import app
+real = app.pipelines
+
+def listing_then_a_stop(invocation):
+    listed = real(invocation)
+    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the pipelines are listed and checked
+    return listed
+
+app.pipelines = listing_then_a_stop
+sys.argv = ["cdc2ch", *sys.argv[1:]]
+from cdc2ch.cli import main
+main()
+"""
+
+
+def test_a_stop_while_the_pipelines_are_listed_is_a_clean_stop(spark, tmp_path):
+    """A signal that comes before any work (while the tables are listed and the options checked, seconds
+    on a busy machine) stops the run cleanly, exit 0, instead of killing it by the signal."""
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "listed")
+    create_table(spark, path, "id BIGINT, name STRING")
+    dsn = f"chdb://{tmp_path / 'ch'}"
+    done = subprocess.run(
+        [sys.executable, "-c", STOP_WHILE_LISTING, "run", "--table", path, "--primary-key", "id",
+         "--clickhouse", dsn, "--log-format", "json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert any('"signal_received"' in line for line in done.stderr.splitlines()), done.stderr[-3000:]

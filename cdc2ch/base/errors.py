@@ -76,12 +76,30 @@ def jvm_stopped(exc: BaseException) -> "SourceError | None":
     the session or a cleanup), the paragraph to give instead of a traceback; None for any other error."""
     if isinstance(exc, Cdc2chError) or error_text(exc) != JVM_STOPPED:
         return None
+    return jvm_stopped_error()
+
+
+def jvm_stopped_error() -> "SourceError":
+    """The paragraph for Spark's JVM gone, whichever call met it."""
     return SourceError(
         "Spark's JVM stopped while cdc2ch was using it. Most often it ran out of memory; its last log lines "
         "above say why. Give Spark more memory (--spark-conf spark.driver.memory=4g) or read less at a time "
         "(a lower --max-rows-per-read). cdc2ch records progress only after the data landed: the same command "
         "resumes where this one stopped."
     )
+
+
+def jvm_gone(exc: BaseException) -> bool:
+    """Whether `exc`, or an error it was raised from, says Spark's JVM is gone. That loses Spark for every
+    pipeline of the process, for good: a failure of the process, not of the one pipeline that met it."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if not isinstance(current, Cdc2chError) and error_text(current) == JVM_STOPPED:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _lost_mid_call(exc: BaseException) -> bool:

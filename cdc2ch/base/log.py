@@ -38,8 +38,23 @@ _LEVELS = {
 NOISE = ("WARNING: Using incubator modules:", "Dynamic dump to file")
 
 
+_configured = False  # configure() ran: the format of lines is known
+_deferred: list = []  # log calls made before that, to make once it is
+_deferred_lock = threading.Lock()
+
+
+def when_configured(call) -> None:
+    """Make the log call `call()` now if logging is set up, else as soon as configure() runs: a line logged
+    before the command's format is known is not printed in another one."""
+    with _deferred_lock:
+        if not _configured:
+            _deferred.append(call)
+            return
+    call()
+
+
 def configure(fmt: str = "console", level: str = "info") -> None:
-    global _format, _level
+    global _format, _level, _configured
     _format, _level = fmt, getattr(logging, level.upper(), logging.INFO)
     stream = sys.stderr
     renderer = (
@@ -61,6 +76,11 @@ def configure(fmt: str = "console", level: str = "info") -> None:
     for handler in [h for h in root.handlers if isinstance(h, _Libraries)]:
         root.removeHandler(handler)
     root.addHandler(_Libraries(stream))
+    with _deferred_lock:
+        _configured, pending = True, _deferred[:]
+        _deferred.clear()
+    for call in pending:
+        call()
 
 
 def _level_of(record: logging.LogRecord) -> str:

@@ -54,7 +54,9 @@ def stop_on_signals():
         if signum:
             stop.set()
             name = signal.Signals(signum).name
-            log.warning("signal_received", signal=name, action="stopping after the current batch")
+            logsetup.when_configured(
+                lambda: log.warning("signal_received", signal=name, action="stopping after the current batch")
+            )
 
     watcher = threading.Thread(target=announce, name="cdc2ch-signals", daemon=True)
     watcher.start()
@@ -87,13 +89,15 @@ def _target(cfg: RunConfig, retries: int, check_lock: bool, reader: bool = False
 
 def run(invocation: Invocation) -> None:
     """`cdc2ch run`: replicate the pipelines of the flags or of the --config file."""
-    listed = pipelines(invocation)
-    if listed.configs or not listed.waits:
-        configured(invocation, listed)  # refuses a --once run of patterns matching nothing to follow
-    process = listed.process
-    check_serve(process)
-    start_logging(process)
+    # Signals are caught from the start: a stop while the pipelines are listed and checked (seconds on a busy
+    # machine) is a stop before any work, exit 0, not a process killed by its signal.
     with stop_on_signals() as stop:
+        listed = pipelines(invocation)
+        if listed.configs or not listed.waits:
+            configured(invocation, listed)  # refuses a --once run of patterns matching nothing to follow
+        process = listed.process
+        check_serve(process)
+        start_logging(process)
         if not listed.configs:
             listed = wait_for_tables(listed, stop)
         if listed.configs:

@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import partial
 
-from cdc2ch.base.errors import Cdc2chError, SinkError, jvm_stopped, summarise
+from cdc2ch.base.errors import Cdc2chError, jvm_gone, jvm_stopped, jvm_stopped_error, summarise
 from cdc2ch.base.log import get_logger
-from cdc2ch.clickhouse.state import Health, HealthStore, VerifyStore
+from cdc2ch.clickhouse.state import Health, HealthStore
 from cdc2ch.clickhouse.transport import Sink
+from cdc2ch.fleet.health import HealthBook
+from cdc2ch.fleet.health import kept as _kept
 from cdc2ch.fleet.scheduler import NEVER, Schedule
 from cdc2ch.model.config import RunConfig
 from cdc2ch.replication.budget import UNLIMITED, RowBudget
@@ -31,7 +33,6 @@ log = get_logger("cdc2ch.runner")
 
 MAX_BACKOFF = 300.0
 HEALTH_EVERY = 60.0  # seconds between health writes while all is well (each write is an insert)
-MAX_ERROR_CHARS = 4000  # of an error kept in the health record (status shows it) and its log line
 STOP_SEEN = 0.1  # seconds at most between a stop and the dispatcher noticing it
 
 
@@ -81,15 +82,14 @@ class Runner:
         self.stop = stop
         self.isolate = isolate
         self.once = configs[0].once
+        self.fatal: BaseException | None = None  # what ends the whole process (Spark's JVM gone)
         self.poll_interval = configs[0].poll_interval
         self.schedule = Schedule(workers if isolate else 1)
-        self._stores: dict[str, HealthStore] = {}
-        self._stores_lock = threading.Lock()
+        self.health = HealthBook(sink)
         self._warm = threading.Lock()
         self._warmed = self.once  # a --once run has no first change to speed up
         self.slots: list[Slot] = []
         self._add(self._slots(configs))
-        self._skipped: dict[str, str] = {}  # pipeline -> the reason recorded for it
         self._report_skipped(skipped or [])
 
     def _slots(self, configs: list[RunConfig]) -> list[Slot]:
@@ -138,6 +138,8 @@ class Runner:
                     slot.job.close()
                 elif self.stop.is_set() and slot.error is None:  # stopped before it started
                     log.info("stopped", pipeline=slot.cfg.pipeline, started=False)
+        if self.fatal is not None:
+            raise self.fatal
         return [s for s in self.slots if s.error is not None]
 
     def _pause(self) -> float:
@@ -221,6 +223,9 @@ class Runner:
             # first range) says so on stderr and writes nothing; a pipeline of a config, or one that failed
             # after it had claimed its offset, leaves its error for `cdc2ch status`.
             self._failed(slot, exc, record=self.isolate or wrote)
+            if self.isolate and jvm_gone(raised):  # no pipeline can read again: end, to be restarted whole
+                self.fatal = jvm_stopped_error()
+                self.stop.set()
             if not self.isolate:
                 if exc is raised:
                     raise
@@ -238,19 +243,12 @@ class Runner:
         job.warm_up()
 
     def _report_skipped(self, skipped: list) -> None:
-        """Tables a pattern skips (discovery.Skipped), for `status` as failing pipelines with the reason, once
-        per reason, and as a gauge; best effort, like any health record."""
         self.metrics.skipped.set(len(skipped))
-        for s in skipped:
-            name = str(s.target)
-            if s.target is None or self._skipped.get(name) == s.reason:
-                continue
-            health = Health(name, s.table, name).failed(_now(), _kept(s.reason), "skipped")
-            try:
-                self._health_store(s.target.database).save(health)
-                self._skipped[name] = s.reason
-            except SinkError as exc:
-                log.warning("health_not_saved", pipeline=name, error=summarise(str(exc), 300))
+        self.health.skipped(skipped)
+
+    def _save(self, slot: Slot) -> None:
+        if self.health.save(slot.health, slot.cfg.target.database, slot.metrics):
+            slot.saved_at = time.monotonic()
 
     def _failed(self, slot: Slot, exc: BaseException, record: bool) -> None:
         kind = error_kind(exc)
@@ -277,32 +275,6 @@ class Runner:
         slot.metrics.success()
         if recovered or self.once or time.monotonic() - slot.saved_at >= HEALTH_EVERY:
             self._save(slot)
-
-    def _health_store(self, database: str) -> HealthStore:
-        """The database's health store, its table created on first use."""
-        with self._stores_lock:
-            if database not in self._stores:
-                store = HealthStore(self.sink, database)
-                store.ensure()
-                self._stores[database] = store
-            return self._stores[database]
-
-    def _save(self, slot: Slot) -> None:
-        """Best effort: when ClickHouse itself is what fails, the log line is the report."""
-        try:
-            self._health_store(slot.cfg.target.database).save(slot.health)
-            slot.saved_at = time.monotonic()
-            # `cdc2ch verify` runs in another process; its last result reaches the metrics from ClickHouse.
-            verified = VerifyStore(self.sink, slot.cfg.target.database).load_all().get(slot.cfg.pipeline)
-            if verified is not None:
-                slot.metrics.verified(verified.ok, verified.finished_at.timestamp())
-        except SinkError as exc:
-            log.warning("health_not_saved", pipeline=slot.cfg.pipeline, error=summarise(str(exc), 300))
-
-
-def _kept(text: str) -> str:
-    """An error as the health record keeps it: whole, or summarised when longer than MAX_ERROR_CHARS."""
-    return text if len(text) <= MAX_ERROR_CHARS else summarise(text, MAX_ERROR_CHARS)
 
 
 def _now() -> datetime:

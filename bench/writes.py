@@ -1,0 +1,161 @@
+"""The soak's writer: one delta-rs commit at a time to tables of several kinds, chosen by a seeded generator.
+
+Each table keeps its live keys in memory (this process is its only writer), so every operation names keys
+that exist (updates, deletes, re-inserts, key moves) or that do not (appends).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+CDF = {"delta.enableChangeDataFeed": "true"}
+TEXTS = ["plain", "naïve café", "日本語のテキスト", "emoji 🚀✨", "quote ' and \" and \\", "", "tab\tnew\nline",
+         "Ελληνικά", "x" * 300, None, None]  # fmt: skip
+GROUPS = ["north", "south", "east", "west"]
+TENANTS = ["acme", "globex", "west coast", "o'hara"]
+
+
+def sql(value) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return str(value)
+
+
+class Writer:
+    def __init__(self, lake: Path, rng: random.Random):
+        self.lake, self.rng = lake, rng
+        self.live: dict[str, set] = {}  # table -> live keys
+        self.next_id: dict[str, int] = {}
+        self.grown = False
+
+    # -- rows of each kind --------------------------------------------------------------------------
+    def _rows(self, name: str, keys: list) -> pa.Table:
+        r = self.rng
+        if name == "composite":
+            return pa.table({"tenant": [k[0] for k in keys], "n": pa.array([k[1] for k in keys], pa.int64()),
+                             "amount": [round(r.uniform(-1e6, 1e6), 2) for _ in keys]})  # fmt: skip
+        ids = pa.array([k[0] for k in keys], pa.int64())
+        if name == "texts":
+            return pa.table({"id": ids, "txt": pa.array([r.choice(TEXTS) for _ in keys], pa.string()),
+                             "note": pa.array([r.choice(TEXTS) for _ in keys], pa.string())})  # fmt: skip
+        if name == "moving":
+            return pa.table({"id": ids, "grp": [r.choice(GROUPS) for _ in keys],
+                             "val": pa.array([r.randrange(10**6) for _ in keys], pa.int64())})  # fmt: skip
+        columns = {"id": ids, "v": pa.array([r.randrange(10**6) for _ in keys], pa.int64())}
+        if name == "ints":
+            columns["s"] = pa.array([f"s{r.randrange(1000)}" for _ in keys], pa.string())
+        if name == "growing" and self.grown:
+            columns["extra"] = pa.array([r.choice(TEXTS) for _ in keys], pa.string())
+        return pa.table(columns)
+
+    def _new_keys(self, name: str, count: int) -> list:
+        keys = []
+        for _ in range(count):
+            n = self.next_id.get(name, 0)
+            self.next_id[name] = n + 1
+            keys.append((self.rng.choice(TENANTS), n) if name == "composite" else (n,))
+        return keys
+
+    def _predicate(self, name: str, keys: list) -> str:
+        if name == "composite":
+            return " OR ".join(f"(tenant = {sql(t)} AND n = {n})" for t, n in keys)
+        return f"id IN ({', '.join(str(k[0]) for k in keys)})"
+
+    def _some(self, name: str, most: int) -> list:
+        live = sorted(self.live[name])
+        return self.rng.sample(live, min(len(live), self.rng.randint(1, most))) if live else []
+
+    # -- operations ---------------------------------------------------------------------------------
+    def create(self, name: str) -> dict:
+        keys = self._new_keys(name, self.rng.randint(20, 60))
+        write_deltalake(str(self.lake / name), self._rows(name, keys), configuration=CDF)
+        self.live[name] = set(keys)
+        return self._entry(name, "create")
+
+    def grow(self, name: str) -> dict:
+        """The table gains a column: an append whose rows carry it (schema merge)."""
+        self.grown = True
+        keys = self._new_keys(name, 3)
+        write_deltalake(str(self.lake / name), self._rows(name, keys), mode="append", schema_mode="merge")
+        self.live[name] |= set(keys)
+        return self._entry(name, "add_column")
+
+    def step(self, name: str) -> dict:
+        ops = ["append", "update", "update", "delete", "merge", "merge", "reinsert", "optimize"]
+        if name == "moving":
+            ops += ["rekey", "rekey", "regroup", "regroup"]
+        op = self.rng.choice(ops)
+        if not self.live[name] and op != "append":
+            op = "append"
+        path, dt = str(self.lake / name), DeltaTable(str(self.lake / name))
+        if op == "append":
+            keys = self._new_keys(name, self.rng.randint(1, 8))
+            write_deltalake(path, self._rows(name, keys), mode="append")
+            self.live[name] |= set(keys)
+        elif op == "update":
+            keys = self._some(name, 3)
+            dt.update(updates=self._changes(name), predicate=self._predicate(name, keys))
+        elif op == "delete":
+            keys = self._some(name, 3)
+            dt.delete(self._predicate(name, keys))
+            self.live[name] -= set(keys)
+        elif op == "reinsert":  # the same keys removed and written again, in one commit
+            keys = self._some(name, 2)
+            write_deltalake(
+                path, self._rows(name, keys), mode="overwrite", predicate=self._predicate(name, keys)
+            )
+        elif op == "merge":  # matched: some deleted, the rest updated; not matched: inserted
+            old, new = self._some(name, 3), self._new_keys(name, self.rng.randint(0, 3))
+            gone = set(old[: self.rng.randint(0, len(old))])
+            source = self._rows(name, old + new)
+            flags = pa.array([k in gone for k in old + new])
+            source = source.append_column("_drop", flags)
+            on = " AND ".join(f"t.{c} = s.{c}" for c in (["tenant", "n"] if name == "composite" else ["id"]))
+            columns = [c for c in source.column_names if c != "_drop"]
+            (
+                dt.merge(source, on, source_alias="s", target_alias="t", merge_schema=False)
+                .when_matched_delete(predicate="s._drop")
+                .when_matched_update(updates={c: f"s.{c}" for c in columns})
+                .when_not_matched_insert(updates={c: f"s.{c}" for c in columns})
+                .execute()
+            )
+            self.live[name] = (self.live[name] - gone) | set(new)
+        elif op == "rekey":  # an UPDATE of the key column itself
+            (key,) = self._some(name, 1)
+            (new,) = self._new_keys(name, 1)
+            dt.update(updates={"id": str(new[0])}, predicate=f"id = {key[0]}")
+            self.live[name] = (self.live[name] - {key}) | {new}
+        elif op == "regroup":  # an UPDATE of a sorting-key column: the row moves to another identity
+            keys = self._some(name, 2)
+            dt.update(updates={"grp": sql(self.rng.choice(GROUPS))}, predicate=self._predicate(name, keys))
+        elif op == "optimize":
+            dt.optimize.compact()
+        return self._entry(name, op)
+
+    def _changes(self, name: str) -> dict[str, str]:
+        r = self.rng
+        if name == "composite":
+            return {"amount": "amount + 1.5"}
+        if name == "texts":
+            return {"txt": sql(r.choice(TEXTS)), "note": sql(r.choice(TEXTS))}
+        if name == "moving":
+            return {"val": "val + 1"}
+        changes = {"v": "v + 1"}
+        if name == "growing" and self.grown:
+            changes["extra"] = sql(r.choice(TEXTS))
+        return changes
+
+    def _entry(self, name: str, op: str) -> dict:
+        return {
+            "table": name,
+            "version": DeltaTable(str(self.lake / name)).version(),
+            "t": time.time(),
+            "op": op,
+        }
