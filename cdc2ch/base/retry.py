@@ -35,7 +35,7 @@ def jittered(base: float = 0.5, max_wait: float = 10.0) -> wait_base:
     return wait_exponential(multiplier=half, max=cap) + wait_random_exponential(multiplier=half, max=cap)
 
 
-class honour_retry_after(wait_base):  # noqa: N801 (tenacity's naming)
+class honour_retry_after(wait_base):  # named as tenacity names its waits
     """`inner`'s pause, or the wait the other side asked for (an HTTP Retry-After, read off the exception by
     `hint`) when longer; never more than `max_wait`."""
 
