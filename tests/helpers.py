@@ -100,6 +100,18 @@ def committed_version(sink, database: str, pipeline: str) -> int:
     return rows[0][0]
 
 
+def recorded_version(sink, database: str, pipeline: str) -> int | None:
+    """The pipeline's committed version, or None when it has no offset (a new pipeline's failed first
+    attempt is taken back)."""
+    if not sink.table_exists(TargetName(database, "cdc2ch_state")):
+        return None
+    rows = sink.query_rows(
+        f"SELECT committed_version FROM {schema.quote(database)}.cdc2ch_state FINAL WHERE pipeline = {{p:String}}",
+        {"p": pipeline},
+    )
+    return rows[0][0] if rows else None
+
+
 class SinkTap:
     """A real sink with hooks after each insert and each statement (to act at a chosen point of a job)."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from cdc2ch.base.errors import SinkError
 from cdc2ch.base.log import get_logger
 from cdc2ch.clickhouse import adopt
+from cdc2ch.clickhouse.footprint import drop_database_if_empty, tables_of
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName
@@ -22,15 +23,14 @@ def create_target(
 ) -> None:
     """Create the target table (and its database) for rows of `types`, as `design` says. A table ClickHouse
     refuses (a codec, setting or partition expression it does not take) leaves no new database behind."""
-    params = {"db": target.database}
-    new = not sink.query_rows("SELECT 1 FROM system.databases WHERE name = {db:String}", params)
+    new = tables_of(sink, target.database) is None
     sink.ensure_database(target.database)
     try:
         for sql in sink.placement.target(target, types, design, comment):
             sink.command(sql, what="create the target table")
     except SinkError:
-        if new and not sink.query_rows("SELECT 1 FROM system.tables WHERE database = {db:String}", params):
-            sink.command(f"DROP DATABASE IF EXISTS {schema.quote(target.database)}", what="drop the database")
+        if new:
+            drop_database_if_empty(sink, target.database)
         raise
     log.info("target_created", target=str(target), columns=len(types))
 

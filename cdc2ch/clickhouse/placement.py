@@ -46,6 +46,9 @@ class OneServer:
     def drop(self, target: TargetName) -> list[str]:
         return [f"DROP TABLE IF EXISTS {schema.qualified(target)}"]
 
+    def drop_database(self, database: str) -> list[str]:
+        return [f"DROP DATABASE IF EXISTS {schema.quote(database)}"]
+
 
 class Cluster(OneServer):
     """A target is `<table>_local` on every node (ReplicatedReplacingMergeTree, one replica group per shard)
@@ -97,6 +100,9 @@ class Cluster(OneServer):
             f"DROP TABLE IF EXISTS {schema.qualified(t)} {self._on} SYNC"
             for t in (target, self.stored(target))
         ]
+
+    def drop_database(self, database: str) -> list[str]:
+        return [f"DROP DATABASE IF EXISTS {schema.quote(database)} {self._on} SYNC"]
 
 
 def placement(cluster: str | None) -> OneServer:

@@ -80,7 +80,9 @@ class Sink:
         `replicating`: the call is part of replication, whose offset the advice then speaks of."""
 
         def on_retry(attempt: int, exc: BaseException, wait: float) -> None:
-            log.warning("clickhouse_retry", what=what, attempt=attempt, error=self._short(exc))
+            log.warning(
+                "clickhouse_retry", what=what, attempt=attempt, wait_s=round(wait, 2), error=self._short(exc)
+            )
 
         try:
             return retry.call(

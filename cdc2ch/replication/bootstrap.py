@@ -7,11 +7,16 @@ version only once the whole of it has landed; until then the pipeline has no off
 (`kill -9` included) or stopped is a new pipeline again the next time, finds the snapshot it began
 (`OffsetStore.snapshot_begun`) and resumes it at the same version, skipping the chunks that landed. The
 change feed then continues after that version.
+
+A first attempt that fails before anything is committed is taken back (`take_back`): the claim released,
+no offset recorded, and the tables it created dropped (the Footprint port), so that the next attempt, with
+the same flags or others, starts a new pipeline again. A snapshot with chunks landed is kept to resume.
 """
 
 from __future__ import annotations
 
-from cdc2ch.base.errors import StateError
+from cdc2ch.base.errors import StateError, summarise
+from cdc2ch.clickhouse.lock import LockedError
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.offset import PipelineState
 from cdc2ch.replication import initial, plan
@@ -25,6 +30,7 @@ class Bootstrap:
         self.cfg, self.source, self.ports, self.log = cfg, source, ports, log
         self.pending: Choice | None = None  # a snapshot to load before the change feed
         self.locked = False
+        self.taken = False  # another runner started the pipeline while this one checked its inputs
 
     # -- the choice -------------------------------------------------------------------------------
     def choose(
@@ -59,6 +65,30 @@ class Bootstrap:
             return None
         return version if self.source.commit(version) is not None else None
 
+    # -- a first attempt that fails ----------------------------------------------------------------
+    def mark(self) -> None:
+        """Before a new pipeline's first attempt writes: note what the target holds."""
+        self.ports.footprint.mark()
+
+    def take_back(self, exc: Exception) -> bool:
+        """The first attempt failed with `exc` before committing anything: release the claim and take back
+        what the attempt recorded and created; whether it was. Not when another runner holds the pipeline
+        (what is there is its), nor for a snapshot with chunks landed (the next run resumes it). When
+        ClickHouse cannot be reached for it either, the next run resumes as after a crash."""
+        if isinstance(exc, LockedError) or self.taken:
+            return False
+        try:
+            self.ports.lock.release()  # as a normal exit does
+            self.locked = False
+            if self.ports.store.snapshot_begun(self.cfg.pipeline) is not None:
+                return False
+            dropped = self.ports.footprint.undo()
+        except Exception as failed:
+            self.log.warning("first_attempt_kept", error=summarise(str(failed), 300))
+            return False
+        self.log.info("first_attempt_taken_back", dropped=dropped)
+        return True
+
     # -- acting on it -----------------------------------------------------------------------------
     def begin(self, choice: Choice, start: int, table_id: str) -> PipelineState:
         """The new pipeline's state before its first version, recording the choice (saved by `claim`'s caller
@@ -78,6 +108,7 @@ class Bootstrap:
             self.ports.lock.acquire()
             self.locked = True
         if self.ports.store.load(self.cfg.pipeline) is not None:  # another runner started it meanwhile
+            self.taken = True
             raise StateError(
                 f"Pipeline {self.cfg.pipeline!r} was started by another runner while this one was checking its "
                 f"inputs; nothing was written by this one. Run the same command again to resume it."

@@ -53,7 +53,7 @@ class Replicator:
 
             ports = clickhouse_ports(cfg, self.source, sink, self.stop, self.metrics, budget)
         # A snapshot (initial load or resync) is seen running in the metrics, so an alert can say it runs long.
-        self.ports = dataclasses.replace(ports, load_snapshot=self._timed(ports.load_snapshot))
+        self.ports = dataclasses.replace(ports, load_snapshot=timed(ports.load_snapshot, self.metrics))
         self.log = log.bind(pipeline=cfg.pipeline)
         self.state: PipelineState | None = None
         self.started: PipelineState | None = None
@@ -69,16 +69,6 @@ class Replicator:
             cfg, self.source, self.ports.tables, self.ports.store, self.ports.load_snapshot, self.log
         )
         self.bootstrap = Bootstrap(cfg, self.source, self.ports, self.log)
-
-    def _timed(self, load_snapshot: Callable[[RunConfig, int, str], int | None]):
-        def load(side: RunConfig, version: int, comment: str | None) -> int | None:
-            self.metrics.snapshot_began()
-            try:
-                return load_snapshot(side, version, comment)
-            finally:
-                self.metrics.snapshot_ended()
-
-        return load
 
     # -- start-up ---------------------------------------------------------------------------------
     def check_inputs(self) -> Inputs:
@@ -236,7 +226,20 @@ class Replicator:
     # -- life cycle -------------------------------------------------------------------------------
     def step(self) -> bool:
         """One poll: replicate whatever is new (a new pipeline's snapshot first, when it begins with one).
-        True when versions were committed."""
+        True when versions were committed. A new pipeline's attempt that fails before committing anything
+        leaves nothing behind (Bootstrap.take_back)."""
+        if self.claimed:
+            return self._step()
+        before = self.state.committed_version
+        self.bootstrap.mark()
+        try:
+            return self._step()
+        except Exception as exc:
+            if self.state.committed_version == before and self.bootstrap.take_back(exc):
+                self.claimed = False
+            raise
+
+    def _step(self) -> bool:
         before = self.state.committed_version
         if self.bootstrap.pending is not None:
             loaded = self.bootstrap.load(self.state)
@@ -271,6 +274,19 @@ class Replicator:
         finally:
             self.close()
         return self.state
+
+
+def timed(load_snapshot: Callable[[RunConfig, int, str], int | None], metrics: PipelineMetrics):
+    """`load_snapshot`, seen running in the metrics (so an alert can say a snapshot runs long)."""
+
+    def load(side: RunConfig, version: int, comment: str | None) -> int | None:
+        metrics.snapshot_began()
+        try:
+            return load_snapshot(side, version, comment)
+        finally:
+            metrics.snapshot_ended()
+
+    return load
 
 
 def check_range_for_clickhouse(uri: str, changes, state: PipelineState) -> None:

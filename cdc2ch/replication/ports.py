@@ -6,6 +6,7 @@ may split a Delta version; the loop's guarantees (design.md section 4) rest on e
     TargetTables  the target table's DDL                (clickhouse/ddl.py)
     OffsetStore   the committed offset per pipeline     (clickhouse/state.py)
     Lock          one runner per pipeline               (clickhouse/lock.py)
+    Footprint     what a new pipeline's first attempt added (clickhouse/footprint.py)
 
 `Ports` bundles what a pipeline writes to; target.py assembles it for a ClickHouse target.
 
@@ -28,7 +29,16 @@ from cdc2ch.model.offset import PipelineState
 from cdc2ch.model.schema import SchemaDiff
 from cdc2ch.source.log import Commit
 
-__all__ = ["ChangeSource", "Changes", "Commit", "Lock", "OffsetStore", "RangeResult", "RangeWriter"]
+__all__ = [
+    "ChangeSource",
+    "Changes",
+    "Commit",
+    "Footprint",
+    "Lock",
+    "OffsetStore",
+    "RangeResult",
+    "RangeWriter",
+]
 
 
 class Changes(Protocol):
@@ -62,6 +72,7 @@ class Ports:
     load_snapshot: Callable[[RunConfig, int, str], int | None]  # for resync: (side config, version, comment)
     remote_target: bool  # Spark tasks can reach the target (a server)
     local_master: bool  # Spark runs in this process
+    footprint: Footprint  # what a new pipeline's first attempt added, taken back when it fails
     has_setting: Callable[[str], bool] = lambda name: True  # whether the target knows a setting
 
 
@@ -185,6 +196,16 @@ class OffsetStore(Protocol):
     def snapshot_begun(self, pipeline: str) -> int | None:
         """The version of the snapshot of `pipeline` whose chunks were recorded last (snapshot.py), or None.
         For a pipeline without an offset: a snapshot begun and not finished. Read-only."""
+
+
+class Footprint(Protocol):
+    def mark(self) -> None:
+        """Note what the target holds now, before a new pipeline's first write. Read-only."""
+
+    def undo(self) -> list[str]:
+        """Take back what was added since mark(): the pipeline's offset, the target table and cdc2ch's own
+        tables created since (unless another pipeline uses them). Returns the tables dropped; nothing
+        without a mark. Raises when the target cannot be reached."""
 
 
 class Lock(Protocol):

@@ -7,6 +7,7 @@ import threading
 
 from cdc2ch.base.log import get_logger
 from cdc2ch.clickhouse.ddl import TargetTables
+from cdc2ch.clickhouse.footprint import Footprint
 from cdc2ch.clickhouse.lock import PipelineLock
 from cdc2ch.clickhouse.state import StateStore
 from cdc2ch.clickhouse.transport import Sink
@@ -45,5 +46,6 @@ def clickhouse_ports(
         ).load(version, comment=comment),
         remote_target=sink.task_client is not None,
         local_master=source.spark.sparkContext.master.startswith("local"),
+        footprint=Footprint(sink, cfg.target, cfg.pipeline),
         has_setting=sink.has_setting,
     )

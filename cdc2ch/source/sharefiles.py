@@ -10,8 +10,8 @@ The change rule is Delta's (and the protocol's): a version with `cdf` files is e
 (each carries `_change_type`); a version without is its `add` files as inserts and `remove` files as
 deletes.
 
-Standard library and pyarrow only, plus cdc2ch.base.retry: Spark ships this module by value to executors
-where cdc2ch is not installed.
+Standard library and pyarrow only, plus cdc2ch.base.retry (and the tenacity it ships with): Spark ships this
+module by value to executors where cdc2ch is not installed.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import typing
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
@@ -317,14 +318,29 @@ def positional_columns(df):
     return df.toDF(*[f"_c{i}" for i in range(len(names))]), names
 
 
+def _param_spec_reduce(spec):
+    """A typing.ParamSpec (in a library's annotations) of a module shipped by value: rebuilt by name, where
+    pickle would import the module it came from; any other, by reference as pickle does."""
+    from pyspark import cloudpickle
+
+    shipped = cloudpickle.list_registry_pickle_by_value()
+    if any(spec.__module__ == m or spec.__module__.startswith(m + ".") for m in shipped):
+        return typing.ParamSpec, (spec.__name__,)
+    return spec.__name__
+
+
 @contextmanager
 def shipped_by_value(*modules):
     """While the block builds and runs Spark tasks, let them call functions of these (self-contained) modules
     on executors where cdc2ch is not installed: cloudpickle sends their code instead of a reference to
-    import. Afterwards the process's pickler is as it was (the session may be the caller's)."""
+    import; with each, the modules it names in SHIPS_WITH (libraries the executors may lack). Afterwards the
+    process's pickler is as it was (the session may be the caller's)."""
     from pyspark import cloudpickle
 
-    added = [m for m in modules if m.__name__ not in cloudpickle.list_registry_pickle_by_value()]
+    cloudpickle.Pickler._dispatch_table.setdefault(typing.ParamSpec, _param_spec_reduce)
+    shipped = [s for m in modules for s in (m, *getattr(m, "SHIPS_WITH", ()))]
+    wanted = {m.__name__: m for m in shipped}
+    added = [m for name, m in wanted.items() if name not in cloudpickle.list_registry_pickle_by_value()]
     for module in added:
         cloudpickle.register_pickle_by_value(module)
     try:

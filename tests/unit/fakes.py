@@ -232,14 +232,18 @@ class MemoryTables:
         pass
 
 
-class Crash(Exception):
-    """A process dying at a chosen point."""
+class Crash(BaseException):
+    """A process dying at a chosen point (kill -9): nothing in it gets to handle it."""
+
+
+class Refused(Exception):
+    """ClickHouse refusing an insert (a failure cdc2ch handles)."""
 
 
 class MemoryWriter:
     """The RangeWriter port: inserts a range's rows in batches of `batch_size`, each remembered with its
     token; a replayed token is dropped, as ClickHouse's insert deduplication does. `stop_after` sets the
-    stop event after that many batches; `crash_after` raises Crash after that many."""
+    stop event after that many batches; `crash_after` raises Crash after that many, `fail_after` Refused."""
 
     kind = "driver"
     range_factor = 1
@@ -251,6 +255,7 @@ class MemoryWriter:
         self.batches = 0
         self.stop_after: int | None = None
         self.crash_after: int | None = None
+        self.fail_after: int | None = None
         self.checked: list[tuple[int, int]] = []  # ranges check() was asked about
 
     def check(self, rng) -> None:
@@ -270,10 +275,15 @@ class MemoryWriter:
                 return RangeResult(rng.start, rng.end, written, False)
             if self.crash_after is not None and self.batches >= self.crash_after:
                 raise Crash(f"crashed before batch {i} of {rng.start}..{rng.end}")
+            if self.fail_after is not None and self.batches >= self.fail_after:
+                raise Refused(f"refused batch {i} of {rng.start}..{rng.end}")
             token = contract.driver_batch_token(self.cfg.pipeline, rng.start, rng.end, i, batch)
-            if token not in self.tokens:
+            table = self.db.tables[self.table]
+            seen = table.setdefault("tokens", set())  # ClickHouse keeps them per table: a dropped one's go
+            if token not in seen:
                 self.tokens.add(token)
-                self.db.tables[self.table]["rows"].extend(batch.to_pylist())
+                seen.add(token)
+                table["rows"].extend(batch.to_pylist())
             written += batch.num_rows
             self.batches += 1
             if self.stop_after is not None and self.batches >= self.stop_after:
@@ -307,6 +317,29 @@ class MemoryStore:
         return self.begun.get(pipeline)
 
 
+class MemoryFootprint:
+    """The Footprint port: takes back the pipeline's offset and the tables added since mark()."""
+
+    def __init__(self, db: MemoryTarget, store: MemoryStore, pipeline: str):
+        self.db, self.store, self.pipeline = db, store, pipeline
+        self.before: set[str] | None = None
+        self.undone: list[list[str]] = []
+
+    def mark(self) -> None:
+        self.before = set(self.db.tables)
+
+    def undo(self) -> list[str]:
+        if self.before is None:
+            return []
+        self.store.states.pop(self.pipeline, None)
+        dropped = sorted(set(self.db.tables) - self.before)
+        for name in dropped:
+            del self.db.tables[name]
+        self.before = None
+        self.undone.append(dropped)
+        return dropped
+
+
 class MemoryLock:
     """The Lock port: records what was asked."""
 
@@ -330,6 +363,7 @@ class Harness:
     def __init__(self, table: FakeTable, **options):
         self.table, self.source, self.db = table, FakeSource(table), MemoryTarget()
         self.store, self.lock = MemoryStore(), MemoryLock()
+        self.footprint: MemoryFootprint | None = None  # the last replicator's
         self.options = options
         self.snapshots: list[int] = []
         self.stop = threading.Event()
@@ -371,6 +405,7 @@ class Harness:
 
         cfg = self.config(**more) if more else self.cfg
         self.writer.cfg = cfg
+        self.footprint = MemoryFootprint(self.db, self.store, cfg.pipeline)
         ports = Ports(
             store=self.store,
             lock=self.lock,
@@ -379,6 +414,7 @@ class Harness:
             load_snapshot=self._load_snapshot,
             remote_target=False,
             local_master=True,
+            footprint=self.footprint,
         )
         return Replicator(
             cfg, self.source, stop=self.stop, metrics=metrics, ports=ports, budget=budget or UNLIMITED
