@@ -70,7 +70,9 @@ def _status(url: str, data: bytes | None = None, headers: dict | None = None) ->
         return exc.code
 
 
-def test_read_only_and_credentials(served, database):
+def test_read_only_and_credentials(served, database, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("secret-line\n")
     base = f"http://127.0.0.1:{served.port}/"
     assert _status(base + "ping") == 200  # no credentials needed, as on a server
     assert _status(base + "?query=SELECT%201") == 401  # none given
@@ -103,9 +105,23 @@ def test_read_only_and_credentials(served, database):
         f"SELECT count() FROM {database}.t SETTINGS readonly = 0",
         "SELECT * FROM file('/etc/hostname', 'LineAsString')",
         "SELECT * FROM url('http://127.0.0.1:1/', 'LineAsString')",
+        # What readonly=1 let through on the embedded engine (found by tests/test_fuzz_serve.py).
+        f"SELECT 1 INTO OUTFILE '{tmp_path}/out.txt'",
+        "KILL QUERY WHERE 1",
+        "SYSTEM STOP MERGES",
+        f"DESCRIBE file('{secret}', 'CSVWithNames')",
+        f"SELECT 1; DROP TABLE {database}.t",
     ):
         with pytest.raises(DatabaseError, match=r"Code: (164|497)\b"):
             c.command(sql)
+    # URL settings naming files were applied before readonly=1: the template file was read.
+    qs = urllib.parse.urlencode(
+        {"query": "SELECT 1 FORMAT Template", "format_template_row": secret, "password": PASSWORD}
+    )
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(f"{base}?{qs}")
+    text = err.value.read().decode()
+    assert "Code: 164" in text and "secret-line" not in text and not list(tmp_path.glob("out*")), text
     with pytest.raises(DatabaseError, match="164"):
         c.insert_arrow(f"{database}.t", _rows(1))
     assert c.command(f"SELECT count() FROM {database}.t") == 1000  # nothing landed
@@ -117,6 +133,47 @@ def test_read_only_and_credentials(served, database):
         assert _status(url, body) == 413
     finally:
         small.stop()
+
+
+def test_connections_and_framing_are_bounded(served):
+    """Found by tests/test_fuzz_serve.py: a negative Content-Length (or chunk size) read the stream to its
+    end, unbounded; anyone could make the server hold a 64 MiB body per connection; a listen backlog of 5
+    made a burst of connections wait out SYN retries; and every connection took a thread, without a cap."""
+    for head in (b"Content-Length: -1", b"Transfer-Encoding: chunked\r\n\r\n-5"):
+        with socket.create_connection(("127.0.0.1", served.port), timeout=5) as s:  # our side stays open
+            s.sendall(b"POST / HTTP/1.1\r\n" + head + b"\r\n\r\nSELECT 1")
+            assert s.recv(4096).startswith(b"HTTP/1.1 400"), head
+    # Before its credentials are known a request may not make the server hold a large body: wrong ones are
+    # refused before it is read, and without any only a small one (a form may carry them) is read.
+    for auth, status in ((b"X-ClickHouse-Key: wrong\r\n", b"403"), (b"", b"413")):
+        with socket.create_connection(("127.0.0.1", served.port), timeout=5) as s:
+            s.sendall(b"POST / HTTP/1.1\r\n" + auth + b"Content-Length: 60000000\r\n\r\nSELECT 1")
+            assert s.recv(4096).startswith(b"HTTP/1.1 " + status), auth
+    # A query_id is echoed in a header: its CR LF must not start headers of the client's own.
+    with socket.create_connection(("127.0.0.1", served.port), timeout=5) as s:
+        s.sendall(b"GET /?query_id=a%0d%0aSet-Cookie:%20evil=1 HTTP/1.1\r\n\r\n")
+        head = s.recv(4096).split(b"\r\n\r\n")[0]
+        assert head.startswith(b"HTTP/1.1 401") and b"\r\nSet-Cookie" not in head, head
+    started, burst = time.monotonic(), []
+    try:
+        for _ in range(100):
+            burst.append(socket.create_connection(("127.0.0.1", served.port), timeout=5))
+        assert time.monotonic() - started < 1.0
+    finally:
+        for s in burst:
+            s.close()
+    capped = ClickHouseHTTP(Engine(served.engine.path), password=PASSWORD, max_connections=4).start()
+    try:
+        held = [socket.create_connection(("127.0.0.1", capped.port), timeout=5) for _ in range(4)]
+        time.sleep(0.3)  # each is being read by its own thread
+        with socket.create_connection(("127.0.0.1", capped.port), timeout=5) as extra:
+            assert extra.recv(100) == b""  # closed as it came
+        for s in held:
+            s.close()
+        time.sleep(0.3)
+        assert _status(f"http://127.0.0.1:{capped.port}/ping") == 200  # slots come back
+    finally:
+        capped.stop()
 
 
 def test_concurrent_readers_see_whole_inserts(served, sink, database):

@@ -8,7 +8,9 @@ SELECT ... FINAL never sees half of one: replication and any number of readers g
 
 Read-only (the default): the request's URL settings are applied, then readonly=1, then the statement. So
 ClickHouse itself refuses writes, DDL, SET, SETTINGS clauses and table functions (file(), url(), ...), and
-no statement can lift it (changing readonly is a change of settings). Sessions keep no state then.
+no statement can lift it (changing readonly is a change of settings). What readonly lets through on an
+engine whose one user holds every grant (INTO OUTFILE, KILL, SYSTEM, settings naming files, ...) is refused
+first by cdc2ch.clickhouse.readonly. Sessions keep no state then.
 Writable: a `session_id` keeps its handle, so SET persists as on a server; URL settings last one statement.
 """
 
@@ -21,6 +23,8 @@ import threading
 from collections import OrderedDict
 
 import chdb
+
+from cdc2ch.clickhouse import readonly as gate
 
 # URL parameters the HTTP layer consumes; any other (but param_*) is a ClickHouse setting for the statement.
 HTTP_ONLY = {
@@ -90,6 +94,8 @@ class Engine:
         binds = {k[6:]: v for k, v in params.items() if k.startswith("param_")}
         if self.readonly:
             settings.pop("readonly", None)  # set below, last
+            gate.check_settings(settings)
+            gate.check_statement(stmt)
         session = None if self.readonly else params.get("session_id")
         conn, busy = self._session(session) if session else (chdb.connect(self.path), None)
         undo: list[str] = []  # puts a session's handle back: URL settings last one statement only

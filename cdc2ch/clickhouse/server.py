@@ -77,7 +77,13 @@ def connect(
     CDC2CH_SERVE_PASSWORD; `ca_cert` its TLS certificate, trusted besides the system's). `placement`: one
     server (default) or a cluster, whose statements all carry its client settings."""
     placement = placement or OneServer()
-    parts = urlsplit(dsn)
+    try:
+        parts = urlsplit(dsn)
+    except ValueError as exc:  # e.g. an unclosed [ of an IPv6 address
+        raise ConfigError(
+            f"The ClickHouse DSN {redact(dsn)} cannot be parsed ({exc}): use http(s)://user@host:8123/database, "
+            f"with an IPv6 address in brackets (http://default@[::1]:8123/)."
+        ) from None
     where = SERVE_PASSWORD_ENV if served else f"{PASSWORD_ENV} (or {PASSWORD_FILE_ENV})"
     if parts.password is not None:
         raise ConfigError(
@@ -93,6 +99,11 @@ def connect(
     if not parts.hostname:
         raise ConfigError(f"The ClickHouse DSN {dsn} names no host: use http(s)://user@host:8123/database.")
     display = urlunsplit(parts._replace(query="", fragment=""))
+    if "/" in parts.path.strip("/"):
+        raise ConfigError(
+            f"The ClickHouse DSN {display} names {parts.path.strip('/')!r} as its database: the path after the "
+            f"host is one database name (http(s)://user@host:8123/database)."
+        )
     timeouts = _timeouts(parts.query, display)
 
     kwargs = dict(

@@ -265,6 +265,7 @@ def validate(invocation: Invocation) -> None:
 
     listed = pipelines(invocation)
     configs, process, skipped = listed.configs, listed.process, listed.skipped
+    check_serve(process)  # refused by run before anything starts: so by validate too
     start_logging(process)
     findings = check(configs, lambda: session(configs[0].spark)) if configs else []
     # A table a pattern skips is no reason to refuse the others: run goes ahead without it.

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from cdc2ch.base.errors import ConfigError
 from cdc2ch.model.config import INITIAL_LOADS, READERS, SCHEMA_CHANGES, WRITERS, RunConfig, default_dsn
 from cdc2ch.model.design import names, pairs
 
@@ -84,6 +85,14 @@ class Option:
     def long_flag(self) -> str:
         return f"--{self.name}"
 
+    def parse_flag(self, value: Any) -> Any:
+        """`parse` as click calls it while reading the command line: a refusal is a usage error (exit 2),
+        not an exception escaping click."""
+        try:
+            return self.parse(value)
+        except ConfigError as exc:
+            raise click.BadParameter(str(exc)) from None
+
     def click_attrs(self) -> dict[str, Any]:
         """Keyword arguments of click.Option."""
         attrs: dict[str, Any] = dict(help=self.help, envvar=self.env, show_envvar=True)
@@ -99,8 +108,7 @@ class Option:
             if getattr(self, key):
                 attrs[key] = getattr(self, key)
         if self.parse is not None:
-            parse = self.parse
-            attrs["callback"] = lambda ctx, param, value: parse(value)
+            attrs["callback"] = lambda ctx, param, value: self.parse_flag(value)
         return attrs
 
 

@@ -67,6 +67,20 @@ def convert(option: Option, value: Any) -> Any:
     """A Python value (a config file's, a keyword argument of the Python API) as the option would have parsed
     it from the command line: a list is comma-joined (primary-key = ["tenant", "id"]), a table becomes
     key=value items ([spark-conf]), a date or time its ISO text. Raises click.BadParameter."""
+    if isinstance(value, bool) and not option.flag:  # int(True) is 1: a TOML true is no batch size
+        raise click.BadParameter(f"{value!r} is a boolean; --{option.name} takes a value.")
+    kind = _click_option(option).type
+    if isinstance(kind, click.types.IntParamType) and isinstance(value, float) and not value.is_integer():
+        raise click.BadParameter(f"{value!r} is not a whole number.")  # int(1.5) is 1, int(inf) raises
+    numeric = isinstance(kind, (click.types.IntParamType, click.types.FloatParamType))
+    nested = isinstance(value, (list, tuple)) and (
+        numeric or any(isinstance(v, (list, tuple, dict)) for v in value)
+    )
+    if nested or (isinstance(value, dict) and not option.multiple):  # would become text such as "{'a': 1}"
+        raise click.BadParameter(
+            f"--{option.name} takes {'a number' if numeric else 'a value or a list of values'}, not a table or "
+            f"a {'list' if numeric else 'nested list'}."
+        )
     if isinstance(value, dict) and option.multiple:
         value = [
             f"{k}={','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}" for k, v in value.items()
@@ -132,6 +146,13 @@ def merge(invocation: Invocation, file: ConfigFile | None) -> list[dict[str, Any
 
 def process_options(values: Mapping[str, Any]) -> ProcessOptions:
     """The process-wide options among one pipeline's merged values."""
+    serving = ("serve_tls_cert", "serve_tls_key", "serve_writable")
+    given = [f"--{k.replace('_', '-')}" for k in serving if values.get(k)]
+    if given and not values.get("serve"):
+        raise ConfigError(
+            f"{' and '.join(given)} configure what --serve HOST:PORT serves, but --serve is not given: add "
+            f"--serve (e.g. --serve 127.0.0.1:8123) or drop {' and '.join(given)}."
+        )
     return ProcessOptions(
         log_format=values["log_format"],
         log_level=values["log_level"],

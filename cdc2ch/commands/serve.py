@@ -39,11 +39,15 @@ from cdc2ch.clickhouse.served import Engine
 from cdc2ch.clickhouse.server import SERVE_PASSWORD_ENV as PASSWORD_ENV
 
 MAX_REQUEST = 64 << 20  # bytes of a request body, and of it decompressed
+MAX_ANONYMOUS = 1 << 20  # the same before the request's credentials are known (they may be in a form)
 IDLE_SECONDS = 30  # a connection waiting longer for its next request is closed
+MAX_CONNECTIONS = 512  # open at once; more are closed as they come
 MAX_QUERIES, QUEUE_SECONDS = 16, 10.0  # statements at once; how long one more waits for a turn
 # The HTTP status a real server gives some exception codes (ClickHouse's exceptionCodeToHTTPStatus); else 500.
 HTTP_STATUS = {516: 403, 192: 403, 193: 403, 497: 403, 194: 401, 6: 400, 27: 400, 36: 400, 53: 400, 62: 400,
                46: 404, 47: 404, 60: 404, 73: 404, 81: 404, 115: 404, 159: 408, 209: 503}  # fmt: skip
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_DIGITS, _HEX = re.compile(r"[0-9]{1,19}"), re.compile(rb"[0-9A-Fa-f]{1,16}")
 AUTH_FAILED = (
     "Code: 516. DB::Exception: {}: Authentication failed: password is incorrect, or there is no user with "
     "such name. (AUTHENTICATION_FAILED)"
@@ -64,6 +68,17 @@ def decompress(data: bytes, encoding: str | None, limit: int = MAX_REQUEST) -> b
     enc = (encoding or "identity").strip().lower()
     if enc == "identity" or not data:
         return data
+    if enc not in ("lz4", "zstd", "gzip", "deflate"):
+        raise ClientError(415, f"Unknown Content-Encoding {enc!r}.")
+    try:
+        return _inflate(data, enc, limit)
+    except ClientError:
+        raise
+    except Exception as exc:  # lz4's RuntimeError, zlib.error, ZstdError: the client's bytes, not our fault
+        raise ClientError(400, f"The request body is not valid {enc}: {exc}.") from None
+
+
+def _inflate(data: bytes, enc: str, limit: int) -> bytes:
     too_big = ClientError(413, f"The decompressed request body is larger than {limit} bytes.")
     if enc in ("lz4", "zstd"):
         out, size = [], 0
@@ -78,12 +93,25 @@ def decompress(data: bytes, encoding: str | None, limit: int = MAX_REQUEST) -> b
             out.append(chunk)
             data = frame.unused_data
         return b"".join(out)
-    if enc not in ("gzip", "deflate"):
-        raise ClientError(415, f"Unknown Content-Encoding {enc!r}.")
     out = zlib.decompressobj(31 if enc == "gzip" else 15).decompress(data, limit + 1)
     if len(out) > limit:
         raise too_big
     return out
+
+
+def form_fields(content_type: str, body: bytes) -> dict[str, str]:
+    """The fields of a multipart/form-data body (ClientError 400 for one that is not)."""
+    form = BytesParser().parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + body)
+    parts = form.get_payload()
+    try:
+        return {
+            p.get_param("name", header="content-disposition"): p.get_payload(decode=True).decode()
+            for p in parts
+        }
+    except (AttributeError, TypeError, UnicodeDecodeError):  # not parts; a nested multipart; not UTF-8
+        raise ClientError(
+            400, "Malformed multipart/form-data body: send named fields of UTF-8 text."
+        ) from None
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -108,20 +136,27 @@ class Handler(BaseHTTPRequestHandler):
         super().finish()
 
     def body(self, limit: int | None = None) -> bytes:
-        """The raw request body, by Content-Length or chunked transfer encoding, up to `limit` bytes."""
+        """The raw request body, by Content-Length or chunked transfer encoding, up to `limit` bytes. A body
+        that cannot be framed closes the connection: what follows it is not a request."""
         limit = limit if limit is not None else 1 << 62
         too_big = ClientError(413, f"The request body is larger than {limit} bytes.")
         if "chunked" not in self.headers.get("Transfer-Encoding", "").lower():
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-            except ValueError:
-                raise ClientError(400, "Bad Content-Length.") from None
-            if length > limit:
+            length = self.headers.get("Content-Length") or "0"
+            if not _DIGITS.fullmatch(length.strip()):  # int() takes "-1", "+1", "1_0": read(-1) reads to EOF
+                self.close_connection = True
+                raise ClientError(400, f"Bad Content-Length {length[:40]!r}.")
+            if int(length) > limit:
                 self.close_connection = True  # the body stays unread
                 raise too_big
-            return self.rfile.read(length)
+            return self.rfile.read(int(length))
         parts, size = [], 0
-        while chunk := int(self.rfile.readline(100).split(b";")[0].strip() or b"0", 16):
+        while True:
+            line = self.rfile.readline(100).split(b";")[0].strip()
+            if not _HEX.fullmatch(line):
+                self.close_connection = True
+                raise ClientError(400, f"Bad chunk size {line[:40]!r} in a chunked request body.")
+            if not (chunk := int(line, 16)):
+                break
             size += chunk
             if size > limit:
                 self.close_connection = True
@@ -135,7 +170,9 @@ class Handler(BaseHTTPRequestHandler):
     def reply(self, status: int, body: bytes, headers: dict | list = ()) -> None:
         self.send_response(status)
         for k, v in headers.items() if isinstance(headers, dict) else headers:
-            self.send_header(k, v)
+            self.send_header(
+                k, _CONTROL.sub("", str(v))
+            )  # a query_id with CR LF would write headers of its own
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -146,6 +183,14 @@ class Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = (
+        1024  # listen backlog: with socketserver's 5, a burst of connections waits out SYN retries
+    )
+
+    def verify_request(self, request, client_address) -> bool:
+        """At most `max_connections` open at once (a thread each): slow clients cannot take every thread."""
+        with self.owner.connections_lock:
+            return len(self.owner.connections) < self.owner.max_connections
 
     def __init__(self, address, handler, family):
         self.address_family = family
@@ -161,8 +206,14 @@ class HTTPService:
 
     handler_class = Handler
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, tls: ssl.SSLContext | None = None):
-        self.host, self.port, self.tls = host, port, tls
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        tls: ssl.SSLContext | None = None,
+        max_connections: int = MAX_CONNECTIONS,
+    ):
+        self.host, self.port, self.tls, self.max_connections = host, port, tls, max_connections
         self.connections: set[socket.socket] = set()
         self.connections_lock = threading.Lock()
         self._server: _Server | None = None
@@ -222,8 +273,9 @@ class ClickHouseHTTP(HTTPService):
         tls: ssl.SSLContext | None = None,
         max_request: int = MAX_REQUEST,
         max_queries: int = MAX_QUERIES,
+        max_connections: int = MAX_CONNECTIONS,
     ):
-        super().__init__(host, port, tls)
+        super().__init__(host, port, tls, max_connections)
         self.engine, self.user, self.password, self.max_request = engine, user, password, max_request
         self.max_queries = max_queries
         self._queries = threading.BoundedSemaphore(max_queries)  # statements running at once
@@ -259,23 +311,24 @@ class ClickHouseHTTP(HTTPService):
             "Keep-Alive": f"timeout={IDLE_SECONDS}",
         }
         try:
-            body = h.body(self.max_request)
             if url.path == "/ping":
+                h.body(MAX_ANONYMOUS)
                 return h.reply(200, b"Ok.\n", headers)
-            body = decompress(body, h.headers.get("Content-Encoding"), self.max_request)
-            if h.headers.get_content_type() == "multipart/form-data":  # form-encoded query and parameters
-                form = BytesParser().parsebytes(
-                    f"Content-Type: {h.headers['Content-Type']}\r\n\r\n".encode() + body
-                )
-                params.update((p.get_param("name", header="content-disposition"), p.get_payload(decode=True).decode())
-                              for p in form.get_payload())  # fmt: skip
-                body = b""
             given, user, password = self._credentials(h, params)
-            if not self._authenticated(user, password):
-                headers["WWW-Authenticate"] = 'Basic realm="ClickHouse", charset="UTF-8"'
-                status = 403 if given else 401
-                error = RuntimeError(AUTH_FAILED.format(user))
-                return self._error(h, error, headers, status)
+            trusted = self._authenticated(user, password)
+            if given and not trusted:
+                h.close_connection = True  # its body stays unread
+                return self._refuse(h, user, given, headers)
+            # Until credentials are known a small body only, which may be a form that carries them.
+            limit = self.max_request if trusted else min(self.max_request, MAX_ANONYMOUS)
+            body = decompress(h.body(limit), h.headers.get("Content-Encoding"), limit)
+            if h.headers.get_content_type() == "multipart/form-data":  # form-encoded query and parameters
+                params.update(form_fields(h.headers["Content-Type"], body))
+                body = b""
+                given, user, password = self._credentials(h, params)
+                trusted = self._authenticated(user, password)
+            if not trusted:
+                return self._refuse(h, user, given, headers)
             if not params.get("query") and not body:
                 return h.reply(200, b"Ok.\n", headers)
             if not self._queries.acquire(timeout=QUEUE_SECONDS):
@@ -295,6 +348,11 @@ class ClickHouseHTTP(HTTPService):
         if out and accepted and params.get("enable_http_compression") == "1":
             out, headers["Content-Encoding"] = codecs[accepted[0]](out), accepted[0]
         h.reply(200, out, headers)
+
+    def _refuse(self, h: Handler, user: str, given: bool, headers: dict) -> None:
+        """ClickHouse's answer to missing (401) or wrong (403) credentials."""
+        headers["WWW-Authenticate"] = 'Basic realm="ClickHouse", charset="UTF-8"'
+        self._error(h, RuntimeError(AUTH_FAILED.format(user)), headers, 403 if given else 401)
 
     def _error(self, h: Handler, exc: Exception, headers: dict, status: int | None = None) -> None:
         text = str(exc)

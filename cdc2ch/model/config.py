@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -51,13 +52,18 @@ class TargetName:
     @classmethod
     def parse(cls, text: str, default_database: str = DEFAULT_DATABASE) -> "TargetName":
         """`db.table` or `table`; a name containing dots can be backquoted: `db`.`my.table`."""
-        parts = _split_dotted(text)
-        if len(parts) == 1:
-            return cls(default_database, parts[0])
-        if len(parts) == 2:
-            return cls(parts[0], parts[1])
+        try:
+            parts = _split_dotted(text)
+        except ValueError as exc:
+            why = f" ({exc})"
+        else:
+            if len(parts) == 1:
+                return cls(default_database, parts[0])
+            if len(parts) == 2:
+                return cls(parts[0], parts[1])
+            why = ""
         raise ConfigError(
-            f"--target {text!r} is not a ClickHouse table name. Use `database.table` (or just `table` for "
+            f"--target {text!r} is not a ClickHouse table name{why}. Use `database.table` (or just `table` for "
             f"database {default_database!r}); quote a part that contains dots with backticks, e.g. `db`.`a.b`."
         )
 
@@ -72,7 +78,8 @@ class TargetName:
 
 
 def _split_dotted(text: str) -> list[str]:
-    """Split on dots outside backticks; a doubled backtick inside backticks is a literal one."""
+    """Split on dots outside backticks; a doubled backtick inside backticks is a literal one. ValueError
+    saying why for text that is no dotted name."""
     parts: list[str] = []
     current, i, quoted_part = "", 0, False
     while i < len(text):
@@ -82,7 +89,7 @@ def _split_dotted(text: str) -> list[str]:
             while True:
                 end = text.find("`", end)
                 if end == -1:
-                    raise ConfigError(f"{text!r} has an unclosed backtick.")
+                    raise ValueError("a backtick is not closed")
                 if text[end + 1 : end + 2] == "`":
                     end += 2
                     continue
@@ -92,12 +99,12 @@ def _split_dotted(text: str) -> list[str]:
             parts.append(current)
             current, quoted_part, i = "", False, i + 1
         elif quoted_part:
-            raise ConfigError(f"{text!r}: unexpected {ch!r} after a backquoted name.")
+            raise ValueError(f"{ch!r} follows a backquoted name")
         else:
             current, i = current + ch, i + 1
     parts.append(current)
     if any(not part for part in parts):
-        raise ConfigError(f"{text!r} has an empty name part.")
+        raise ValueError("a part of it is empty")
     return parts
 
 
@@ -197,10 +204,15 @@ class RunConfig:
                 "--initial-load snapshot starts a new pipeline with a snapshot of the latest version, and "
                 "--from-version/--from-timestamp asks it to replay the change feed from an earlier one: give one."
             )
-        if self.lock_ttl < 1:
-            raise ConfigError(f"--lock-ttl must be at least 1 second (got {self.lock_ttl}).")
-        if self.poll_interval <= 0:
-            raise ConfigError(f"--poll-interval must be positive (got {self.poll_interval}).")
+        # `not (x >= 1)` also refuses nan, which every comparison answers False; inf never ends a wait.
+        if not (self.lock_ttl >= 1 and math.isfinite(self.lock_ttl)):
+            raise ConfigError(f"--lock-ttl must be at least 1 second (got {self.lock_ttl}), and finite.")
+        if not (self.poll_interval > 0 and math.isfinite(self.poll_interval)):
+            raise ConfigError(f"--poll-interval must be positive (got {self.poll_interval}), and finite.")
+        if self.retries < 1:
+            raise ConfigError(
+                f"--retries counts attempts per ClickHouse call: at least 1 (got {self.retries})."
+            )
 
     @property
     def identity(self) -> Identity:
@@ -229,6 +241,12 @@ class ProcessOptions:
     config_path: str | None = None
     metrics_port: int | None = None
     serve: ServeOptions | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.discover_interval > 0 and math.isfinite(self.discover_interval)):
+            raise ConfigError(
+                f"--discover-interval must be a positive number of seconds (got {self.discover_interval})."
+            )
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,11 @@ def parse_table(text: str) -> TableRef:
     if is_shared(t):
         return _shared(t)
     if is_path(t):
+        if re.fullmatch(r"[A-Za-z][\w+.-]*:/*", t):
+            raise ConfigError(
+                f"--table {t!r} is a scheme with no location after it. Give the whole URI of the Delta table, "
+                f"e.g. s3a://bucket/orders or file:///lake/orders."
+            )
         return TableRef(t)
     try:
         parts = split_name(t)

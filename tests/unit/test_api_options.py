@@ -61,11 +61,31 @@ def test_defaults_and_conversions_are_the_command_lines():
         ({"on_schema_change": "ignore"}, "is not one of 'fail', 'resync'"),
         ({"from_timestamp": "yesterday"}, "is not an ISO-8601 timestamp"),
         ({"lock_ttl": 0}, r"--lock-ttl must be at least 1 second \(got 0.0\)"),
+        # Found by tests/test_fuzz_cli.py: these passed validation and reached ClickHouse and Spark.
+        ({"lock_ttl": float("nan")}, r"--lock-ttl must be at least 1 second \(got nan\), and finite"),
+        ({"poll_interval": float("inf")}, r"--poll-interval must be positive \(got inf\), and finite"),
+        ({"poll_interval": float("nan")}, r"--poll-interval must be positive \(got nan\)"),
+        ({"retries": 0}, r"--retries counts attempts per ClickHouse call: at least 1 \(got 0\)"),
+        ({"batch_size": True}, r"True is a boolean; --batch-size takes a value"),
+        ({"from_version": 1.5}, r"1.5 is not a whole number"),
+        ({"batch_size": float("inf")}, r"inf is not a whole number"),
+        ({"target": {"a": 1}}, r"--target takes a value or a list of values, not a table"),
+        ({"primary_key": [["id"]]}, r"not a table or a nested list"),
+        ({"table": "s3a://"}, r"is a scheme with no location after it"),
+        ({"batch_size": [1]}, r"--batch-size takes a number, not a table or a list"),
+        ({"target": ""}, None),
+        (
+            {"target": "db."},
+            r"--target 'db\.' is not a ClickHouse table name \(a part of it is empty\)\. Use",
+        ),
         ({"primary_key": ""}, "--primary-key is required"),
         ({"target": "a.b.c"}, "is not a ClickHouse table name"),
     ],
 )
 def test_bad_keywords_are_refused_as_the_command_line_refuses_flags(keywords, message):
+    if message is None:  # accepted: the default
+        _cfg(**keywords)
+        return
     with pytest.raises(ConfigError, match=message):
         _cfg(**keywords)
 
@@ -95,3 +115,28 @@ def test_events_are_stdlib_records_only_during_an_api_call(caplog):
     assert committed.fields == {"pipeline": "db.t", "version": 4, "error": "two words"}
     assert committed.getMessage() == 'committed pipeline=db.t version=4 error="two words"'
     assert failed.levelno == logging.ERROR and failed.exc_info[0] is ValueError
+
+
+def test_refusals_found_by_fuzzing_the_command_line(tmp_path):
+    """tests/test_fuzz_cli.py found these: a traceback instead of a usage error, a DSN that could not be
+    parsed, a database path of several names, a negative discovery interval; each now one paragraph."""
+    from click.testing import CliRunner
+
+    dsn = f"chdb://{tmp_path / 'ch'}"
+    base = ["run", "--table", "/d/orders", "--primary-key", "id", "--clickhouse", dsn]
+    result = CliRunner().invoke(main, [*base, "--primary-keys", "x"])
+    assert result.exit_code == 2 and "is not of the form column=value" in result.stderr, result.stderr
+    result = CliRunner().invoke(main, [*base, "--discover-interval", "-1", "--once"])
+    assert result.exit_code == 2 and "--discover-interval must be a positive" in result.stderr, result.stderr
+    # validate checks what run checks: a --serve address run would refuse.
+    result = CliRunner().invoke(main, ["validate", *base[1:], "--serve", "host:port"])
+    assert result.exit_code == 2 and "is not an address to listen on" in result.stderr, result.stderr
+    result = CliRunner().invoke(main, [*base, "--serve-tls-cert", str(tmp_path / "c.pem")])
+    assert result.exit_code == 2 and "--serve-tls-cert configure what --serve" in result.stderr, result.stderr
+    assert not (tmp_path / "ch").exists()
+    from cdc2ch.clickhouse import server
+
+    with pytest.raises(ConfigError, match=r"cannot be parsed .*Invalid IPv6 URL.*in brackets"):
+        server.connect("http://[::1/", 1)
+    with pytest.raises(ConfigError, match=r"names 'a/b' as its database: the path after the host is one"):
+        server.connect("http://127.0.0.1:1/a/b", 1)

@@ -13,7 +13,7 @@ import lz4.frame
 import pytest
 
 from cdc2ch.base.errors import ConfigError
-from cdc2ch.clickhouse import embedded
+from cdc2ch.clickhouse import embedded, readonly
 from cdc2ch.commands import serve
 
 
@@ -47,6 +47,23 @@ def test_decompression_is_bounded():
     with pytest.raises(serve.ClientError) as err:
         serve.decompress(b"abc", "br", 100)
     assert err.value.status == 415
+    # Found by tests/test_fuzz_serve.py: bytes that are not what they claim were a 500 with Python's words.
+    for encoding in ("gzip", "deflate", "lz4", "zstd"):
+        with pytest.raises(serve.ClientError, match=f"not valid {encoding}|Truncated {encoding}") as err:
+            serve.decompress(b"\x00\x00junk", encoding, 100)
+        assert err.value.status == 400
+
+
+def test_malformed_forms_are_the_clients_error():
+    """Found by tests/test_fuzz_serve.py: a body that is no form, a nested one, or one not in UTF-8 was a 500."""
+    field = '--b\r\nContent-Disposition: form-data; name="query"\r\n\r\n{}\r\n--b--\r\n'
+    assert serve.form_fields("multipart/form-data; boundary=b", field.format("SELECT 1").encode()) == {
+        "query": "SELECT 1"
+    }
+    for body in (b"garbage", field.encode().replace(b"{}", b"\xff\xfe")):
+        with pytest.raises(serve.ClientError, match="Malformed multipart") as err:
+            serve.form_fields("multipart/form-data; boundary=b", body)
+        assert err.value.status == 400
 
 
 def _headers(**values) -> Message:
@@ -84,3 +101,54 @@ def test_the_holder_file_announces_the_service(tmp_path):
     assert embedded._service(tmp_path) is None and "pid" in json.loads(
         (tmp_path / embedded.HOLDER_FILE).read_text()
     )
+
+
+def test_read_only_serving_refuses_what_readonly_lets_through():
+    """Found by tests/test_fuzz_serve.py: on the embedded engine (one user with every grant, acting as its own
+    client) `readonly=1` let these through: files written, queries killed, merges stopped, files read."""
+    for sql in (
+        "SELECT 1 INTO OUTFILE '/tmp/x'",
+        "select 1 into /* c */ outfile '/tmp/x' format CSV",
+        "KILL QUERY WHERE 1 SYNC",
+        "SYSTEM STOP MERGES",
+        "SELECT 1; SELECT 2",
+        "SELECT 1;\n KILL QUERY WHERE 1",
+        "DESCRIBE file('/etc/passwd', 'CSVWithNames')",
+        "desc TABLE url('http://127.0.0.1:1/', 'CSV')",
+        "EXPLAIN AST KILL QUERY WHERE 1",
+        "EXPLAIN DESCRIBE file('/etc/passwd')",
+        "SET readonly = 0",
+        "USE system",
+        "INSERT INTO t VALUES (1)",
+        "SELECT $$a$$",
+        "SELECT 1 # ; KILL QUERY WHERE 1",
+        "",
+        "-- only a comment",
+    ):
+        with pytest.raises(readonly.Refused, match=r"Code: 164\b.*\(READONLY\)"):
+            readonly.check_statement(sql)
+    for sql in (
+        "SELECT 1",
+        b"SELECT ';' AS x;;\n",
+        "with 1 AS x SELECT x",
+        "(SELECT 1) UNION ALL (SELECT 2)",
+        "/* c; */ SELECT 'it''s; \\' INTO OUTFILE' -- ; trailing",
+        "SELECT f(x) FROM t ORDER BY x DESC",
+        "DESCRIBE TABLE db.t",
+        "SHOW TABLES FROM db",
+        "EXISTS db.t",
+        "EXPLAIN PLAN header = 1 SELECT 1",
+        'SELECT `a;b` FROM "c;d"',
+        "SELECT '$$' /* ' ; KILL QUERY WHERE 1 -- */",
+        "SELECT 'кот' AS \"ключ\"".encode(),
+    ):
+        readonly.check_statement(sql)
+    for name in (
+        "format_template_row",
+        "format_schema",
+        "output_format_schema",
+        "input_format_record_errors_file_path",
+    ):
+        with pytest.raises(readonly.Refused, match=name):
+            readonly.check_settings({name: "/etc/passwd"})
+    readonly.check_settings({"max_execution_time": "10", "max_result_rows": "5"})
