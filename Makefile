@@ -65,6 +65,14 @@ lint: install
 clean:
 	rm -rf $(VENV) $(SHARING_VENV) cdc2ch-demo .pytest_cache $(PROM_DIR)
 
+.PHONY: soak
+SEED    ?=
+MINUTES ?= 60
+# A soak under faults (bench/soak.py): MINUTES of chaos over both targets, then an independent check.
+# A failure prints its seed: `make soak SEED=...` replays the same schedule and the same writes.
+soak: install
+	$(BIN)/python bench/soak.py --minutes $(MINUTES) $(if $(SEED),--seed $(SEED)) --verbose
+
 .PHONY: bench bench-quick
 BENCH_STAMP := $(VENV)/.bench-installed
 $(BENCH_STAMP): $(STAMP)
