@@ -68,21 +68,38 @@ def delta_rows(spark, path: str, version: int | None = None, columns: list[str] 
     return _rows(df.toArrow(), columns)
 
 
-def clickhouse_rows(sink, target: TargetName, columns: list[str]) -> list[tuple]:
+def clickhouse_rows(sink, target: TargetName, columns: list[str], final: bool = True) -> list[tuple]:
+    """The live rows of `target` (with `final=False`: the rows a view such as <target>_current shows)."""
     cols = ", ".join(schema.quote(c) for c in columns)
+    live = " FINAL WHERE _is_deleted = 0" if final else ""
     # Strings as binary: a String column may hold bytes that are not UTF-8 (Spark BINARY).
     table = sink.query_arrow(
-        f"SELECT {cols} FROM {schema.qualified(target)} FINAL WHERE _is_deleted = 0",
+        f"SELECT {cols} FROM {schema.qualified(target)}{live}",
         settings={"output_format_arrow_string_as_string": 0},
     )
     return _rows(table, columns)
 
 
-def assert_replicated(spark, sink, path: str, target: TargetName, version: int | None = None) -> None:
-    """FINAL (live rows, user columns) equals the Delta table at `version` (default: latest), row for row."""
-    columns = spark.read.format("delta").load(path).columns
+def assert_replicated(
+    spark,
+    sink,
+    path: str,
+    target: TargetName,
+    version: int | None = None,
+    *,
+    view: bool = False,
+    rename: dict[str, str] | None = None,
+    exclude: tuple[str, ...] = (),
+) -> None:
+    """FINAL (live rows, user columns) equals the Delta table at `version` (default: latest), row for row.
+    With `view`, `target` is a current-state view: its columns are exactly Delta's (`rename`d, without
+    `exclude`d ones), in order, and its rows Delta's."""
+    columns = [c for c in spark.read.format("delta").load(path).columns if c not in exclude]
     expected = delta_rows(spark, path, version, columns)
-    actual = clickhouse_rows(sink, target, columns)
+    named = [(rename or {}).get(c, c) for c in columns]
+    if view:
+        assert list(sink.table_columns(target) or ()) == named, f"view {target} has the wrong columns"
+    actual = clickhouse_rows(sink, target, named, final=not view)
     expected_set, actual_set = set(expected), set(actual)
     missing = [r for r in expected if r not in actual_set]
     extra = [r for r in actual if r not in expected_set]

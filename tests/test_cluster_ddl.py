@@ -22,6 +22,7 @@ from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName
 from cdc2ch.model.contract import sql_literal
 from cdc2ch.model.design import TableDesign
+from cdc2ch.model.view import current_select
 
 SQL = Path(__file__).resolve().parents[1] / "sql"
 # Every template but the target's creates a state table.
@@ -187,25 +188,31 @@ def test_a_template_of_another_shape_is_refused(monkeypatch):
 
 def test_every_statement_a_cluster_pipeline_sends_is_clickhouse_sql(sink, database):
     """What placement.Cluster sends for a target's life: create, add and widen columns, swap in a rebuilt
-    table, follow it with the Distributed table, drop the side tables, and the state tables."""
+    table, follow it with the Distributed table and the current-state view, drop the side tables, and the
+    state tables."""
     target, side = TargetName(database, "orders"), TargetName(database, "orders__cdc2ch_resync")
     place = Cluster("main")
+    view = place.view(TargetName(database, "orders_current"), current_select(target, TYPES))
     statements = [
         *place.database(database),
         *place.target(target, TYPES, CUSTOM, "cdc2ch: marker"),
+        *view,
         *place.alter_columns(target, "ADD COLUMN IF NOT EXISTS `note` Nullable(String) AFTER `amount`"),
         *place.alter_columns(target, "MODIFY COLUMN `amount` Nullable(Decimal(38, 2))"),
         *place.swap(side, target, CUSTOM),
         *place.settle(target, CUSTOM),
+        *view,
         *place.drop(side),
         *(place.state_table(database, f"t{i}", name) for i, name in enumerate(STATE_TEMPLATES)),
     ]
     texts = [parsed(sink, sql) for sql in statements]
     assert all(" ON CLUSTER main" in text for text in texts)
-    assert texts[-len(STATE_TEMPLATES) - 4 :][:3] == [
+    assert texts[-len(STATE_TEMPLATES) - 5 :][:4] == [
         f"EXCHANGE TABLES {database}.orders__cdc2ch_resync_local AND {database}.orders_local ON CLUSTER main",
         f"CREATE OR REPLACE TABLE {database}.orders ON CLUSTER main AS {database}.orders_local\n"
         f"ENGINE = Distributed(main, {database}, orders_local, cityHash64(id))",
+        f"CREATE OR REPLACE VIEW {database}.orders_current ON CLUSTER main\nAS SELECT\n    id,\n    city,\n"
+        f"    created_at,\n    amount\nFROM {database}.orders\nFINAL\nWHERE _is_deleted = 0",
         f"DROP TABLE IF EXISTS {database}.orders__cdc2ch_resync ON CLUSTER main SYNC",
     ]
 

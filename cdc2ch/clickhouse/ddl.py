@@ -1,8 +1,9 @@
-"""The target tables' DDL: create a target table, and follow additive or widening Delta schema changes."""
+"""The target tables' DDL: create a target table (and its current-state view), and follow additive or widening
+Delta schema changes."""
 
 from __future__ import annotations
 
-from cdc2ch.base.errors import SinkError
+from cdc2ch.base.errors import ConfigError, SinkError
 from cdc2ch.base.log import get_logger
 from cdc2ch.clickhouse import adopt
 from cdc2ch.clickhouse.footprint import drop_database_if_empty, tables_of
@@ -10,6 +11,7 @@ from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName
 from cdc2ch.model.design import TableDesign
+from cdc2ch.model.view import current_select, view_name
 
 log = get_logger("cdc2ch.clickhouse.ddl")
 
@@ -81,12 +83,46 @@ class TargetTables:
     def __init__(self, sink: Sink, target: TargetName, design: TableDesign):
         self.sink, self.target, self.design = sink, target, design
         self.table_sql = schema.qualified(target)
+        self.view = view_name(target, design.current_view)
+        self._view_kept = self.view is None  # replaced once per process, then with each change of columns
 
     def _named(self, suffix: str) -> TargetName:
         return TargetName(self.target.database, self.target.table + suffix)
 
     def prepare(self, types: dict[str, str], comment: str | None = None) -> schema.SchemaDiff:
-        return prepare_target(self.sink, self.target, types, self.design, comment)
+        """prepare_target, and the current-state view replaced in the same step as the table's DDL (a
+        table ClickHouse refuses, or a breaking change, leaves the view as it was)."""
+        if not self._view_kept:
+            self._check_view_name()
+        change = prepare_target(self.sink, self.target, types, self.design, comment)
+        if not change.breaking and (not self._view_kept or change.added or change.modified):
+            self.keep_view()
+        return change
+
+    def keep_view(self) -> None:
+        """Create or replace the current-state view over the table's columns as they are now."""
+        columns = schema.user_columns(self.sink.table_columns(self.target) or {})
+        if self.view is None or not columns:  # no view, or no table to show
+            return
+        if self.view.database != self.target.database:
+            self.sink.ensure_database(self.view.database)
+        for sql in self.sink.placement.view(self.view, current_select(self.target, list(columns))):
+            self.sink.command(sql, what=f"replace the view {self.view}")
+        self._view_kept = True
+
+    def _check_view_name(self) -> None:
+        """Refuse, before any DDL, a --current-view name an existing table (not a view) has."""
+        rows = self.sink.query_rows(
+            "SELECT engine FROM system.tables WHERE database = {db:String} AND name = {t:String}",
+            {"db": self.view.database, "t": self.view.table},
+            what="look up the current-state view",
+        )
+        if rows and rows[0][0] != "View":
+            raise ConfigError(
+                f"The current-state view of {self.target} would be {self.view}, but that name is taken by a "
+                f"{rows[0][0]} table, which cdc2ch does not replace. Nothing was written. Choose another name "
+                f"with --current-view NAME, or --current-view none for no view."
+            )
 
     def check(self, types: dict[str, str], new: bool) -> None:
         adopt.check(self.sink, self.target, self.design, types, new)
@@ -108,3 +144,5 @@ class TargetTables:
         """Finish a swap (again, after a crash right after it): on a cluster, the Distributed table's columns."""
         for sql in self.sink.placement.settle(self.target, design or self.design):
             self.sink.command(sql, what="follow the swapped table")
+        # The view reads the target by name, so it already reads the swapped table: give it its columns.
+        self.keep_view()

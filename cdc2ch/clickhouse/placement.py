@@ -35,6 +35,10 @@ class OneServer:
         """`ALTER TABLE <target> <clause>` for a change of columns, wherever the target's columns are."""
         return [f"ALTER TABLE {schema.qualified(target)} {clause}"]
 
+    def view(self, view: TargetName, select: str) -> list[str]:
+        """Create or atomically replace the view `view` showing `select`."""
+        return [f"CREATE OR REPLACE VIEW {schema.qualified(view)} AS {select}"]
+
     def swap(self, side: TargetName, target: TargetName, design: TableDesign) -> list[str]:
         """Put the table built as `side` (with `design`) in the target's place, and the target in the side's."""
         return [f"EXCHANGE TABLES {schema.qualified(side)} AND {schema.qualified(target)}"]
@@ -83,6 +87,10 @@ class Cluster(OneServer):
         return [
             f"ALTER TABLE {schema.qualified(t)} {self._on} {clause}" for t in (self.stored(target), target)
         ]
+
+    def view(self, view: TargetName, select: str) -> list[str]:
+        # Over the Distributed table: each shard's FINAL sees every version of its keys (cluster.py).
+        return [f"CREATE OR REPLACE VIEW {schema.qualified(view)} {self._on} AS {select}"]
 
     def swap(self, side: TargetName, target: TargetName, design: TableDesign) -> list[str]:
         # Only the shards' tables trade places: the target's Distributed table reads `<table>_local` by name,

@@ -270,6 +270,10 @@ CATALOGUE: tuple[Option, ...] = (
            "city=LowCardinality(Nullable(String)), n=Int64. A type that would lose values (or NULLs) is refused."),
     Option("column-codecs", PIPELINES, PIPELINE, multiple=True, metavar="COLUMN=CODEC",
            help="Compression codecs of a column: payload=ZSTD(3), ts=Delta, ZSTD (repeat per column)."),
+    Option("current-view", PIPELINES, PIPELINE, metavar="NAME",
+           help="The view cdc2ch keeps over the target showing its current rows (the Delta table's columns, "
+           "`FROM <target> FINAL WHERE _is_deleted = 0`), replaced with every schema change, resync and "
+           "reshape: point BI tools at it. NAME, or database.NAME; none for no view. Default: <target>_current."),
     Option("pipeline", PIPELINES, PIPELINE,
            help="Name under which the offset is stored. Default: the target name. With --config: run only "
            "the pipeline of that name."),

@@ -207,14 +207,18 @@ def build_config(values: Mapping[str, Any]) -> RunConfig:
         target_name = target
     else:
         target_name = TargetName.parse(target) if target else TargetName.for_source(table)
+    from cdc2ch.model.view import view_name  # (its SQL needs pyarrow, which --help does not load)
+
     key = design.names(primary_key)
+    chosen = table_design(key, values)
+    view_name(target_name, chosen.current_view)  # a bad name is refused here, before anything starts
     return RunConfig(
         table=table,
         primary_key=key,
         target=target_name,
         pipeline=values.get("pipeline") or str(target_name),
         spark=_spark(values),
-        design=table_design(key, values),
+        design=chosen,
         **{k: v for k, v in values.items() if k in _RUN_FIELDS},
     )
 
@@ -245,6 +249,7 @@ def table_design(primary_key: tuple[str, ...], values: Mapping[str, Any]) -> des
         rename=design.pairs(values.get("rename_columns"), "--rename-columns", "email=contact_email"),
         types=design.pairs(values.get("column_types"), "--column-types", "city=LowCardinality(String)"),
         codecs=design.pairs(values.get("column_codecs"), "--column-codecs", "payload=ZSTD(3)"),
+        current_view=values.get("current_view") or None,
     )
 
 

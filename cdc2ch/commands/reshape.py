@@ -25,6 +25,7 @@ from cdc2ch.clickhouse.state import StateStore
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model.config import RunConfig, TargetName
 from cdc2ch.model.offset import PipelineState
+from cdc2ch.model.view import NONE as NO_VIEW
 from cdc2ch.replication.pipeline import Replicator
 from cdc2ch.replication.projection import designed
 from cdc2ch.replication.snapshot import Snapshotter
@@ -46,17 +47,21 @@ class Reshaped:
 
 
 def marker(cfg: RunConfig) -> str:
-    """The comment of a table built for this pipeline with this design."""
+    """The comment of a table built for this pipeline with this design (its view's name is not the table's)."""
     design = cfg.design
-    text = repr([(f.name, getattr(design, f.name)) for f in fields(design) if f.init])
+    text = repr(
+        [(f.name, getattr(design, f.name)) for f in fields(design) if f.init and f.name != "current_view"]
+    )
     return f"cdc2ch: reshape of pipeline {cfg.pipeline} into design {hashlib.sha1(text.encode()).hexdigest()[:16]}"
 
 
 def side_config(cfg: RunConfig) -> RunConfig:
-    """The side table's own pipeline: the new design, into `<target>__cdc2ch_reshape`."""
+    """The side table's own pipeline: the new design, into `<target>__cdc2ch_reshape`, without a view (the
+    target's follows the swap)."""
     side = TargetName(cfg.target.database, cfg.target.table + SUFFIX)
     return replace(cfg, target=side, pipeline=cfg.pipeline + SUFFIX, once=True, reset=False,
-                   from_version=None, from_timestamp=None)  # fmt: skip
+                   from_version=None, from_timestamp=None,
+                   design=replace(cfg.design, current_view=NO_VIEW))  # fmt: skip
 
 
 class Reshape:

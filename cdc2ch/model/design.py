@@ -88,6 +88,7 @@ class TableDesign:
     rename: Pairs = ()  # (Delta name, target name)
     types: Pairs = ()  # (Delta name, ClickHouse type)
     codecs: Pairs = ()  # (Delta name, codec list)
+    current_view: str | None = None  # the current-state view (view.py): None <target>_current, "none" none
     identity: Identity = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -210,6 +211,7 @@ class TableDesign:
             ("rename", dict(self.rename)),
             ("types", dict(self.types)),
             ("codecs", dict(self.codecs)),
+            ("current_view", self.current_view),
         ):
             if value:
                 out[key] = value

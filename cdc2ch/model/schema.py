@@ -354,10 +354,15 @@ class SchemaDiff:
         return not (self.added or self.modified or self.breaking)
 
 
+def user_columns(existing: dict[str, str]) -> dict[str, str]:
+    """A target table's own columns ({column: type}, in table order), without cdc2ch's bookkeeping."""
+    return {c: t for c, t in existing.items() if c not in CDF_COLUMNS + META_COLUMNS}
+
+
 def diff(existing: dict[str, str], wanted: dict[str, str], identity: Identity) -> SchemaDiff:
     """Compare the target table's user columns with those a Delta schema maps to. ClickHouse cannot change
     the type of the identity's columns (sorting and partition keys) in place."""
-    current = {c: t for c, t in existing.items() if c not in CDF_COLUMNS + META_COLUMNS}
+    current = user_columns(existing)
     added = {c: t for c, t in wanted.items() if c not in current}
     modified: dict[str, tuple[str, str]] = {}
     breaking = [

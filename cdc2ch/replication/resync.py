@@ -15,6 +15,7 @@ from cdc2ch.base.errors import SchemaChangeError
 from cdc2ch.model.config import RunConfig, TargetName
 from cdc2ch.model.offset import PipelineState
 from cdc2ch.model.schema import SchemaDiff
+from cdc2ch.model.view import NONE as NO_VIEW
 from cdc2ch.replication import plan
 from cdc2ch.replication.ports import ChangeSource, OffsetStore, TargetTables
 from cdc2ch.source.log import Commit
@@ -36,9 +37,11 @@ def parse_marker(comment: str | None, pipeline: str) -> int | None:
 
 
 def side_config(cfg: RunConfig, version: int) -> RunConfig:
-    """The snapshot job that rebuilds the table at `version`: into the side table, as a pipeline of its own."""
+    """The snapshot job that rebuilds the table at `version`: into the side table, as a pipeline of its own
+    (without a view: the target's follows the swap)."""
     side = TargetName(cfg.target.database, cfg.target.table + SUFFIX)
-    return replace(cfg, target=side, pipeline=cfg.pipeline + SUFFIX, snapshot_version=version)
+    design = replace(cfg.design, current_view=NO_VIEW)
+    return replace(cfg, target=side, pipeline=cfg.pipeline + SUFFIX, snapshot_version=version, design=design)
 
 
 class Resync:

@@ -398,6 +398,32 @@ def test_prepare_target_leaves_the_table_alone_on_a_breaking_change():
     assert change.breaking and sink.statements == []
 
 
+VIEW = "CREATE OR REPLACE VIEW `db`.`t_current` AS SELECT `id`, `n` FROM `db`.`t` FINAL WHERE _is_deleted = 0"
+
+
+def test_the_view_is_replaced_once_per_process_then_only_with_the_tables_columns():
+    sink = CatalogSink({"id": "Int64", "n": "Int32", **META})
+    tables = ddl.TargetTables(sink, TARGET, TableDesign(("id",)))
+    tables.prepare({"id": "Int64", "n": "Int32"})
+    tables.prepare({"id": "Int64", "n": "Int32"})
+    assert sink.statements == [VIEW]  # an unchanged table: the view once, not at every range
+    tables.prepare({"id": "Int64", "n": "Int64"})
+    assert sink.statements[1].endswith("MODIFY COLUMN `n` Int64") and sink.statements[2:] == [VIEW]
+    tables.prepare({"id": "Int64", "s": "String"})  # breaking: neither the table nor its view changes
+    assert len(sink.statements) == 3
+
+
+def test_no_view_with_none_and_a_named_one_elsewhere():
+    sink = CatalogSink({"id": "Int64", "n": "Int32", **META})
+    ddl.TargetTables(sink, TARGET, TableDesign(("id",), current_view="NONE")).prepare(
+        {"id": "Int64", "n": "Int32"}
+    )
+    assert sink.statements == []
+    ddl.TargetTables(sink, TARGET, TableDesign(("id",), current_view="bi.now")).exchange("__x")
+    assert sink.statements == ["EXCHANGE TABLES `db`.`t__x` AND `db`.`t`", "CREATE DATABASE bi",
+                               VIEW.replace("`db`.`t_current`", "`bi`.`now`")]  # fmt: skip
+
+
 # -- on a cluster (the statements' syntax is ClickHouse's parser's to judge: tests/test_cluster_ddl.py) -------
 LOCAL = "`db`.`t_local`"
 
@@ -428,7 +454,7 @@ def test_on_a_cluster_columns_change_on_the_shards_then_on_the_distributed_table
 
 
 def test_on_a_cluster_a_swap_trades_the_shard_tables_and_follows_with_the_distributed_table():
-    sink = CatalogSink(None, placement=Cluster("main"))
+    sink = CatalogSink({"id": "Int64", "n": "Int32", **META}, placement=Cluster("main"))
     tables = ddl.TargetTables(sink, TARGET, TableDesign(("id",)))
     tables.exchange("__x")
     tables.drop("__x")
@@ -436,15 +462,16 @@ def test_on_a_cluster_a_swap_trades_the_shard_tables_and_follows_with_the_distri
         "EXCHANGE TABLES `db`.`t__x_local` AND `db`.`t_local` ON CLUSTER `main`",
         "CREATE OR REPLACE TABLE `db`.`t` ON CLUSTER `main` AS `db`.`t_local` "
         "ENGINE = Distributed(`main`, `db`, `t_local`, cityHash64(`id`))",
+        VIEW.replace(" AS SELECT", " ON CLUSTER `main` AS SELECT"),
         "DROP TABLE IF EXISTS `db`.`t__x` ON CLUSTER `main` SYNC",
         "DROP TABLE IF EXISTS `db`.`t__x_local` ON CLUSTER `main` SYNC",
     ]
 
 
 def test_on_one_server_a_swap_is_one_exchange():
-    sink = CatalogSink(None)
+    sink = CatalogSink({"id": "Int64", "n": "Int32", **META})
     ddl.TargetTables(sink, TARGET, TableDesign(("id",))).exchange("__x")
-    assert sink.statements == ["EXCHANGE TABLES `db`.`t__x` AND `db`.`t`"]
+    assert sink.statements == ["EXCHANGE TABLES `db`.`t__x` AND `db`.`t`", VIEW]  # the view's columns follow
 
 
 def test_a_cluster_inserts_in_the_foreground_and_one_server_as_it_is():
