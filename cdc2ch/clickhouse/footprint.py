@@ -40,13 +40,15 @@ def drop_database_if_empty(sink: Sink, database: str) -> bool:
 class Footprint:
     """The tables one new pipeline's first attempt adds to its target database (the Footprint port)."""
 
-    def __init__(self, sink: Sink, target: TargetName, pipeline: str):
-        self.sink, self.target, self.pipeline = sink, target, pipeline
+    def __init__(self, sink: Sink, target: TargetName, pipeline: str, view: TargetName | None = None):
+        self.sink, self.target, self.pipeline, self.view = sink, target, pipeline, view
         self.before: set[str] | None = None  # the database's tables at mark(); None: no database
+        self.view_before = False  # the current-state view existed at mark()
         self.marked = False
 
     def mark(self) -> None:
         self.before, self.marked = tables_of(self.sink, self.target.database), True
+        self.view_before = self.view is not None and self._exists(self.view)
 
     def undo(self) -> list[str]:
         """Take back the pipeline's offset and what was created since mark(); returns the tables dropped.
@@ -58,6 +60,11 @@ class Footprint:
         StateStore(self.sink, database).forget(self.pipeline)
         created = (tables_of(self.sink, database) or set()) - before
         dropped = []
+        if self.view is not None and not self.view_before and self._exists(self.view):
+            for sql in self.sink.placement.drop_view(self.view):
+                self.sink.command(sql, what=f"drop the view {self.view}")
+            dropped.append(self.view.table)
+            created.discard(self.view.table)
         stored = self.sink.placement.stored(self.target).table
         if created & {self.target.table, stored}:
             self._drop(self.target)
@@ -71,6 +78,9 @@ class Footprint:
             dropped.append(database)
         self.marked = False
         return dropped
+
+    def _exists(self, table: TargetName) -> bool:
+        return table.table in (tables_of(self.sink, table.database) or set())
 
     def _used_by_others(self, table: str) -> bool:
         rows = self.sink.query_rows(

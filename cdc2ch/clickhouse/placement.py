@@ -53,6 +53,9 @@ class OneServer:
     def drop_database(self, database: str) -> list[str]:
         return [f"DROP DATABASE IF EXISTS {schema.quote(database)}"]
 
+    def drop_view(self, view: TargetName) -> list[str]:
+        return [f"DROP VIEW IF EXISTS {schema.qualified(view)}"]
+
 
 class Cluster(OneServer):
     """A target is `<table>_local` on every node (ReplicatedReplacingMergeTree, one replica group per shard)
@@ -111,6 +114,9 @@ class Cluster(OneServer):
 
     def drop_database(self, database: str) -> list[str]:
         return [f"DROP DATABASE IF EXISTS {schema.quote(database)} {self._on} SYNC"]
+
+    def drop_view(self, view: TargetName) -> list[str]:
+        return [f"DROP VIEW IF EXISTS {schema.qualified(view)} {self._on} SYNC"]
 
 
 def placement(cluster: str | None) -> OneServer:

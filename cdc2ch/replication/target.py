@@ -46,6 +46,6 @@ def clickhouse_ports(
         ).load(version, comment=comment),
         remote_target=sink.task_client is not None,
         local_master=source.spark.sparkContext.master.startswith("local"),
-        footprint=Footprint(sink, cfg.target, cfg.pipeline),
+        footprint=Footprint(sink, cfg.target, cfg.pipeline, tables.view),
         has_setting=sink.has_setting,
     )
