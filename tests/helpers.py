@@ -68,6 +68,13 @@ def delta_rows(spark, path: str, version: int | None = None, columns: list[str] 
     return _rows(df.toArrow(), columns)
 
 
+def delta_rs_rows(path: str, version: int, columns: list[str]) -> list[tuple]:
+    """The Delta table at `version` as delta-rs reads it (no JVM: a cheap reference for many versions)."""
+    from deltalake import DeltaTable
+
+    return _rows(DeltaTable(path, version=version).to_pyarrow_table(), columns)
+
+
 def clickhouse_rows(sink, target: TargetName, columns: list[str]) -> list[tuple]:
     cols = ", ".join(schema.quote(c) for c in columns)
     # Strings as binary: a String column may hold bytes that are not UTF-8 (Spark BINARY).
@@ -82,13 +89,16 @@ def assert_replicated(spark, sink, path: str, target: TargetName, version: int |
     """FINAL (live rows, user columns) equals the Delta table at `version` (default: latest), row for row."""
     columns = spark.read.format("delta").load(path).columns
     expected = delta_rows(spark, path, version, columns)
-    actual = clickhouse_rows(sink, target, columns)
+    assert_rows_equal(expected, clickhouse_rows(sink, target, columns), f"{target} vs Delta {path}@{version}")
+
+
+def assert_rows_equal(expected: list[tuple], actual: list[tuple], what: str) -> None:
+    """The same rows, as many times each; else which are missing and which extra."""
     expected_set, actual_set = set(expected), set(actual)
     missing = [r for r in expected if r not in actual_set]
     extra = [r for r in actual if r not in expected_set]
-    assert not missing and not extra and len(expected) == len(actual), (
-        f"{target} differs from Delta {path}@{version}: {len(expected)} vs {len(actual)} rows; "
-        f"missing {missing[:5]}, extra {extra[:5]}"
+    assert sorted(expected, key=repr) == sorted(actual, key=repr), (
+        f"{what}: {len(expected)} vs {len(actual)} rows; missing {missing[:5]}, extra {extra[:5]}"
     )
 
 
