@@ -17,6 +17,9 @@ operations = st.one_of(
     st.tuples(st.just("insert"), keys),
     st.tuples(st.just("update"), keys, st.booleans()),  # bool: also move the rows to another group
     st.tuples(st.just("delete"), keys),
+    st.tuples(
+        st.just("delete_group"), st.integers(0, 2)
+    ),  # a partition's files removed whole where partitioned
     # upserted keys, keys the MERGE deletes, and whether it deletes the rows of a group missing from its source
     st.tuples(st.just("merge"), keys, keys, st.booleans()),
     st.tuples(
@@ -25,7 +28,8 @@ operations = st.one_of(
         st.booleans(),  # also move the rows to another group
     ),
     st.tuples(st.just("replace"), keys),  # delete and re-insert these keys in one commit (replaceWhere)
-    st.tuples(st.just("overwrite"), keys),  # the whole table replaced: kept keys deleted and re-inserted
+    # the whole table replaced: kept keys deleted and re-inserted; no keys: every row deleted
+    st.tuples(st.just("overwrite"), st.lists(st.integers(0, KEYS - 1), max_size=5)),
     st.tuples(st.just("add_column"), st.booleans()),  # bool: by an append that merges its schema, else ALTER
     st.tuples(st.just("checkpoints")),  # a metadata-only commit: table property delta.checkpointInterval = 2
     st.tuples(st.just("optimize")),
@@ -101,6 +105,9 @@ class History:
             if not hit:
                 return None
             table.delete(_in(hit))
+        elif kind == "delete_group":
+            if not table.delete(f"grp = {args[0]}")["num_removed_files"]:
+                return None
         elif kind == "merge":
             upsert, drop = set(args[0]), set(args[1]) - set(args[0])
             ids = sorted(upsert | drop)

@@ -1,8 +1,9 @@
 """Generated histories: Hypothesis draws a Delta history (inserts, updates moving rows, deletes, MERGEs,
-key changes, delete and re-insert in one commit, overwrites, added columns, checkpoints, OPTIMIZE), delta-rs
-writes it, and both readers replicate it into the embedded ClickHouse, one pipeline running after every
-version and one running once for the whole history, in ranges of drawn sizes; after each run FINAL equals
-the Delta table at the version it reached (read by delta-rs; Spark reads the last version too).
+key changes, delete and re-insert in one commit, overwrites, deleted partitions, added columns, checkpoints,
+OPTIMIZE), delta-rs writes it, and both readers replicate it into the embedded ClickHouse, one pipeline
+running after every version and one running once for the whole history, in ranges of drawn sizes; after
+each run FINAL equals the Delta table at the version it reached (read by delta-rs; Spark reads the last
+version too).
 
 Derandomized: every run replays the same examples. Longer runs: `CDC2CH_HISTORY_EXAMPLES=N` draws N examples
 (default 5), `CDC2CH_HISTORY_LENGTH=N` histories of up to N operations (default 8)."""
@@ -32,14 +33,14 @@ read_sizes = st.sampled_from((1, 3, 500_000))  # --max-rows-per-read: a range pe
 EVERY_KIND = [
     ("insert", [3, 4, 5, 6]),
     ("update", [0, 2], True),
-    ("rekey", [(0, 7), (1, 3)], False),
+    ("rekey", [(0, 7), (1, 3), (3, 1)], True),  # a move to a free key and a swap, both to another group
     ("merge", [1, 12], [4, 9], True),
     ("add_column", True),
     ("replace", [3, 12, 13]),
     ("checkpoints",),
     ("delete", [1]),
+    ("delete_group", 2),
     ("add_column", False),
-    ("rekey", [(2, 2), (3, 14)], True),
     ("optimize",),
     ("overwrite", [1, 3, 15]),
 ]
