@@ -1,5 +1,7 @@
 """Generated Delta histories written by delta-rs: the operations a history is made of, drawn by Hypothesis, and
-their application to a table (one commit each, Change Data Feed on), keeping primary keys unique."""
+their application to a table (one commit each, Change Data Feed on), keeping primary keys unique. They stay
+within what both readers read (README, limits of `--reader clickhouse`): long and string columns, no VARIANT,
+no timestamps; delta-rs writes no deletion vectors and no column mapping."""
 
 from __future__ import annotations
 
