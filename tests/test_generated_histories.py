@@ -6,7 +6,7 @@ each run FINAL equals the Delta table at the version it reached (read by delta-r
 version too).
 
 Derandomized: every run replays the same examples. Longer runs: `CDC2CH_HISTORY_EXAMPLES=N` draws N examples
-(default 5), `CDC2CH_HISTORY_LENGTH=N` histories of up to N operations (default 8)."""
+(default 4), `CDC2CH_HISTORY_LENGTH=N` histories of up to N operations (default 8)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from cdc2ch.model.config import TargetName
 from tests.helpers import assert_rows_equal, clickhouse_rows, delta_rows, delta_rs_rows
 from tests.histories import History, Layout, keys, layouts, operations
 
-EXAMPLES = int(os.environ.get("CDC2CH_HISTORY_EXAMPLES", "5"))
+EXAMPLES = int(os.environ.get("CDC2CH_HISTORY_EXAMPLES", "4"))
 LENGTH = int(os.environ.get("CDC2CH_HISTORY_LENGTH", "8"))
 READERS = ("spark", "clickhouse")
 COLUMNS = ["id", "grp", "name", "v"]
