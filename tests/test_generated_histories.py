@@ -29,16 +29,14 @@ _ids = itertools.count()
 
 read_sizes = st.sampled_from((1, 3, 500_000))  # --max-rows-per-read: a range per version, a few, everything
 
-# Every kind of operation at least once, for every run whatever is drawn.
+# Every kind of operation at least once, for every run whatever is drawn (MERGE inserts and deletes).
 EVERY_KIND = [
-    ("insert", [3, 4, 5, 6]),
     ("update", [0, 2], True),
     ("rekey", [(0, 7), (1, 3), (3, 1)], True),  # a move to a free key and a swap, both to another group
     ("merge", [1, 12], [4, 9], True),
     ("add_column", True),
     ("replace", [3, 12, 13]),
     ("checkpoints",),
-    ("delete", [1]),
     ("delete_group", 2),
     ("add_column", False),
     ("optimize",),
@@ -60,7 +58,9 @@ EVERY_KIND = [
     st.lists(operations, min_size=3, max_size=LENGTH),
     st.fixed_dictionaries({r: st.tuples(read_sizes, read_sizes) for r in READERS}),
 )
-@example(Layout(True, True), [0, 1, 2], EVERY_KIND, {"spark": (1, 500_000), "clickhouse": (500_000, 3)})
+@example(
+    Layout(True, True), [0, 1, 2, 3, 4, 5, 6], EVERY_KIND, {"spark": (1, 500_000), "clickhouse": (500_000, 3)}
+)
 def test_final_equals_delta_after_every_run(spark, sink, cli, tmp_path_factory, layout, first, ops, sizes):
     history, database = _new(tmp_path_factory, layout)
 
