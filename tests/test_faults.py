@@ -13,6 +13,8 @@ import os
 import random
 import re
 import signal
+import socket
+import subprocess
 import threading
 
 import pytest
@@ -476,6 +478,23 @@ def test_one_runner_per_pipeline_on_a_server(spark, cli, http_sink, server, data
     assert "on host elsewhere (pid 1)" in result.stderr
     threading.Event().wait(3.5)
     cli(*args, "--once", "--lock-ttl", "3")
+
+    # A claim of a process of this host that died long ago blocked no one, but it is released too: after
+    # a restart the table holds no claim of a dead runner that this host can vouch for.
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    http_sink.command(
+        f"INSERT INTO {schema.quote(database)}.cdc2ch_locks SELECT {schema.literal(str(target))}, 'old', "
+        f"'cdc2ch run', {schema.literal(socket.gethostname())}, {gone.pid}, now64(3) - INTERVAL 1 HOUR, "
+        f"now64(3) - INTERVAL 1 HOUR, 0"
+    )
+    cli(*args, "--once", "--lock-ttl", "3")
+    unreleased = http_sink.query_rows(
+        f"SELECT token FROM {schema.quote(database)}.cdc2ch_locks FINAL "
+        f"WHERE pipeline = {{p:String}} AND released = 0",
+        {"p": str(target)},
+    )
+    assert unreleased == [("tok",)], unreleased  # only the other host's, which this host cannot judge
 
 
 def test_one_process_per_embedded_database(spark, tmp_path):

@@ -87,11 +87,13 @@ class PipelineLock:
 
     # -- claims -----------------------------------------------------------------------------------
     def _live(self) -> list[Claim]:
+        """The claims that hold the pipeline: not released, heartbeat younger than the TTL. A claim of a
+        process of this host that is gone (killed) is released on the way, however old: the table keeps no
+        claim of a dead runner that this host can vouch for."""
         rows = self.sink.query_rows(
             f"SELECT token, holder, host, pid, claimed_at, "
             f"dateDiff('millisecond', heartbeat_at, now64(3)) / 1000 "
             f"FROM {self.table} FINAL WHERE pipeline = {{p:String}} AND released = 0 "
-            f"AND heartbeat_at > now64(3) - toIntervalMillisecond({int(self.ttl * 1000)}) "
             f"ORDER BY claimed_at, token",
             {"p": self.pipeline},
             what="read pipeline claims",
@@ -100,10 +102,11 @@ class PipelineLock:
         for token, holder, host, pid, claimed_at, age in rows:
             claim = Claim(token, holder, host, int(pid), claimed_at, float(age))
             if token != self.token and host == self.host and _process_gone(claim.pid):
-                log.warning("stale_claim_released", pipeline=self.pipeline, holder=claim.describe())
+                if claim.age_s < self.ttl:  # an expired one blocked no one: released without a word
+                    log.warning("stale_claim_released", pipeline=self.pipeline, holder=claim.describe())
                 self._write(token=token, holder=holder, host=host, pid=claim.pid, released=1)
-                continue
-            claims.append(claim)
+            elif claim.age_s < self.ttl:
+                claims.append(claim)
         return claims
 
     def _write(self, released: int = 0, token=None, holder=None, host=None, pid=None) -> None:
