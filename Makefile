@@ -70,8 +70,11 @@ SEED    ?=
 MINUTES ?= 60
 # A soak under faults (bench/soak.py): MINUTES of chaos over both targets, then an independent check.
 # A failure prints its seed: `make soak SEED=...` replays the same schedule and the same writes.
+# Then the generated histories (tests/test_generated_histories.py) with HISTORIES examples instead of the suite's few.
+HISTORIES ?= 100
 soak: install
 	$(BIN)/python bench/soak.py --minutes $(MINUTES) $(if $(SEED),--seed $(SEED)) --verbose
+	CDC2CH_HISTORY_EXAMPLES=$(HISTORIES) CDC2CH_HISTORY_LENGTH=14 $(BIN)/python -m pytest -q tests/test_generated_histories.py
 
 .PHONY: bench bench-quick
 BENCH_STAMP := $(VENV)/.bench-installed
