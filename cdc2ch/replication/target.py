@@ -44,6 +44,6 @@ def clickhouse_ports(
             side, source, sink, stop, budget, metrics
         ).load(version, comment=comment),
         remote_target=sink.task_client is not None,
-        local_master=source.spark.sparkContext.master.startswith("local"),
+        local_master=source.spark_is_local(),
         has_setting=sink.has_setting,
     )

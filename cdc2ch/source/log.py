@@ -281,6 +281,14 @@ class ArrowLogFiles:
         except FileNotFoundError:
             return None
 
+    def parquet(self, name: str, columns: list[str]):
+        """Those of `columns` a log file in Parquet (a checkpoint) has, as a pyarrow Table."""
+        import pyarrow.parquet as pq
+
+        with self._fs.open_input_file(self.dir + name) as f:
+            found = pq.ParquetFile(f)
+            return found.read(columns=[c for c in columns if c in found.schema_arrow.names])
+
     def first_line(self, name: str, chunk: int = 64 * 1024) -> str | None:
         """The file's first line, reading no further than needed (a commit file can hold megabytes)."""
         try:

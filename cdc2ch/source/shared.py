@@ -52,6 +52,15 @@ class SharedSource:
         self._spark = spark
         self._answer: tuple[int, int, float, list[dict]] | None = None
 
+    def snapshot_files(self, version: int) -> None:
+        return None  # a share's files are read through Spark
+
+    def spark_is_local(self) -> bool:
+        """Whether Spark runs (or will run) in this process; starts no JVM."""
+        from cdc2ch.source.lazy import local_master
+
+        return local_master(self._spark)
+
     @property
     def spark(self):
         if self._spark is not None and not hasattr(self._spark, "sparkContext"):
