@@ -164,10 +164,10 @@ def failure_summary(failed: list, total: int) -> str:
 
 def check_serve(process: ProcessOptions) -> None:
     """Refuse --serve options that cannot work, before anything starts."""
-    from cdc2ch.commands import serve
-
     if process.serve is None:
         return
+    from cdc2ch.commands import serve  # the embedded engine's HTTP interface (imports it): only when asked
+
     if not process.clickhouse_dsn.startswith("chdb:"):
         raise ConfigError(
             "--serve shares this process's embedded ClickHouse (--clickhouse chdb:///path); a ClickHouse server "
@@ -181,13 +181,13 @@ def check_serve(process: ProcessOptions) -> None:
 def _serving(process: ProcessOptions):
     """With --serve: the embedded engine over HTTP while the block runs, recorded in the data directory so
     that `status` and `query` on that directory find it."""
-    from cdc2ch.clickhouse import embedded
-    from cdc2ch.commands import serve
-
     opts = process.serve
     if opts is None:
         yield
         return
+    from cdc2ch.clickhouse import embedded
+    from cdc2ch.commands import serve
+
     path = embedded.data_path(process.clickhouse_dsn)
     server = serve.serve_engine(
         str(path), opts.address, opts.user, opts.writable, opts.tls_cert, opts.tls_key

@@ -95,7 +95,7 @@ class DeltaSource:
     def _check(self) -> None:
         if not self._checked:
             if self.local:
-                python_log(self.location)  # missing_table / not_a_delta_table, without a JVM
+                self._log()  # refuses a missing or non-Delta location, without a JVM
             else:
                 check_table(self.spark, self.location, self.name)
             self._checked = True
@@ -108,12 +108,14 @@ class DeltaSource:
 
     def _log(self) -> DeltaLog:
         if self._log_reader is None:
-            self._check()
             if self.local:
                 files = LocalLogFiles(self.location, lambda: HadoopLogFiles(self.spark, self.location))
+                self._log_reader, self._checked = python_log(self.location, files, self.name), True
             else:
+                self._check()
                 files = HadoopLogFiles(self.spark, self.location)
-            self._log_reader, self._files = DeltaLog(files), files
+                self._log_reader = DeltaLog(files)
+            self._files = files
         return self._log_reader
 
     def snapshot_files(self, version: int) -> list[tuple[str, int | None]] | None:
