@@ -66,7 +66,7 @@ def cdf_schema(table_schema: dict) -> dict:
 
 
 def table_state(files, version: int, known: TableState | None = None) -> TableState:
-    """The state at `version` from the log `files` (ArrowLogFiles): from `known` (an earlier state) or the
+    """The state at `version` from the log `files` (LocalLogFiles): from `known` (an earlier state) or the
     newest checkpoint at or before `version`, then each commit after it."""
     meta = proto = None
     first = 0
@@ -78,15 +78,8 @@ def table_state(files, version: int, known: TableState | None = None) -> TableSt
             at, names = base
             meta, proto = _from_checkpoint(files, names)
             first = at + 1
-    for v in range(first, version + 1):
-        text = files.read(f"{v:020d}.json")
-        if text is None:
-            raise FileNotFoundError(f"commit {v} is missing from {files.dir}")
-        for line in text.splitlines():
-            if '"metaData"' in line or '"protocol"' in line:
-                action = json.loads(line)
-                meta = action.get("metaData", meta)
-                proto = action.get("protocol", proto)
+    for kind, action in _commit_actions(files, first, version, ("metaData", "protocol")):
+        meta, proto = (action, proto) if kind == "metaData" else (meta, action)
     if meta is None or proto is None:
         raise FileNotFoundError(f"no metaData or protocol action up to version {version} in {files.dir}")
     return TableState(version, meta, proto)
@@ -134,18 +127,27 @@ def live_files(files, version: int) -> dict[str, int | None]:
             for add in _checkpoint_adds(files, name):
                 live[add["path"]] = _live(add)
         first = at + 1
-    for v in range(first, version + 1):
+    for kind, action in _commit_actions(files, first, version, ("add", "remove")):
+        if kind == "add":
+            live[action["path"]] = _live(action)
+        else:
+            live.pop(action["path"], None)
+    return live
+
+
+def _commit_actions(files, first: int, last: int, kinds: tuple[str, ...]):
+    """(kind, action) of each action of one of `kinds` in commits first..last, in log order; other lines are
+    not parsed (a commit's add actions can be megabytes)."""
+    for v in range(first, last + 1):
         text = files.read(f"{v:020d}.json")
         if text is None:
             raise FileNotFoundError(f"commit {v} is missing from {files.dir}")
         for line in text.splitlines():
-            if '"add"' in line or '"remove"' in line:
+            if any(f'"{kind}"' in line for kind in kinds):
                 action = json.loads(line)
-                if "add" in action:
-                    live[action["add"]["path"]] = _live(action["add"])
-                elif "remove" in action:
-                    live.pop(action["remove"]["path"], None)
-    return live
+                kind = next((k for k in kinds if action.get(k) is not None), None)
+                if kind is not None:
+                    yield kind, action[kind]
 
 
 def _checkpoint_adds(files, name: str) -> list[dict]:
