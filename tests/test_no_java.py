@@ -13,6 +13,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from cdc2ch.model.config import TargetName
 from tests.helpers import assert_replicated, committed_version, create_table, job_config
 
@@ -161,3 +163,53 @@ def test_a_service_polls_without_spark_then_starts_it_for_a_new_commit(
     assert started == [f"reading the change feed of {path} through Spark"] and metrics.jvm_pid == -1
     assert committed_version(sink, database, str(target)) == 5
     assert_replicated(spark, sink, path, target)
+
+
+def test_the_log_read_by_python_answers_as_spark_does(spark, tmp_path):
+    """Schema (table and change feed), properties, protocol, table id and a version's files, read from the log
+    by Python, equal what Spark and Delta's JVM answer: column mapping, renames, added columns, type
+    widening, deletion vectors, NOT NULL and nested types, across checkpoints."""
+    from cdc2ch.replication.snapshot import _file_path
+    from cdc2ch.source import delta
+    from cdc2ch.source.delta import DeltaSource
+    from cdc2ch.source.lazy import LazySpark
+
+    path = str(tmp_path / "zoo")
+    spark.sql(
+        f"CREATE TABLE delta.`{path}` (id BIGINT NOT NULL, s STRING, n SMALLINT, m MAP<STRING, INT>, "
+        "a ARRAY<STRUCT<x: INT, y: DECIMAL(10, 2)>>, t TIMESTAMP, d DATE) USING delta TBLPROPERTIES "
+        "(delta.enableChangeDataFeed = true, delta.columnMapping.mode = 'name', delta.checkpointInterval = 3, "
+        "delta.enableDeletionVectors = true, delta.enableTypeWidening = true)"
+    )
+    row = (
+        "map('k', 1), array(named_struct('x', 1, 'y', 2.5)), timestamp'2024-01-01 10:00:00', date'2024-01-01'"
+    )
+    spark.sql(f"INSERT INTO delta.`{path}` SELECT id, CAST(id AS STRING), 1, {row} FROM range(20)")
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE id % 3 = 0")  # deletion vectors
+    spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS (extra STRING)")
+    spark.sql(f"ALTER TABLE delta.`{path}` RENAME COLUMN s TO name")
+    spark.sql(f"ALTER TABLE delta.`{path}` ALTER COLUMN n TYPE INT")
+    spark.sql(f"UPDATE delta.`{path}` SET extra = 'x', n = 100000 WHERE id = 1")
+    spark.sql(f"INSERT INTO delta.`{path}` SELECT id, 'late', 2, {row}, 'y' FROM range(20, 25)")
+    python = DeltaSource(LazySpark(lambda settings, what: pytest.fail(f"Spark started for {what}")), path)
+    jvm = DeltaSource(spark, path)
+    latest = python.latest_version()
+    assert latest == 7 and any(".checkpoint." in f for f in os.listdir(f"{path}/_delta_log"))
+    for version in range(latest + 1):
+        table = spark.read.format("delta").option("versionAsOf", version).load(path)
+        assert python.schema_at(version) == table.schema.jsonValue(), version
+    for start, end in ((1, 1), (2, 6), (7, 7)):
+        assert python.changes(start, end).schema == jvm.changes(start, end).frame.schema.jsonValue()
+    assert python.properties() == dict(
+        spark._jvm.scala.jdk.javaapi.CollectionConverters.asJava(
+            jvm._jvm_snapshot().metadata().configuration()
+        )
+    )
+    assert python.protocol() == delta._protocol(jvm) and python.table_id() == str(
+        jvm._jvm_snapshot().metadata().id()
+    )
+    for version in (1, 2, latest):
+        files = python.snapshot_files(version)
+        table = spark.read.format("delta").option("versionAsOf", version).load(path)
+        assert [f for f, _ in files] == sorted(_file_path(f) for f in table.inputFiles())
+        assert sum(n for _, n in files) == table.count()

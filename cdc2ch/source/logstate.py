@@ -118,21 +118,28 @@ def live_files(files, version: int) -> dict[str, int | None]:
     """The table's data files at `version` (paths as the log writes them) and the live rows of each (None
     when the log keeps no statistics for it): the newest checkpoint's adds, then each commit's adds and
     removes after it."""
-    live: dict[str, int | None] = {}
+    live: dict[tuple, int | None] = {}  # by (path, deletion vector): a file gets a vector by add and remove
     first = 0
     base = _checkpoint(files.names(), version)
     if base is not None:
         at, names = base
         for name in names:
             for add in _checkpoint_adds(files, name):
-                live[add["path"]] = _live(add)
+                live[_file_id(add)] = _live(add)
         first = at + 1
     for kind, action in _commit_actions(files, first, version, ("add", "remove")):
         if kind == "add":
-            live[action["path"]] = _live(action)
+            live[_file_id(action)] = _live(action)
         else:
-            live.pop(action["path"], None)
-    return live
+            live.pop(_file_id(action), None)
+    return {path: rows for (path, _), rows in live.items()}
+
+
+def _file_id(action: dict) -> tuple:
+    """A data file as the log identifies it: its path and its deletion vector (the protocol's uniqueId)."""
+    dv = action.get("deletionVector") or {}
+    vector = f"{dv.get('storageType')}{dv.get('pathOrInlineDv')}@{dv.get('offset')}" if dv else None
+    return action["path"], vector
 
 
 def _commit_actions(files, first: int, last: int, kinds: tuple[str, ...]):

@@ -27,7 +27,11 @@ def add(path: str, rows: int | None, deleted: int = 0) -> dict:
     if rows is not None:
         action["stats"] = json.dumps({"numRecords": rows})
     if deleted:
-        action["deletionVector"] = {"cardinality": deleted}
+        action["deletionVector"] = {
+            "storageType": "u",
+            "pathOrInlineDv": f"dv{deleted}",
+            "cardinality": deleted,
+        }
     return {"add": action}
 
 
@@ -91,12 +95,15 @@ def test_checkpoints_classic_multi_part_and_v2_with_sidecars_start_the_replay(tm
     log.mkdir(parents=True)
     both = [PROTOCOL, meta(SCHEMA, mode="classic")]
     checkpoint(log, f"{10:020d}.checkpoint.parquet", [*both, add("a.parquet", 5), add("b%20c.parquet", 4, 1)])
-    commit(log, 11, add("d.parquet", None), {"remove": {"path": "a.parquet", "dataChange": True}})
+    # b c.parquet gets a new deletion vector as Delta writes it: added with the new one, then removed with the old
+    old_vector = add("b%20c.parquet", 4, 1)["add"]["deletionVector"]
+    commit(log, 11, add("d.parquet", None), {"remove": {"path": "a.parquet", "dataChange": True}},
+           add("b%20c.parquet", 4, 2), {"remove": {"path": "b%20c.parquet", "deletionVector": old_vector}})  # fmt: skip
     (log / f"{9:020d}.json").write_text("not read: the checkpoint stands for it\n")
     assert table_state(files(tmp_path / "t"), 11).properties == {"mode": "classic"}
-    assert live_files(files(tmp_path / "t"), 11) == {"b%20c.parquet": 3, "d.parquet": None}
+    assert live_files(files(tmp_path / "t"), 11) == {"b%20c.parquet": 2, "d.parquet": None}
     assert live_paths(str(tmp_path / "t"), files(tmp_path / "t"), 11) == [
-        (f"{tmp_path}/t/b c.parquet", 3), (f"{tmp_path}/t/d.parquet", None)
+        (f"{tmp_path}/t/b c.parquet", 2), (f"{tmp_path}/t/d.parquet", None)
     ]  # fmt: skip
 
     parts = [f"{20:020d}.checkpoint.{i:010d}.{2:010d}.parquet" for i in (1, 2)]
