@@ -16,8 +16,9 @@ from cdc2ch.source.log import _live
 _CHECKPOINT = re.compile(
     r"^(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?(?:\.[0-9a-f-]{36})?\.(parquet|json)$"
 )
-# Column mapping's bookkeeping in the log's schema, which the schema Spark reads a table with leaves out.
-_MAPPING_KEYS = ("delta.columnMapping.id", "delta.columnMapping.physicalName")
+# Delta's bookkeeping in the log's schema (column mapping, type widening's history), which the schema Spark
+# reads a table with leaves out.
+_INTERNAL_KEYS = ("delta.columnMapping.id", "delta.columnMapping.physicalName", "delta.typeChanges")
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class TableState:
     @property
     def schema(self) -> dict:
         """The Spark JSON schema, as a read of the table sees it."""
-        return _without_mapping(json.loads(self.metadata["schemaString"]))
+        return _without_internal(json.loads(self.metadata["schemaString"]))
 
     def features(self) -> dict:
         """The protocol as DeltaSource.protocol gives it."""
@@ -215,14 +216,14 @@ def _plain(value):
     return value
 
 
-def _without_mapping(node):
+def _without_internal(node):
     if isinstance(node, dict):
-        out = {k: _without_mapping(v) for k, v in node.items()}
+        out = {k: _without_internal(v) for k, v in node.items()}
         if isinstance(out.get("metadata"), dict):
-            out["metadata"] = {k: v for k, v in out["metadata"].items() if k not in _MAPPING_KEYS}
+            out["metadata"] = {k: v for k, v in out["metadata"].items() if k not in _INTERNAL_KEYS}
         return out
     if isinstance(node, list):
-        return [_without_mapping(i) for i in node]
+        return [_without_internal(i) for i in node]
     return node
 
 
