@@ -95,9 +95,8 @@ class JavaMissing(SourceError):
 def no_java(what: str, why: str) -> JavaMissing:
     return JavaMissing(
         f"{what[:1].upper()}{what[1:]} needs Java (Spark runs on it), but {why}. Install Java 17 (for example "
-        f"`apt-get install openjdk-17-jre-headless`) and put it on PATH or set JAVA_HOME to its "
-        f"directory, then run the same command again: progress is recorded only once data has landed, so "
-        f"nothing half-done was kept. Without Java, `--reader "
-        f"clickhouse` replicates and loads local Delta tables that ClickHouse reads itself, and `cdc2ch "
-        f"status` and a poll that finds nothing new need no Java either."
+        "`apt-get install openjdk-17-jre-headless`) and put it on PATH or set JAVA_HOME to its directory, then "
+        "run the same command again: progress is recorded only once data has landed, so nothing half-done was "
+        "kept. Without Java, `--reader clickhouse` replicates and loads local Delta tables that ClickHouse reads "
+        "itself, and `cdc2ch status` and a poll that finds nothing new need no Java either."
     )

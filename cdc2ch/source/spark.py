@@ -300,9 +300,18 @@ def lazy_session(settings: SparkSettings | None = None, on_start=None) -> LazySp
 
 def start(settings: SparkSettings, what: str):
     """Start Spark, or say in one paragraph (`what` needed it) that Java is missing and what works without."""
+    from pyspark import SparkContext
+
     java = java_binary()
-    if java is None:
-        raise no_java(what, "no `java` was found (JAVA_HOME is not set and none is on PATH)")
+    running = "PYSPARK_GATEWAY_PORT" in os.environ or SparkContext._gateway is not None  # a JVM is there
+    if java is None and not running:
+        home = os.environ.get("JAVA_HOME")
+        raise no_java(
+            what,
+            f"JAVA_HOME is {home}, which has no bin/java"
+            if home
+            else "JAVA_HOME is not set and no `java` is on PATH",
+        )
     try:
         return session(settings)
     except Exception as exc:
