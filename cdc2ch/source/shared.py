@@ -64,7 +64,9 @@ class SharedSource:
     @property
     def spark(self):
         if self._spark is not None and not hasattr(self._spark, "sparkContext"):
-            self._spark = self._spark()  # a factory
+            from cdc2ch.source.lazy import session_of
+
+            self._spark = session_of(self._spark, f"reading the rows of {self.uri} through Spark")
         if self._spark is None:
             raise SourceError(f"Reading the rows of {self.uri} needs a Spark session.")
         return self._spark
