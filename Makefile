@@ -84,7 +84,8 @@ $(BENCH_STAMP): $(STAMP)
 
 # cdc2ch against the delta-rs reference loop and ClickHouse's own Delta reader (W1-W3), then the snapshot
 # readers; writes bench/results.md and bench/results.png; then the cost of reshape, verify, sharing and `status`
-# for 300 pipelines (goal < 2 s), what one light turn costs, and a fleet of small tables beside a load.
+# for 300 pipelines (goal < 2 s), what one light turn costs, what a cron poll with nothing new costs (whole
+# processes: wall, CPU, peak RSS, beside opening the embedded engine), and a fleet of small tables beside a load.
 # bench-quick: the workloads at a tenth of the size.
 bench: $(BENCH_STAMP)
 	$(BIN)/python bench/workloads.py
@@ -94,9 +95,11 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/sharing_rate.py 1000000
 	$(BIN)/python bench/status_fleet.py 300
 	$(BIN)/python bench/light_turn.py
+	$(BIN)/python bench/idle_poll.py
 	$(BIN)/python bench/fleet.py
 
 bench-quick: $(BENCH_STAMP)
 	$(BIN)/python bench/workloads.py --quick
 	$(BIN)/python bench/light_turn.py
+	$(BIN)/python bench/idle_poll.py --runs 3
 	$(BIN)/python bench/fleet.py --quick

@@ -107,13 +107,14 @@ def run(invocation: Invocation) -> None:
 def run_pipelines(
     configs: list[RunConfig], process: ProcessOptions, stop: threading.Event, discover=None, skipped=None
 ) -> None:
-    """One ClickHouse connection and one Spark session for all pipelines; see runner.Runner. With a config
-    file a failing pipeline is one failure among others (`--once` then exits 1 with a summary)."""
+    """One ClickHouse connection and one Spark session for all pipelines, started when the first of them
+    reads through Spark; see runner.Runner. With a config file a failing pipeline is one failure among
+    others (`--once` then exits 1 with a summary)."""
     from cdc2ch.fleet.runner import Runner
     from cdc2ch.fleet.scheduler import pool_size
     from cdc2ch.replication.budget import RowBudget
     from cdc2ch.replication.metrics import Metrics
-    from cdc2ch.source.spark import jvm_pid, session
+    from cdc2ch.source.spark import jvm_pid, lazy_session
 
     isolate = process.config_path is not None or discover is not None  # one table's failure stops no other
     first = configs[0]
@@ -128,8 +129,7 @@ def run_pipelines(
         if process.metrics_port is not None:
             metrics.serve(process.metrics_port)
         try:
-            spark = None if stop.is_set() else session(first.spark)  # stopped already: no Spark needed
-            metrics.jvm_pid = jvm_pid(spark) if spark is not None else None
+            spark = lazy_session(first.spark, on_start=lambda s: setattr(metrics, "jvm_pid", jvm_pid(s)))
             runner = Runner(
                 configs,
                 spark,
@@ -168,10 +168,10 @@ def failure_summary(failed: list, total: int) -> str:
 
 def check_serve(process: ProcessOptions) -> None:
     """Refuse --serve options that cannot work, before anything starts."""
-    from cdc2ch.commands import serve
-
     if process.serve is None:
         return
+    from cdc2ch.commands import serve  # the embedded engine's HTTP interface (imports it): only when asked
+
     if not process.clickhouse_dsn.startswith("chdb:"):
         raise ConfigError(
             "--serve shares this process's embedded ClickHouse (--clickhouse chdb:///path); a ClickHouse server "
@@ -185,13 +185,13 @@ def check_serve(process: ProcessOptions) -> None:
 def _serving(process: ProcessOptions):
     """With --serve: the embedded engine over HTTP while the block runs, recorded in the data directory so
     that `status` and `query` on that directory find it."""
-    from cdc2ch.clickhouse import embedded
-    from cdc2ch.commands import serve
-
     opts = process.serve
     if opts is None:
         yield
         return
+    from cdc2ch.clickhouse import embedded
+    from cdc2ch.commands import serve
+
     path = embedded.data_path(process.clickhouse_dsn)
     server = serve.serve_engine(
         str(path), opts.address, opts.user, opts.writable, opts.tls_cert, opts.tls_key
@@ -228,17 +228,17 @@ def load_snapshot(cfg: RunConfig, stop: threading.Event) -> None:
     """Load the pipeline's table as of cfg.snapshot_version (default: the latest), resumably."""
     from cdc2ch.replication.snapshot import Snapshotter
     from cdc2ch.source import open_source
-    from cdc2ch.source.spark import session
+    from cdc2ch.source.spark import lazy_session
 
     with _target(cfg, cfg.retries, check_lock=True) as sink:
-        Snapshotter(cfg, open_source(lambda: session(cfg.spark), cfg.table), sink, stop).run()
+        Snapshotter(cfg, open_source(lazy_session(cfg.spark), cfg.table), sink, stop).run()
 
 
 def reshape(invocation: Invocation) -> None:
     """`cdc2ch reshape`: rebuild one pipeline's target with a new design and swap it in."""
     from cdc2ch.commands.reshape import Reshape
     from cdc2ch.source import open_source
-    from cdc2ch.source.spark import session
+    from cdc2ch.source.spark import lazy_session
 
     configs, process = configured(invocation)
     if len(configs) > 1:
@@ -250,7 +250,7 @@ def reshape(invocation: Invocation) -> None:
     cfg = configs[0]
     start_logging(process)
     with stop_on_signals() as stop, _target(cfg, cfg.retries, check_lock=False) as sink:
-        done = Reshape(cfg, open_source(lambda: session(cfg.spark), cfg.table), sink, stop).run()
+        done = Reshape(cfg, open_source(lazy_session(cfg.spark), cfg.table), sink, stop).run()
     if done is not None:
         click.echo(
             f"{done.pipeline}: {done.target} reshaped at version {done.version} in {done.seconds:.1f}s"
@@ -261,13 +261,13 @@ def validate(invocation: Invocation) -> None:
     """`cdc2ch validate`: print one line per check (ok, WARN or FAIL); exit 2 if any failed."""
     from cdc2ch.commands.status import aligned
     from cdc2ch.commands.validate import Finding, check
-    from cdc2ch.source.spark import session
+    from cdc2ch.source.spark import lazy_session
 
     listed = pipelines(invocation)
     configs, process, skipped = listed.configs, listed.process, listed.skipped
     check_serve(process)  # refused by run before anything starts: so by validate too
     start_logging(process)
-    findings = check(configs, lambda: session(configs[0].spark)) if configs else []
+    findings = check(configs, lazy_session(configs[0].spark)) if configs else []
     # A table a pattern skips is no reason to refuse the others: run goes ahead without it.
     findings += [Finding(s.table, True, f"skipped: {s.reason}", warning=True) for s in skipped]
     click.echo("\n".join(aligned(["", "", ""], [[f.verdict, f.subject, f.detail] for f in findings])[1:]))
@@ -281,10 +281,11 @@ def verify(invocation: Invocation, repair: bool, as_json: bool) -> None:
     from cdc2ch.clickhouse.state import StateStore, VerifyStore
     from cdc2ch.commands.verify import Verifier, check_target, render
     from cdc2ch.source import open_source
-    from cdc2ch.source.spark import session
+    from cdc2ch.source.spark import lazy_session
 
     configs, process = configured(invocation.with_values(once=True))
     start_logging(process)
+    spark = lazy_session(process.spark)
     reports = []
     retries = max(c.retries for c in configs)
     # without --repair verify only reads: a running `run --serve` of the embedded directory can answer it
@@ -292,7 +293,7 @@ def verify(invocation: Invocation, repair: bool, as_json: bool) -> None:
         for cfg in configs:
             check_target(sink, cfg)
             store = StateStore(sink, cfg.target.database)
-            verifier = Verifier(cfg, open_source(session(cfg.spark), cfg.table), sink, store,
+            verifier = Verifier(cfg, open_source(spark, cfg.table), sink, store,
                                 logsetup.get_logger("cdc2ch.verify").bind(pipeline=cfg.pipeline), stop)  # fmt: skip
             report = verifier.run(repair=repair)
             if repair and not report.ok:
@@ -329,7 +330,7 @@ def status(invocation: Invocation) -> None:
     from cdc2ch.clickhouse.dsn import connect
     from cdc2ch.commands import status as report
     from cdc2ch.commands.selection import Selection
-    from cdc2ch.source.spark import session
+    from cdc2ch.source.spark import lazy_session
 
     given = invocation.values
     as_json = _status_format(invocation)
@@ -348,7 +349,7 @@ def status(invocation: Invocation) -> None:
     with connect(process.clickhouse_dsn, create=False, reader=True) as sink:
         rows = report.collect(
             sink,
-            lambda: session(process.spark),
+            lazy_session(process.spark),
             TargetName.parse(target) if target else None,
             file.pipeline_ids() if file else None,
             select,

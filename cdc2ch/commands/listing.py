@@ -46,20 +46,21 @@ def configured(
 
 def pipelines(invocation: Invocation) -> Listed:
     """The invocation's pipelines, each --table pattern listed now."""
-    from cdc2ch.source.spark import session
+    from cdc2ch.source.spark import lazy_session
 
     items, process = resolve(invocation, load_config(invocation))
     if all(isinstance(item, RunConfig) for item in items):
         return Listed(items, process, [], None)
     start_logging(process)
     reported: set[str] = set()  # skipped tables already logged: a service lists them again and again
-    configs, skipped = _expand(items, session(process.spark), reported)
+    spark = lazy_session(process.spark)  # the one session, started once a listing needs it
+    configs, skipped = _expand(items, spark, reported)
     once = any(item.values.get("once") for item in items if not isinstance(item, RunConfig))
     return Listed(
         configs,
         process,
         skipped,
-        lambda running: _expand(items, session(process.spark), reported, running),
+        lambda running: _expand(items, spark, reported, running),
         waits=not once,
     )
 

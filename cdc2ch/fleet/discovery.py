@@ -18,6 +18,7 @@ from cdc2ch.model.design import names
 from cdc2ch.model.tableref import display_name, normalize_uri, quote_name
 from cdc2ch.replication import plan
 from cdc2ch.replication.projection import designed
+from cdc2ch.source.lazy import session_of
 
 DELTA_LOG = "_delta_log"
 
@@ -48,6 +49,7 @@ def list_matches(pattern: Pattern, spark: Any) -> tuple[list[Match], list[Match]
 
 
 def _storage(pattern: Pattern, spark: Any) -> tuple[list[Match], list[Match]]:
+    spark = session_of(spark, f"listing the tables --table {pattern.text!r} matches")
     jvm = spark._jvm
     text = normalize_uri(pattern.text)
     glob = jvm.org.apache.hadoop.fs.Path(text)
@@ -68,6 +70,7 @@ def _storage(pattern: Pattern, spark: Any) -> tuple[list[Match], list[Match]]:
 
 
 def _catalog(pattern: Pattern, spark: Any) -> list[Match]:
+    spark = session_of(spark, f"listing the tables --table {pattern.text!r} matches in Spark's catalog")
     try:
         rows = spark.sql(f"SHOW TABLES IN {quote_name(pattern.base)}").collect()
     except Exception as exc:  # Spark's AnalysisException: no such schema, no catalog

@@ -133,6 +133,10 @@ class ChangeSource(Protocol):
     def warm_up(self, immutable_keys: bool) -> float | None:
         """Pay a first read's start-up cost now; the seconds spent, or None. Best effort, never raises."""
 
+    def snapshot_files(self, version: int) -> list[tuple[str, int | None]] | None:
+        """The data files at `version` (absolute paths) and the live rows of each (None: unknown), for a
+        reader that reads the files itself; None when the source cannot list them without Spark. Read-only."""
+
     def snapshot(self, version: int) -> Any:
         """The table as of `version` (a lazy Spark DataFrame for Spark sources)."""
 

@@ -52,6 +52,25 @@ def _file_path(spark_file: str) -> str:
     return rest[2:] if rest.startswith("//") else rest  # s3a://bucket/key -> bucket/key
 
 
+def _read_from(source, reader: str, version: int) -> tuple[object, dict]:
+    """What the chunks are read from, and the schema: for --reader clickhouse on a local table the files
+    and schema its log names (no JVM), else Spark's frame of the table."""
+    files = source.snapshot_files(version) if reader == "clickhouse" else None
+    if files is not None:
+        return files, source.schema_at(version)
+    table = source.snapshot(version)
+    return table, table.schema.jsonValue()
+
+
+def _lake_files(source, table, version: int) -> tuple[list[str], int]:
+    """The files of `version` ClickHouse reads, and their rows: from the log's (path, rows) list `table`
+    where it counts every file's rows, else from Spark's frame (started for it if need be)."""
+    if isinstance(table, list) and all(n is not None for _, n in table):
+        return [p for p, _ in table], sum(n for _, n in table)
+    table = source.snapshot(version) if isinstance(table, list) else table
+    return sorted(_file_path(f) for f in table.inputFiles()), table.count()
+
+
 class Snapshotter:
     """One table at one version into the target; `stop` asks it to end after the current chunk."""
 
@@ -126,10 +145,10 @@ class Snapshotter:
         cfg = self.cfg
         commit = commit or self.source.commits(version, version)[0]
         ts_ms = int(commit.timestamp.timestamp() * 1000)
-        table = self.source.snapshot(version)
+        table, table_schema = _read_from(self.source, cfg.reader, version)
         if cfg.reader == "clickhouse":  # again for a resync, which comes here directly
-            self._check_reader(table.schema.jsonValue())
-        types = schema.column_types(table.schema.jsonValue(), cfg.design)
+            self._check_reader(table_schema)
+        types = schema.column_types(table_schema, cfg.design)
         stored = self.store.load(cfg.pipeline)
         self.tables.check(types, new=stored is None or stored.committed_version < 0)
         change = self.tables.prepare(types, comment)
@@ -230,8 +249,7 @@ class Snapshotter:
     def _clickhouse_chunks(self, table, version: int, ts_ms: int, columns: list[str]) -> int | None:
         """Push-down: ClickHouse reads the Delta table itself, a group of files per INSERT ... SELECT."""
         cfg = self.cfg
-        files = sorted(_file_path(f) for f in table.inputFiles())
-        total = table.count()
+        files, total = _lake_files(self.source, table, version)
         count = max(1, min(len(files), math.ceil(total / cfg.max_rows_per_read)))
         groups = [files[i::count] for i in range(count)]
         plan = "clickhouse:" + hashlib.sha1("\0".join([str(count), *files]).encode()).hexdigest()[:16]

@@ -45,7 +45,7 @@ def clickhouse_ports(
             side, source, sink, stop, budget, metrics
         ).load(version, comment=comment),
         remote_target=sink.task_client is not None,
-        local_master=source.spark.sparkContext.master.startswith("local"),
+        local_master=source.spark_is_local(),
         footprint=Footprint(sink, cfg.target, cfg.pipeline, tables.view),
         has_setting=sink.has_setting,
     )

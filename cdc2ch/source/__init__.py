@@ -6,8 +6,8 @@ from __future__ import annotations
 
 def open_source(spark, table: str):
     """The ChangeSource for `table`: a SharedSource for `<profile>#<share>.<schema>.<table>`, else a
-    DeltaSource. `spark` is a session or a function returning one: a share calls it only when rows are
-    read (`status` needs no JVM)."""
+    DeltaSource. `spark` is a session, a LazySpark or a function returning a session: it is asked for the
+    session only when something needs Spark (a share's rows, a local table's rows, a catalog name)."""
     from cdc2ch.model.tableref import parse_table
 
     if parse_table(table).is_shared:
@@ -17,4 +17,4 @@ def open_source(spark, table: str):
         return SharedSource(spark, table, get_logger("cdc2ch.sharing"))
     from cdc2ch.source.delta import DeltaSource
 
-    return DeltaSource(spark if spark is None or hasattr(spark, "sparkContext") else spark(), table)
+    return DeltaSource(spark, table)

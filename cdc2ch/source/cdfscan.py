@@ -10,10 +10,12 @@ commits that carry a metaData or protocol action, which the log read without Spa
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterable
+from urllib.parse import urlsplit
 
-from cdc2ch.source.log import Commit
+from cdc2ch.source.log import Commit, missing_table, not_a_delta_table
 
 
 def delta_log(spark, location: str):
@@ -80,3 +82,21 @@ def scanned_changes(spark, location: str, start: int, end: int, snapshots: State
         return DataFrame(frame, spark)
     except Exception:
         return None
+
+
+def check_table(spark, location: str, name: str | None) -> None:
+    """Refuse a location that holds no Delta table."""
+    from delta.tables import DeltaTable
+
+    if urlsplit(location).scheme == "" and not os.path.exists(location):
+        raise missing_table(location, name)
+    if not DeltaTable.isDeltaTable(spark, location):
+        # Delta keeps one log object per path and answers from it: a look taken while the table was being
+        # created (`_delta_log` there, no commit yet) would say "not Delta" for as long as it is kept. Drop
+        # it and look once more, so a retry or a later listing sees the table.
+        jvm = spark._jvm
+        jvm.org.apache.spark.sql.delta.DeltaLog.invalidateCache(
+            spark._jsparkSession, jvm.org.apache.hadoop.fs.Path(location)
+        )
+        if not DeltaTable.isDeltaTable(spark, location):
+            raise not_a_delta_table(location, name)

@@ -15,7 +15,7 @@ import hashlib
 
 import pyarrow as pa
 
-from cdc2ch.source.delta import session_conf
+from cdc2ch.source.sessionconf import session_conf
 
 SPLIT = "spark.sql.files.maxPartitionBytes"
 OPEN_COST = "spark.sql.files.openCostInBytes"

@@ -2,34 +2,39 @@
 
 from __future__ import annotations
 
-import os
 import re
-import threading
 import time
-from contextlib import contextmanager
 from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
 import pyarrow as pa
 
-from cdc2ch.base.errors import CHANGE_FEED, SourceError, error_text, range_out_of_memory, summarise
+from cdc2ch.base.errors import (
+    CHANGE_FEED,
+    Cdc2chError,
+    SourceError,
+    error_text,
+    range_out_of_memory,
+    summarise,
+)
 from cdc2ch.model import contract
 from cdc2ch.model.tableref import normalize_uri, parse_table
-from cdc2ch.source.cdfscan import StateSnapshots
+from cdc2ch.source.cdfscan import StateSnapshots, check_table
 from cdc2ch.source.cdfscan import delta_log as _delta_log
 from cdc2ch.source.cdfscan import scanned_changes as _scanned_changes
+from cdc2ch.source.lazy import local_master, running, session_of
 from cdc2ch.source.log import (
-    ArrowLogFiles,
     Commit,
     DeltaLog,
     HadoopLogFiles,
     LogChanged,
-    missing_table,
-    not_a_delta_table,
+    python_log,
 )
+from cdc2ch.source.logstate import LocalLogFiles, LogStates, TableState, cdf_schema, live_paths
+from cdc2ch.source.sessionconf import session_conf
 from cdc2ch.source.variants import variants_as_json
 
-__all__ = ["Commit", "DeltaSource", "normalize_uri"]
+__all__ = ["Commit", "DeltaSource", "normalize_uri", "session_conf"]
 
 
 # Session settings of cdc2ch's CDF reads, applied only while a read is planned (`session_conf`): CDF reads
@@ -48,60 +53,6 @@ CDF_SCHEMA_CONF = {
 }
 
 
-# (session, key) -> [blocks inside, the value before the first]: threads sharing a session (the Python API
-# called from several threads, a verify beside a run) may be inside session_conf at once.
-_CONF_HELD: dict[tuple[int, str], list] = {}
-_CONF_LOCK = threading.Lock()
-
-
-@contextmanager
-def session_conf(spark, conf: dict[str, str]):
-    """`conf` set on the session for the block, then each key back to its previous value (or unset): the
-    session may be the caller's (the Python API), which must find it as it was. Delta reads these settings
-    when a read is planned (`load`), which builds the relation the later actions run. Blocks on several
-    threads overlap safely: the settings stay until the last one leaves, and are then put back as they were
-    before the first (leaving one's own block must not unset them under another thread's `load`)."""
-    entered, failed = [], True
-    try:
-        with _CONF_LOCK:
-            for key, value in conf.items():
-                held = _CONF_HELD.setdefault((id(spark), key), [0, None])
-                if held[0] == 0:
-                    held[1] = spark.conf.get(key, None)
-                held[0] += 1
-                entered.append(key)
-                spark.conf.set(key, value)
-        yield
-        failed = False
-    finally:
-        try:
-            _leave(spark, entered)
-        except Exception:
-            if not failed:  # else the block's own error is what the user must see (the JVM may be gone)
-                raise
-
-
-def _leave(spark, entered: list[str]) -> None:
-    """Count each key's blocks down, the last one out putting its value back; the first failure is raised last."""
-    failure = None
-    with _CONF_LOCK:
-        for key in entered:
-            held = _CONF_HELD[(id(spark), key)]
-            held[0] -= 1
-            if held[0] > 0:
-                continue
-            del _CONF_HELD[(id(spark), key)]
-            try:  # put back as it was before the first block
-                if held[1] is None:
-                    spark.conf.unset(key)
-                else:
-                    spark.conf.set(key, held[1])
-            except Exception as exc:
-                failure = failure or exc
-    if failure is not None:
-        raise failure
-
-
 _MISSING_CDF = re.compile(r"change data was not recorded for version \[?(\d+)\]?", re.I)
 
 
@@ -109,27 +60,44 @@ class DeltaSource:
     """One Delta table, read through a Spark session. `table` is a path/URI or a catalog name (see
     tableref): a name is resolved through the session's catalog once, here, and the table is then read at
     its location like a path. `uri` is the table's identity (its full name, or its normalized path),
-    `name` the full name (None for a path), `location` where its files are."""
+    `name` the full name (None for a path), `location` where its files are.
+
+    `spark` is a session or a LazySpark: a local table's log, schema, properties and protocol are read by
+    Python, so Spark starts only when rows are read (or a name looked up, or storage only Spark reaches)."""
 
     def __init__(self, spark, table: str):
-        self.spark = spark
+        self._spark = spark
         ref = parse_table(table)
         if ref.is_name:
             from cdc2ch.source.catalog import resolve
 
-            found = resolve(spark, ref)
+            found = resolve(session_of(spark, f"looking up {table} in Spark's catalog"), ref)
             self.name, self.uri, self.location = found.name, found.name, normalize_uri(found.location)
         else:
             self.name, self.uri = None, normalize_uri(table)
             self.location = self.uri
+        self.local = urlsplit(self.location).scheme in ("", "file")  # its log is read by Python
         self._checked = False
         self._log_reader: DeltaLog | None = None
+        self._states = LogStates()  # metadata replayed from a local table's log
         self._snapshots = StateSnapshots()  # lends ranges the snapshot their schema comes from
+
+    @property
+    def spark(self):
+        """The Spark session, started now if it is not running yet."""
+        return session_of(self._spark, f"reading {self.uri} through Spark")
+
+    def spark_is_local(self) -> bool:
+        """Whether Spark runs (or will run) in this process; starts no JVM."""
+        return local_master(self._spark)
 
     # -- log --------------------------------------------------------------------------------------
     def _check(self) -> None:
         if not self._checked:
-            check_table(self.spark, self.location, self.name)
+            if self.local:
+                self._log()  # refuses a missing or non-Delta location, without a JVM
+            else:
+                check_table(self.spark, self.location, self.name)
             self._checked = True
 
     def _delta_table(self):  # brings Delta's snapshot up to date (often a Spark job): not for every poll
@@ -140,11 +108,34 @@ class DeltaSource:
 
     def _log(self) -> DeltaLog:
         if self._log_reader is None:
-            self._check()
-            hadoop = HadoopLogFiles(self.spark, self.location)
-            local = urlsplit(self.location).scheme in ("", "file")
-            self._log_reader = DeltaLog(LocalLogFiles(self.location, hadoop) if local else hadoop)
+            if self.local:
+                files = LocalLogFiles(self.location, lambda: HadoopLogFiles(self.spark, self.location))
+                self._log_reader, self._checked = python_log(self.location, files, self.name), True
+            else:
+                self._check()
+                files = HadoopLogFiles(self.spark, self.location)
+                self._log_reader = DeltaLog(files)
+            self._files = files
         return self._log_reader
+
+    def snapshot_files(self, version: int) -> list[tuple[str, int | None]] | None:
+        """A local table's data files at `version` (absolute paths, as ClickHouse's `_path` shows them)
+        and the live rows of each (None: unknown), from its log; None for a table elsewhere."""
+        if not self.local:
+            return None
+        self._log()
+        try:
+            return live_paths(self.location, self._files, version)
+        except Exception as exc:
+            raise self.translate(exc, "the Delta log", version, None) from exc
+
+    def _table_state(self, version: int | None = None) -> TableState:
+        """A local table's metadata and protocol at `version` (default: the latest), from its log."""
+        log = self._log()
+        try:
+            return self._states.at(self._files, log.latest_version() if version is None else version)
+        except Exception as exc:
+            raise self.translate(exc, "the Delta log", version, None) from exc
 
     def commits(self, start: int = 0, end: int | None = None) -> list[Commit]:
         """Commits in [start, end] (end: latest) that the log still holds, oldest first. Reads the commit
@@ -168,6 +159,8 @@ class DeltaSource:
 
     def schema_at(self, version: int) -> dict:
         """The table's schema (Spark JSON form) as of `version`; reads only the log."""
+        if self.local:
+            return self._table_state(version).schema
         return self.snapshot(version).schema.jsonValue()
 
     def latest_version(self) -> int:
@@ -210,16 +203,7 @@ class DeltaSource:
 
     def version_at(self, ts: datetime) -> int:
         """The first version committed at or after ts."""
-        hist = (
-            self._delta_table().history().selectExpr("version", "unix_millis(timestamp) AS ts_ms").collect()
-        )
-        later = sorted(r["version"] for r in hist if _from_ms(r["ts_ms"]) >= ts)
-        if not later:
-            raise SourceError(
-                f"No version of {self.uri} was committed at or after {ts.isoformat()}; the latest is "
-                f"{self.latest().version}. Pass an earlier --from-timestamp or use --from-version."
-            )
-        return later[0]
+        return _version_at(self, ts)
 
     def cdf_enabled(self) -> bool:
         return self.properties().get("delta.enableChangeDataFeed", "false").lower() == "true"
@@ -233,6 +217,8 @@ class DeltaSource:
 
     def properties(self) -> dict[str, str]:
         """The table properties of the latest version."""
+        if self.local:
+            return self._table_state().properties
         try:
             conf = self._jvm_snapshot().metadata().configuration()
             return dict(self.spark._jvm.scala.jdk.javaapi.CollectionConverters.asJava(conf))
@@ -243,11 +229,13 @@ class DeltaSource:
     def protocol(self) -> dict:
         """The latest version's protocol: minReaderVersion, minWriterVersion, readerFeatures and
         writerFeatures (feature names as the log spells them)."""
-        return _protocol(self)
+        return self._table_state().features() if self.local else _protocol(self)
 
     def table_id(self) -> str:
         """The Delta table's id (metaData.id): it stays for the table's life and a table created again, at
         the same place or elsewhere, gets a new one."""
+        if self.local:
+            return self._table_state().table_id
         try:
             return str(self._jvm_snapshot().metadata().id())
         except Exception:
@@ -255,28 +243,40 @@ class DeltaSource:
 
     # -- data -------------------------------------------------------------------------------------
     def changes(self, start: int, end: int) -> "SparkChanges":
-        """The Change Data Feed for versions [start, end] (lazy; the schema is that of version `end`)."""
+        """The Change Data Feed for versions [start, end] (lazy; the schema is that of version `end`). A
+        local table's read is planned only when its rows are read: a reader that reads the files itself
+        (--reader clickhouse) starts no JVM."""
         self._check()
-        frame = _scanned_changes(self.spark, self.location, start, end, self._snapshots)
-        if frame is None:
-            try:
-                with session_conf(self.spark, CDF_SCHEMA_CONF):
-                    frame = (
-                        self.spark.read.format("delta")
-                        .option("readChangeFeed", "true")
-                        .option("startingVersion", int(start))
-                        .option("endingVersion", int(end))
-                        .option("versionAsOf", int(end))
-                        .load(self.location)
-                    )
-            except Exception as exc:  # Delta checks the range when the read is planned
-                raise self.translate(exc, CHANGE_FEED, start, end) from exc
-        return SparkChanges(self, frame, start, end)
+        changes = SparkChanges(self, start, end)
+        if not self.local:
+            _ = changes.frame  # planned now, as Delta checks the range then
+        return changes
+
+    def _plan_changes(self, start: int, end: int):
+        spark = session_of(self._spark, f"reading the change feed of {self.uri} through Spark")
+        frame = _scanned_changes(spark, self.location, start, end, self._snapshots)
+        if frame is not None:
+            return frame
+        try:
+            with session_conf(spark, CDF_SCHEMA_CONF):
+                return (
+                    spark.read.format("delta")
+                    .option("readChangeFeed", "true")
+                    .option("startingVersion", int(start))
+                    .option("endingVersion", int(end))
+                    .option("versionAsOf", int(end))
+                    .load(self.location)
+                )
+        except Exception as exc:  # Delta checks the range when the read is planned
+            raise self.translate(exc, CHANGE_FEED, start, end) from exc
 
     def warm_up(self, immutable_keys: bool) -> float | None:
         """A fresh JVM spends seconds loading and compiling the CDF read path on its first read: pay that
         now by reading one row of the newest commit's changes. Returns the seconds spent, or None when the
-        read failed (it only means a slower first read; the real reads will say what is wrong)."""
+        read failed (it only means a slower first read; the real reads will say what is wrong). With no JVM
+        running yet there is nothing to warm: the first read starts one (an idle service stays JVM-free)."""
+        if running(self._spark) is None:
+            return None
         t0 = time.monotonic()
         try:
             latest = self.latest_version()
@@ -287,28 +287,14 @@ class DeltaSource:
 
     def snapshot(self, version: int):
         self._check()
-        with session_conf(self.spark, CDF_SCHEMA_CONF):  # a version older than the retention period too
-            return self.spark.read.format("delta").option("versionAsOf", int(version)).load(self.location)
+        spark = session_of(self._spark, f"reading version {version} of {self.uri} through Spark")
+        with session_conf(spark, CDF_SCHEMA_CONF):  # a version older than the retention period too
+            return spark.read.format("delta").option("versionAsOf", int(version)).load(self.location)
 
     def duplicate_keys(self, primary_key: tuple[str, ...], version: int) -> tuple[int, int, dict] | None:
         """(keys, rows, an example key) of the keys more than one row of the table holds at `version`, or
         None: one Spark aggregate over the table (what `validate` checks; ClickHouse keeps one row per key)."""
-        from pyspark.sql import functions as F
-
-        keys = [contract.spark_col(k) for k in primary_key]
-        try:
-            groups = self.snapshot(version).groupBy(*keys).agg(F.count(F.lit(1)).alias("n")).where("n > 1")
-            found = groups.agg(
-                F.count(F.lit(1)).alias("keys"),
-                F.sum("n").alias("rows"),
-                F.first(F.struct(*[contract.spark_col(c) for c in groups.columns[:-1]])).alias("example"),
-            ).collect()[0]
-        except Exception as exc:
-            raise self.translate(exc, "the table's keys", version, None) from exc
-        if not found["keys"]:
-            return None
-        example = dict(zip(primary_key, (str(v) for v in found["example"])))
-        return int(found["keys"]), int(found["rows"]), example
+        return _duplicate_keys(self, primary_key, version)
 
     def collect(self, df, what: str, start: int, end: int | None = None) -> pa.Table:
         """Run a read and bring it to the driver as Arrow, turning Delta's errors into clear ones."""
@@ -318,35 +304,75 @@ class DeltaSource:
             raise self.translate(exc, what, start, end) from exc
 
     def translate(self, exc: Exception, what: str, start: int | None, end: int | None) -> Exception:
-        text = error_text(exc)
-        if start is None:
-            span = "the latest version"
-        else:
-            span = f"versions {start}..{end}" if end is not None else f"version {start}"
-        if "DELTA_MISSING_CHANGE_DATA" in text or _MISSING_CDF.search(text):
-            m = _MISSING_CDF.search(text)
-            at = f" (not recorded for version {m.group(1)})" if m else ""
-            return SourceError(
-                f"The Change Data Feed of {self.uri} does not cover {span}{at}. CDF records changes only from "
-                f"the version where delta.enableChangeDataFeed was set to true. Load the table once with "
-                f"`cdc2ch snapshot --version V` at or after that version, then `cdc2ch run` continues from V + 1."
-            )
-        if (
-            "FileNotFoundException" in text
-            or "DELTA_CHANGE_DATA_FILE_NOT_FOUND" in text
-            or "DELTA_FILE_NOT_FOUND" in text
-            or "VersionNotFound" in text
-        ):
-            return SourceError(
-                f"Files needed to read {span} of {self.uri} are gone (removed by VACUUM or log retention). "
-                f"These changes can no longer be replayed: resync with `cdc2ch snapshot` at the latest "
-                f"version, then `cdc2ch run` continues from there."
-            )
-        too_large = range_out_of_memory(what, text, self.uri, span)
-        if too_large is not None:
-            return too_large
-        first = next((ln for ln in text.splitlines() if ln.strip()), text)
-        return SourceError(f"Reading {what} for {span} of {self.uri} failed: {summarise(first, 500)}")
+        return translated(self.uri, exc, what, start, end)
+
+
+def translated(uri: str, exc: Exception, what: str, start: int | None, end: int | None) -> Exception:
+    """A failure of Spark or Delta reading `what` of the table at `uri`, as the user's paragraph."""
+    if isinstance(exc, Cdc2chError):  # one of ours already (no Java to start Spark with)
+        return exc
+    text = error_text(exc)
+    if start is None:
+        span = "the latest version"
+    else:
+        span = f"versions {start}..{end}" if end is not None else f"version {start}"
+    if "DELTA_MISSING_CHANGE_DATA" in text or _MISSING_CDF.search(text):
+        m = _MISSING_CDF.search(text)
+        at = f" (not recorded for version {m.group(1)})" if m else ""
+        return SourceError(
+            f"The Change Data Feed of {uri} does not cover {span}{at}. CDF records changes only from "
+            f"the version where delta.enableChangeDataFeed was set to true. Load the table once with "
+            f"`cdc2ch snapshot --version V` at or after that version, then `cdc2ch run` continues from V + 1."
+        )
+    if (
+        "FileNotFoundException" in text
+        or "DELTA_CHANGE_DATA_FILE_NOT_FOUND" in text
+        or "DELTA_FILE_NOT_FOUND" in text
+        or "VersionNotFound" in text
+    ):
+        return SourceError(
+            f"Files needed to read {span} of {uri} are gone (removed by VACUUM or log retention). "
+            f"These changes can no longer be replayed: resync with `cdc2ch snapshot` at the latest "
+            f"version, then `cdc2ch run` continues from there."
+        )
+    too_large = range_out_of_memory(what, text, uri, span)
+    if too_large is not None:
+        return too_large
+    first = next((ln for ln in text.splitlines() if ln.strip()), text)
+    return SourceError(f"Reading {what} for {span} of {uri} failed: {summarise(first, 500)}")
+
+
+def _duplicate_keys(
+    source: "DeltaSource", primary_key: tuple[str, ...], version: int
+) -> tuple[int, int, dict] | None:
+    from pyspark.sql import functions as F
+
+    table = source.snapshot(version)  # the session first: columns are built in its JVM
+    keys = [contract.spark_col(k) for k in primary_key]
+    try:
+        groups = table.groupBy(*keys).agg(F.count(F.lit(1)).alias("n")).where("n > 1")
+        found = groups.agg(
+            F.count(F.lit(1)).alias("keys"),
+            F.sum("n").alias("rows"),
+            F.first(F.struct(*[contract.spark_col(c) for c in groups.columns[:-1]])).alias("example"),
+        ).collect()[0]
+    except Exception as exc:
+        raise source.translate(exc, "the table's keys", version, None) from exc
+    if not found["keys"]:
+        return None
+    example = dict(zip(primary_key, (str(v) for v in found["example"])))
+    return int(found["keys"]), int(found["rows"]), example
+
+
+def _version_at(source: DeltaSource, ts: datetime) -> int:
+    hist = source._delta_table().history().selectExpr("version", "unix_millis(timestamp) AS ts_ms").collect()
+    later = sorted(r["version"] for r in hist if _from_ms(r["ts_ms"]) >= ts)
+    if not later:
+        raise SourceError(
+            f"No version of {source.uri} was committed at or after {ts.isoformat()}; the latest is "
+            f"{source.latest().version}. Pass an earlier --from-timestamp or use --from-version."
+        )
+    return later[0]
 
 
 def _protocol(source: DeltaSource) -> dict:
@@ -373,10 +399,27 @@ def _protocol(source: DeltaSource) -> dict:
 class SparkChanges:
     """A version range of the Change Data Feed, read through Spark (the Changes port)."""
 
-    def __init__(self, source: DeltaSource, frame, start: int, end: int):
-        self.source, self.frame, self.start, self.end = source, frame, start, end
+    def __init__(self, source: DeltaSource, start: int, end: int):
+        self.source, self.start, self.end = source, start, end
         self.uri, self.location = source.uri, source.location
-        self.schema = frame.schema.jsonValue()
+        self._frame = self._schema = None
+
+    @property
+    def frame(self):
+        """The Spark read, planned on first use (starting Spark if need be)."""
+        if self._frame is None:
+            self._frame = self.source._plan_changes(self.start, self.end)
+        return self._frame
+
+    @property
+    def schema(self) -> dict:
+        """The rows' schema: the table's at `end` and the feed's columns; from the log for a local table."""
+        if self._schema is None:
+            if self._frame is None and self.source.local:
+                self._schema = cdf_schema(self.source.schema_at(self.end))
+            else:
+                self._schema = self.frame.schema.jsonValue()
+        return self._schema
 
     def spark_rows(self, immutable_keys: bool):
         return contract.spark_rows(variants_as_json(self.frame), immutable_keys)
@@ -392,37 +435,6 @@ class SparkChanges:
 
     def read_error(self, exc: Exception) -> Exception:
         return self.source.translate(exc, CHANGE_FEED, self.start, self.end)
-
-
-class LocalLogFiles(ArrowLogFiles):
-    """A local table's log read by Python: every poll looks at a few log files, each a handful of JVM round
-    trips through Hadoop (about 20 ms a poll) and a few system calls here. Table files are still resolved as
-    Delta resolves them."""
-
-    def __init__(self, uri: str, hadoop: HadoopLogFiles):
-        super().__init__(uri)
-        self._hadoop = hadoop
-
-    def table_file_exists(self, path: str) -> bool | None:
-        return self._hadoop.table_file_exists(path)
-
-
-def check_table(spark, location: str, name: str | None) -> None:
-    """Refuse a location that holds no Delta table."""
-    from delta.tables import DeltaTable
-
-    if urlsplit(location).scheme == "" and not os.path.exists(location):
-        raise missing_table(location, name)
-    if not DeltaTable.isDeltaTable(spark, location):
-        # Delta keeps one log object per path and answers from it: a look taken while the table was being
-        # created (`_delta_log` there, no commit yet) would say "not Delta" for as long as it is kept. Drop
-        # it and look once more, so a retry or a later listing sees the table.
-        jvm = spark._jvm
-        jvm.org.apache.spark.sql.delta.DeltaLog.invalidateCache(
-            spark._jsparkSession, jvm.org.apache.hadoop.fs.Path(location)
-        )
-        if not DeltaTable.isDeltaTable(spark, location):
-            raise not_a_delta_table(location, name)
 
 
 def _from_ms(ms: int) -> datetime:

@@ -281,6 +281,14 @@ class ArrowLogFiles:
         except FileNotFoundError:
             return None
 
+    def parquet(self, name: str, columns: list[str]):
+        """Those of `columns` a log file in Parquet (a checkpoint) has, as a pyarrow Table."""
+        import pyarrow.parquet as pq
+
+        with self._fs.open_input_file(self.dir + name) as f:
+            found = pq.ParquetFile(f)
+            return found.read(columns=[c for c in columns if c in found.schema_arrow.names])
+
     def first_line(self, name: str, chunk: int = 64 * 1024) -> str | None:
         """The file's first line, reading no further than needed (a commit file can hold megabytes)."""
         try:
@@ -419,14 +427,14 @@ class DeltaLog:
             return None
 
 
-def python_log(uri: str) -> DeltaLog:
+def python_log(uri: str, files=None, name: str | None = None) -> DeltaLog:
     """The table's log read by Python, without a JVM, its latest version found. ValueError or OSError when
     Python cannot reach this storage (a scheme pyarrow has no file system for, or credentials it cannot
-    find); SourceError when there is no Delta table at `uri`.
+    find); SourceError when there is no Delta table at `uri` (`name`: the catalog's name for it).
 
     The search starts at the last checkpoint (or version 0) and probes a few files: the log is listed only
     when it has neither, so a long log costs no more than a short one."""
-    files = ArrowLogFiles(uri)
+    files = files or ArrowLogFiles(uri)
     log = DeltaLog(files)
     try:
         log.latest_version()
@@ -434,6 +442,6 @@ def python_log(uri: str) -> DeltaLog:
         if urlsplit(uri).scheme in ("", "file") and not os.path.exists(
             files.dir[: -len("/_delta_log/")] or "/"
         ):
-            raise missing_table(uri) from None
-        raise not_a_delta_table(uri) from None
+            raise missing_table(uri, name) from None
+        raise not_a_delta_table(uri, name) from None
     return log

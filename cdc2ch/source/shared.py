@@ -52,10 +52,21 @@ class SharedSource:
         self._spark = spark
         self._answer: tuple[int, int, float, list[dict]] | None = None
 
+    def snapshot_files(self, version: int) -> None:
+        return None  # a share's files are read through Spark
+
+    def spark_is_local(self) -> bool:
+        """Whether Spark runs (or will run) in this process; starts no JVM."""
+        from cdc2ch.source.lazy import local_master
+
+        return local_master(self._spark)
+
     @property
     def spark(self):
         if self._spark is not None and not hasattr(self._spark, "sparkContext"):
-            self._spark = self._spark()  # a factory
+            from cdc2ch.source.lazy import session_of
+
+            self._spark = session_of(self._spark, f"reading the rows of {self.uri} through Spark")
         if self._spark is None:
             raise SourceError(f"Reading the rows of {self.uri} needs a Spark session.")
         return self._spark

@@ -22,6 +22,7 @@ from pathlib import Path
 from cdc2ch.base.errors import ConfigError
 from cdc2ch.model.config import SparkSettings, is_secret_key
 from cdc2ch.source import classes
+from cdc2ch.source.lazy import LazySpark, no_java
 
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -291,6 +292,42 @@ def _launch_jvm(conf: dict[str, str], master: str | None, local: bool) -> None:
     threading.Thread(
         target=_relay, args=(gateway.proc.stdout,), name="cdc2ch-jvm-output", daemon=True
     ).start()
+
+
+def lazy_session(settings: SparkSettings | None = None, on_start=None) -> LazySpark:
+    """The process's session, started by the first caller that needs it (see lazy.py)."""
+    return LazySpark(start, settings, on_start)
+
+
+def start(settings: SparkSettings, what: str):
+    """Start Spark, or say in one paragraph (`what` needed it) that Java is missing and what works without."""
+    from pyspark import SparkContext
+
+    java = java_binary()
+    running = "PYSPARK_GATEWAY_PORT" in os.environ or SparkContext._gateway is not None  # a JVM is there
+    if java is None and not running:
+        home = os.environ.get("JAVA_HOME")
+        raise no_java(
+            what,
+            f"JAVA_HOME is {home}, which has no bin/java"
+            if home
+            else "JAVA_HOME is not set and no `java` is on PATH",
+        )
+    try:
+        return session(settings)
+    except Exception as exc:
+        if "JAVA_GATEWAY_EXITED" not in str(exc) and "Java gateway process exited" not in str(exc):
+            raise
+        raise no_java(what, f"{java} did not start a JVM (see the lines above)") from None
+
+
+def java_binary() -> str | None:
+    """The java PySpark starts: $JAVA_HOME/bin/java when JAVA_HOME is set, else the first on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        path = os.path.join(home, "bin", "java")
+        return path if os.access(path, os.X_OK) else None
+    return shutil.which("java")
 
 
 def jvm_pid(spark) -> int | None:

@@ -35,22 +35,34 @@ def _group(name: str) -> str:
 def jobs_of(spark, name: str) -> Iterator[None]:
     """Spark jobs this thread starts inside the block belong to pipeline `name`: its job group (so that
     cancel_jobs stops them and no other pipeline's) and its FAIR scheduler pool (each pipeline an equal share
-    of the executors, whatever another one asks for). Without a session: nothing to do."""
-    sc = getattr(spark, "sparkContext", None)
-    if sc is None:
-        yield
-        return
-    sc.setJobGroup(_group(name), f"cdc2ch pipeline {name}", interruptOnCancel=True)
-    sc.setLocalProperty("spark.scheduler.pool", name)
+    of the executors, whatever another one asks for). Without a session: nothing to do; with a LazySpark
+    not started yet, done when this thread starts it inside the block."""
+    from cdc2ch.source.lazy import LazySpark, running
+
+    def apply(session) -> None:
+        sc = session.sparkContext
+        sc.setJobGroup(_group(name), f"cdc2ch pipeline {name}", interruptOnCancel=True)
+        sc.setLocalProperty("spark.scheduler.pool", name)
+
+    if isinstance(spark, LazySpark):
+        spark.pending_group(apply)
+    elif getattr(spark, "sparkContext", None) is not None:
+        apply(spark)
     try:
         yield
     finally:
-        sc.setLocalProperty("spark.scheduler.pool", None)
-        sc._jsc.clearJobGroup()
+        if isinstance(spark, LazySpark):
+            spark.pending_group(None)
+        session = running(spark)
+        if session is not None:
+            session.sparkContext.setLocalProperty("spark.scheduler.pool", None)
+            session.sparkContext._jsc.clearJobGroup()
 
 
 def cancel_jobs(spark, name: str) -> None:
     """Cancel the Spark jobs of pipeline `name` that are running, and only those."""
-    sc = getattr(spark, "sparkContext", None)
-    if sc is not None:
-        sc.cancelJobGroup(_group(name))
+    from cdc2ch.source.lazy import running
+
+    session = running(spark)
+    if session is not None:
+        session.sparkContext.cancelJobGroup(_group(name))

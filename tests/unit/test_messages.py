@@ -186,8 +186,8 @@ def test_a_jvm_gone_outside_a_translated_call_gets_a_paragraph_and_the_block_err
     """Starting the session or putting a setting back is not translated: when the JVM is gone there, the
     command still ends with one paragraph (cli, runner), and a setting that cannot be put back does not hide
     the error of the block that set it."""
-    from cdc2ch.source import delta
-    from cdc2ch.source.delta import session_conf
+    from cdc2ch.source import sessionconf
+    from cdc2ch.source.sessionconf import session_conf
 
     stopped = jvm_stopped(_refused_at(PY4J_CLIENT))
     assert isinstance(stopped, SourceError) and "spark.driver.memory" in str(stopped)
@@ -224,7 +224,7 @@ def test_a_jvm_gone_outside_a_translated_call_gets_a_paragraph_and_the_block_err
     with pytest.raises(ConnectionRefusedError):  # with nothing else to show, the failure to put back shows
         with session_conf(spark, {"a": "1"}):
             spark.conf.gone = True
-    assert not [key for key in delta._CONF_HELD if key[0] == id(spark)]  # every key counted down
+    assert not [key for key in sessionconf._CONF_HELD if key[0] == id(spark)]  # every key counted down
 
 
 def test_library_records_are_log_lines_and_py4j_tracebacks_stay_out(capsys):

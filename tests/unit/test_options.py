@@ -371,7 +371,10 @@ def test_run_once_sums_up_the_failed_pipelines(monkeypatch):
     fakes = {
         "cdc2ch.fleet.runner": {"Runner": Runner},
         "cdc2ch.replication.metrics": {"Metrics": lambda: SimpleNamespace(serve=print, close=lambda: None)},
-        "cdc2ch.source.spark": {"session": lambda settings: None, "jvm_pid": lambda spark: None},
+        "cdc2ch.source.spark": {
+            "lazy_session": lambda settings, on_start=None: None,
+            "jvm_pid": lambda spark: None,
+        },
     }
     for name, attrs in fakes.items():
         module = ModuleType(name)

@@ -1,0 +1,191 @@
+"""What a cron poll with nothing new costs: `python bench/idle_poll.py [--runs N] [--json]`.
+
+One small Delta table (written by delta-rs), replicated once; then `cdc2ch run --once` is timed as a whole
+process, N times, while no version is new: against the embedded default (chdb:///dir) and against a server
+target (tests/chserver.py: cdc2ch's ClickHouse HTTP interface on chdb, in a process of its own). Beside it,
+the reference: a process that opens the embedded engine and answers one query. Prints the median, min and
+max wall and the peak RSS of each process tree (the command and anything it starts, a JVM included),
+sampled from /proc, and the CPU seconds of the tree (what a loaded machine stretches the wall from), and
+checks the goals: <= 1 s wall; <= 150 MB against a server; no more than the engine
+itself on the embedded default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import write_deltalake
+
+ROOT = Path(__file__).resolve().parents[1]
+PASSWORD = "idle-poll"
+GOAL_WALL_S = 1.0
+GOAL_SERVER_RSS_MIB = 150e6 / 2**20  # 150 MB
+MIB = 2**20
+
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree(pid: int) -> tuple[int, dict[int, float]]:
+    """Resident bytes of `pid` and every process below it, and the CPU seconds of each, from /proc."""
+    rss, cpu, todo = 0, {}, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/status") as f:
+                rss += next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:")), 0)
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            cpu[p] = (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
+            continue
+    return rss, cpu
+
+
+def timed(argv: list[str], env: dict) -> tuple[float, int, float]:
+    """(wall seconds, peak RSS bytes of the process tree, CPU seconds of the tree) of one run of `argv`,
+    which must succeed. CPU: what the tree's processes were last seen to have used, or what the processes
+    it waited for used, whichever is more (a JVM it did not wait for is only seen)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak, seen = [0], {}
+
+    def sample() -> None:
+        while proc.poll() is None:
+            rss, cpu = tree(proc.pid)
+            peak[0] = max(peak[0], rss)
+            seen.update(cpu)
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, err = proc.communicate()
+    wall = time.perf_counter() - t0
+    sampler.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}:\n{err.decode()[-3000:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    waited = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return wall, peak[0], max(waited, sum(seen.values()))
+
+
+def summary(name: str, runs: list[tuple[float, int, float]]) -> dict:
+    walls, rss, cpu = [w for w, _, _ in runs], [r / MIB for _, r, _ in runs], [c for _, _, c in runs]
+    return {
+        "case": name,
+        "runs": len(runs),
+        "wall_median_s": round(statistics.median(walls), 3),
+        "wall_min_s": round(min(walls), 3),
+        "wall_max_s": round(max(walls), 3),
+        "rss_median_mib": round(statistics.median(rss), 1),
+        "rss_max_mib": round(max(rss), 1),
+        "cpu_median_s": round(statistics.median(cpu), 3),
+    }
+
+
+def start_server(directory: str, env: dict) -> tuple[subprocess.Popen, int]:
+    """tests/chserver.py in a process of its own on the chdb directory; (process, port)."""
+    code = (
+        "import sys, time\n"
+        "from tests.chserver import ChServer\n"
+        f"server = ChServer({directory!r}, user='default', password={PASSWORD!r}).__enter__()\n"
+        "print(server.port, flush=True)\n"
+        "time.sleep(10**9)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    return proc, int(proc.stdout.readline())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    load = os.getloadavg()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CDC2CH_CLICKHOUSE_PASSWORD": PASSWORD}
+    results = []
+    with tempfile.TemporaryDirectory(prefix="cdc2ch-idle-") as tmp:
+        table = f"{tmp}/orders"
+        rows = pa.table({"id": pa.array(range(1000), pa.int64()), "name": [f"n{i}" for i in range(1000)]})
+        write_deltalake(table, rows, configuration={"delta.enableChangeDataFeed": "true"})
+        embedded, served = f"chdb://{tmp}/embedded", f"{tmp}/served"
+        cdc2ch = [sys.executable, "-m", "cdc2ch", "run", "--once", "--table", table, "--primary-key", "id"]
+
+        def poll(dsn: str, *extra: str) -> list[str]:
+            return [
+                *cdc2ch,
+                "--target",
+                "bench.orders",
+                "--clickhouse",
+                dsn,
+                "--log-level",
+                "warning",
+                *extra,
+            ]
+
+        # The first run replicates the table; later ones find nothing new.
+        timed(poll(embedded, "--reader", "clickhouse"), env)
+        results.append(
+            summary(
+                "run --once, nothing new, embedded", [timed(poll(embedded), env) for _ in range(args.runs)]
+            )
+        )
+        engine = [sys.executable, "-c", "from cdc2ch.clickhouse.dsn import connect\n"
+                  f"s = connect({embedded!r}); s.query_rows('SELECT 1'); s.close()"]  # fmt: skip
+        results.append(
+            summary("open the embedded engine, one query", [timed(engine, env) for _ in range(args.runs)])
+        )
+        server, port = start_server(served, env)
+        try:
+            dsn = f"http://default@127.0.0.1:{port}/"
+            timed(poll(dsn), env)  # a served engine reads no local files: Spark replicates it
+            results.append(
+                summary("run --once, nothing new, server", [timed(poll(dsn), env) for _ in range(args.runs)])
+            )
+        finally:
+            server.terminate()
+            server.wait()
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    print(f"load average before: {' '.join(f'{x:.1f}' for x in load)} ({os.cpu_count()} cores)")
+    print(
+        f"{'case':<40} {'wall median':>11} {'min':>6} {'max':>6} {'CPU':>6} {'peak RSS median':>16} {'max':>7}"
+    )
+    for r in results:
+        print(
+            f"{r['case']:<40} {r['wall_median_s']:>10.2f}s {r['wall_min_s']:>5.2f}s {r['wall_max_s']:>5.2f}s "
+            f"{r['cpu_median_s']:>5.2f}s {r['rss_median_mib']:>12.0f} MiB {r['rss_max_mib']:>4.0f} MiB"
+        )
+    poll_embedded, engine_ref, poll_server = results
+    extra = poll_embedded["rss_median_mib"] - engine_ref["rss_median_mib"]
+    checks = [
+        ("wall <= 1 s (embedded)", poll_embedded["wall_median_s"] <= GOAL_WALL_S),
+        ("wall <= 1 s (server)", poll_server["wall_median_s"] <= GOAL_WALL_S),
+        ("RSS <= 150 MB (server)", poll_server["rss_median_mib"] <= GOAL_SERVER_RSS_MIB),
+        (
+            f"RSS <= the engine's own (embedded: {extra:+.0f} MiB)",
+            poll_embedded["rss_median_mib"] <= engine_ref["rss_median_mib"],
+        ),
+    ]
+    for name, ok in checks:
+        print(f"goal {name}: {'met' if ok else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()
