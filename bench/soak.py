@@ -67,7 +67,7 @@ def writer_main(args: argparse.Namespace) -> None:
     rng = random.Random(args.seed)
     lake = Path(args.lake)
     start = time.time()
-    writer = Writer(lake, rng)
+    writer = Writer(lake, rng, spark_share=args.spark_share)
     with open(args.journal, "a") as journal:
         for name in FIRST:
             journal.write(json.dumps(writer.create(name)) + "\n")
@@ -93,6 +93,7 @@ class Phase:
     seed: int
     seconds: float
     verbose: bool
+    spark_share: float = 0.15  # of the writer's commits, made by Spark
     dsn: str = ""
     direct: str = ""  # where the checker reads: the endpoint itself, never through the proxy
     serve_port: int = 0
@@ -424,7 +425,7 @@ def run_phase(p: Phase) -> dict:
     writer = subprocess.Popen(
         [sys.executable, __file__, "--writer", "--lake", str(lake), "--journal", str(journal.path),
          "--stop", str(stop_file), "--seed", str(p.seed), "--late-at", str(p.seconds * 0.4),
-         "--grow-at", str(p.seconds * 0.55)],
+         "--grow-at", str(p.seconds * 0.55), "--spark-share", str(p.spark_share)],
         env={**p.env(), "PYTHONPATH": f"{ROOT / 'bench'}:{ROOT}"},
     )  # fmt: skip
     try:
@@ -562,6 +563,9 @@ def main() -> int:
     ap.add_argument("--workdir", default=None, help="keep the tables, logs and database here")
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--writer", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--spark-share", type=float, default=0.15, help="share of the writer's commits made by Spark"
+    )
     for hidden in ("--lake", "--journal", "--stop", "--late-at", "--grow-at"):
         ap.add_argument(hidden, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -575,8 +579,9 @@ def main() -> int:
         print(f"soak seed {seed}: {args.minutes} min over {', '.join(targets)}", flush=True)
         codes = []
         for i, t in enumerate(targets):
-            cmd = [sys.executable, __file__, "--target", t, "--seed", str(seed + i),
-                   "--minutes", str(args.minutes / len(targets))] + (["--verbose"] if args.verbose else [])  # fmt: skip
+            cmd = [sys.executable, __file__, "--target", t, "--seed", str(seed + i), "--minutes",
+                   str(args.minutes / len(targets)), "--spark-share", str(args.spark_share)]  # fmt: skip
+            cmd += ["--verbose"] if args.verbose else []
             if args.workdir:
                 cmd += ["--workdir", str(Path(args.workdir) / t)]
             codes.append(subprocess.call(cmd))
@@ -584,7 +589,7 @@ def main() -> int:
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix=f"cdc2ch-soak-{targets[0]}-"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"soak {targets[0]}: seed {seed}, {args.minutes} min, work in {work}", flush=True)
-    phase = Phase(targets[0], work, seed, args.minutes * 60, args.verbose)
+    phase = Phase(targets[0], work, seed, args.minutes * 60, args.verbose, args.spark_share)
     outcome = run_phase(phase)
     return 0 if report(phase, outcome, args.minutes) else 1
 

@@ -1,4 +1,5 @@
-"""The soak's writer: one delta-rs commit at a time to tables of several kinds, chosen by a seeded generator.
+"""The soak's writer: one commit at a time to tables of several kinds, chosen by a seeded generator, by
+delta-rs and, for some commits, by Spark (its UPDATE, DELETE and MERGE write change files of their own).
 
 Each table keeps its live keys in memory (this process is its only writer), so every operation names keys
 that exist (updates, deletes, re-inserts, key moves) or that do not (appends).
@@ -17,6 +18,7 @@ CDF = {"delta.enableChangeDataFeed": "true"}
 TEXTS = ["plain", "naïve café", "日本語のテキスト", "emoji 🚀✨", "quote ' and \" and \\", "", "tab\tnew\nline",
          "Ελληνικά", "x" * 300, None, None]  # fmt: skip
 GROUPS = ["north", "south", "east", "west"]
+SPARK_TABLES = ("ints", "composite", "texts")  # some of their commits are Spark's
 TENANTS = ["acme", "globex", "west coast", "o'hara"]
 
 
@@ -29,8 +31,9 @@ def sql(value) -> str:
 
 
 class Writer:
-    def __init__(self, lake: Path, rng: random.Random):
-        self.lake, self.rng = lake, rng
+    def __init__(self, lake: Path, rng: random.Random, spark_share: float = 0.0):
+        self.lake, self.rng, self.spark_share = lake, rng, spark_share
+        self._spark = None  # started at the first Spark commit
         self.live: dict[str, set] = {}  # table -> live keys
         self.next_id: dict[str, int] = {}
         self.grown = False
@@ -94,6 +97,8 @@ class Writer:
         op = self.rng.choice(ops)
         if not self.live[name] and op != "append":
             op = "append"
+        if name in SPARK_TABLES and self.live[name] and self.rng.random() < self.spark_share:
+            return self._spark_step(name)
         path, dt = str(self.lake / name), DeltaTable(str(self.lake / name))
         if op == "append":
             keys = self._new_keys(name, self.rng.randint(1, 8))
@@ -138,6 +143,35 @@ class Writer:
         elif op == "optimize":
             dt.optimize.compact()
         return self._entry(name, op)
+
+    def _spark_step(self, name: str) -> dict:
+        """An UPDATE, DELETE or MERGE through Spark SQL."""
+        if self._spark is None:
+            from cdc2ch.model.config import SparkSettings
+            from cdc2ch.source.spark import session
+
+            self._spark = session(SparkSettings(master="local[1]"))
+        path, op = self.lake / name, self.rng.choice(["update", "delete", "merge"])
+        keys = self._some(name, 3)
+        where = self._predicate(name, keys)
+        if op == "update":
+            sets = ", ".join(f"{c} = {v}" for c, v in self._changes(name).items())
+            self._spark.sql(f"UPDATE delta.`{path}` SET {sets} WHERE {where}")
+        elif op == "delete":
+            self._spark.sql(f"DELETE FROM delta.`{path}` WHERE {where}")
+            self.live[name] -= set(keys)
+        else:  # matched: updated; not matched: inserted
+            new = self._new_keys(name, self.rng.randint(1, 3))
+            self._spark.createDataFrame(self._rows(name, keys + new).to_pandas()).createOrReplaceTempView(
+                "src"
+            )
+            on = " AND ".join(f"t.{c} = s.{c}" for c in (["tenant", "n"] if name == "composite" else ["id"]))
+            self._spark.sql(
+                f"MERGE INTO delta.`{path}` t USING src s ON {on} "
+                f"WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+            )
+            self.live[name] |= set(new)
+        return self._entry(name, f"spark_{op}")
 
     def _changes(self, name: str) -> dict[str, str]:
         r = self.rng
