@@ -266,10 +266,12 @@ class Replica:
     comes and goes with the service: connected on use, again after a failure."""
 
     def __init__(self, url: str):
+        import logging
         from urllib.parse import urlsplit
 
         self.url = urlsplit(url)
         self.client = None
+        logging.getLogger("clickhouse_connect").setLevel(logging.CRITICAL)  # a service restarting is expected
 
     def rows(self, sql: str, wait: float = 120) -> list[tuple]:
         """The rows of `sql`, trying again for `wait` seconds while the endpoint does not answer."""
