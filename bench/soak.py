@@ -470,6 +470,7 @@ def chaos_loop(p: Phase, rng: random.Random, journal: Journal, replica: Replica)
     """Until the phase's time is up: a fault every 4-12 s, the config change once the late table exists,
     a restart a second after any exit (as systemd would), and the lag sampled."""
     chaos = Chaos(p, rng, SERVER_FAULTS if p.target == "server" else EMBEDDED_FAULTS, replica)
+    known: dict[str, int] = {}
     started = time.time()
     next_fault = started + rng.uniform(5, 10)
     while time.time() < started + p.seconds:
@@ -484,7 +485,8 @@ def chaos_loop(p: Phase, rng: random.Random, journal: Journal, replica: Replica)
             p.exits[f"unexpected->{p.service.returncode}"] += 1
             time.sleep(1)
             p.start()
-        p.lags.append(journal.lag(replica.offsets(), time.time(), p.followed))
+        known.update(replica.offsets())  # the last offsets read: while the service restarts, none are
+        p.lags.append(journal.lag(known, time.time(), p.followed))
         p.max_lag = max(p.max_lag, p.lags[-1])
         if time.time() >= next_fault:
             kind = chaos.next_kind()
@@ -516,7 +518,7 @@ def settle(p: Phase, journal: Journal, replica: Replica, lake: Path) -> tuple[di
         if not p.alive():
             p.exits[f"unexpected->{p.service.returncode}"] += 1
             p.start()
-        offsets = replica.offsets() or offsets
+        offsets = {**offsets, **replica.offsets()}
         if all(offsets.get(t) == latest[t] for t in tables):
             break
         time.sleep(1)
