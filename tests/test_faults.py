@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -337,6 +338,39 @@ def test_a_service_of_a_config_ends_when_the_jvm_is_killed(
     cli(*args)
     assert_replicated(spark, http_sink, path, target)
     assert _duplicates(http_sink, target) == 0
+
+
+def test_an_idle_service_of_two_pipelines_ends_when_the_jvm_is_killed(
+    spark, cli, http_sink, server, database, tmp_path
+):
+    """The JVM killed while a config's pipelines wait for changes: the next turn meets it gone while it sets
+    the pipeline's Spark job group, and the service ends (exit 1, one paragraph) instead of turning over
+    and over without a word."""
+    lines = [f'clickhouse = "{server.dsn}"', "poll-interval = 1"]
+    for name in ("idle_a", "idle_b"):
+        path = str(tmp_path / name)
+        _history(spark, path, versions=1)
+        lines += ["[[pipelines]]", f'table = "{path}"', 'primary-key = "id"', f'target = "{database}.{name}"']
+    config = tmp_path / "idle.toml"
+    config.write_text("\n".join(lines) + "\n")
+    proc = Proc("run", "--config", str(config), env=_env(server))
+    try:
+        proc.wait_for("committed")
+        deadline = time.monotonic() + 120
+        while len({e["pipeline"] for e in proc.events("committed")}) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        jvm = _descendant(proc.pid, "java")
+        assert jvm, "the JVM was not found"
+        time.sleep(2)  # idle: both caught up
+        os.kill(jvm, signal.SIGKILL)
+        assert proc.wait(timeout=120) == 1, proc.stderr[-3000:]
+    finally:
+        if proc.proc.poll() is None:
+            proc.signal(signal.SIGKILL)
+            proc.wait()
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    last = json.loads(proc.stderr_lines[-1])
+    assert last["event"] == "error" and "JVM stopped" in last["message"], last
 
 
 def _small_ranges(spark, sink, fault_proxy, database: str, tmp_path, name: str):

@@ -154,8 +154,7 @@ class Runner:
         name, started = slot.cfg.pipeline, time.monotonic()
         gave_way = progressed = False
         try:
-            with jobs_of(self.spark if self.schedule.workers > 1 else None, name):
-                progressed = self._attempt(slot)
+            progressed = self._attempt(slot)
             gave_way = slot.job is not None and slot.job.gave_way
         finally:
             if self.once:
@@ -203,16 +202,17 @@ class Runner:
     def _attempt(self, slot: Slot) -> bool:
         job = slot.job
         progressed = False
-        try:
-            if job is None:
-                source = open_source(self.spark, slot.cfg.table)
-                job = Replicator(slot.cfg, source, self.sink, self.stop, slot.metrics, budget=self.budget)
-                if not self.once:
-                    job.turn_over = partial(self.schedule.should_give_way, slot.cfg.pipeline)
-                job.start()
-                slot.job = job
-                self._warm_up(job)
-            progressed = job.step()
+        try:  # the job group too: setting it is a call to the JVM, which may be gone
+            with jobs_of(self.spark if self.schedule.workers > 1 else None, slot.cfg.pipeline):
+                if job is None:
+                    source = open_source(self.spark, slot.cfg.table)
+                    job = Replicator(slot.cfg, source, self.sink, self.stop, slot.metrics, budget=self.budget)
+                    if not self.once:
+                        job.turn_over = partial(self.schedule.should_give_way, slot.cfg.pipeline)
+                    job.start()
+                    slot.job = job
+                    self._warm_up(job)
+                progressed = job.step()
         except Exception as raised:
             exc = jvm_stopped(raised) or raised  # a JVM gone mid-call: the paragraph, not a traceback
             wrote = job is not None and job.claimed
