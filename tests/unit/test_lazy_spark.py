@@ -52,11 +52,16 @@ def test_a_threads_pipeline_is_applied_when_that_thread_starts_spark():
 
 
 def test_without_java_the_start_is_one_paragraph_naming_what_needed_it(monkeypatch, tmp_path):
+    from pyspark import SparkContext
+
     from cdc2ch.source import spark
 
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    monkeypatch.setattr(
+        SparkContext, "_gateway", None
+    )  # as in a process with no JVM (the suite may have one)
     with pytest.raises(JavaMissing) as raised:
         spark.lazy_session(SparkSettings()).get("reading the change feed of /lake/t through Spark")
     text = str(raised.value)
