@@ -23,11 +23,19 @@ TENANTS = ["acme", "globex", "west coast", "o'hara"]
 
 
 def sql(value) -> str:
+    """A literal as delta-rs's SQL (DataFusion) reads it: quotes doubled, backslashes as they are."""
     if value is None:
         return "NULL"
     if isinstance(value, str):
         return "'" + value.replace("'", "''") + "'"
     return str(value)
+
+
+def spark_sql(value) -> str:
+    """A literal as Spark SQL reads it: backslash escapes."""
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return sql(value)
 
 
 class Writer:
@@ -66,9 +74,9 @@ class Writer:
             keys.append((self.rng.choice(TENANTS), n) if name == "composite" else (n,))
         return keys
 
-    def _predicate(self, name: str, keys: list) -> str:
+    def _predicate(self, name: str, keys: list, literal=sql) -> str:
         if name == "composite":
-            return " OR ".join(f"(tenant = {sql(t)} AND n = {n})" for t, n in keys)
+            return " OR ".join(f"(tenant = {literal(t)} AND n = {n})" for t, n in keys)
         return f"id IN ({', '.join(str(k[0]) for k in keys)})"
 
     def _some(self, name: str, most: int) -> list:
@@ -153,9 +161,9 @@ class Writer:
             self._spark = session(SparkSettings(master="local[1]"))
         path, op = self.lake / name, self.rng.choice(["update", "delete", "merge"])
         keys = self._some(name, 3)
-        where = self._predicate(name, keys)
+        where = self._predicate(name, keys, spark_sql)
         if op == "update":
-            sets = ", ".join(f"{c} = {v}" for c, v in self._changes(name).items())
+            sets = ", ".join(f"{c} = {v}" for c, v in self._changes(name, spark_sql).items())
             self._spark.sql(f"UPDATE delta.`{path}` SET {sets} WHERE {where}")
         elif op == "delete":
             self._spark.sql(f"DELETE FROM delta.`{path}` WHERE {where}")
@@ -173,17 +181,17 @@ class Writer:
             self.live[name] |= set(new)
         return self._entry(name, f"spark_{op}")
 
-    def _changes(self, name: str) -> dict[str, str]:
+    def _changes(self, name: str, literal=sql) -> dict[str, str]:
         r = self.rng
         if name == "composite":
             return {"amount": "amount + 1.5"}
         if name == "texts":
-            return {"txt": sql(r.choice(TEXTS)), "note": sql(r.choice(TEXTS))}
+            return {"txt": literal(r.choice(TEXTS)), "note": literal(r.choice(TEXTS))}
         if name == "moving":
             return {"val": "val + 1"}
         changes = {"v": "v + 1"}
         if name == "growing" and self.grown:
-            changes["extra"] = sql(r.choice(TEXTS))
+            changes["extra"] = literal(r.choice(TEXTS))
         return changes
 
     def _entry(self, name: str, op: str) -> dict:
