@@ -48,7 +48,7 @@ class Footprint:
 
     def mark(self) -> None:
         self.before, self.marked = tables_of(self.sink, self.target.database), True
-        self.view_before = self.view is not None and self._exists(self.view)
+        self.view_before = self.view is not None and self.sink.table_exists(self.view)
 
     def undo(self) -> list[str]:
         """Take back the pipeline's offset and what was created since mark(); returns the tables dropped.
@@ -60,7 +60,7 @@ class Footprint:
         StateStore(self.sink, database).forget(self.pipeline)
         created = (tables_of(self.sink, database) or set()) - before
         dropped = []
-        if self.view is not None and not self.view_before and self._exists(self.view):
+        if self.view is not None and not self.view_before and self.sink.table_exists(self.view):
             for sql in self.sink.placement.drop_view(self.view):
                 self.sink.command(sql, what=f"drop the view {self.view}")
             dropped.append(self.view.table)
@@ -78,9 +78,6 @@ class Footprint:
             dropped.append(database)
         self.marked = False
         return dropped
-
-    def _exists(self, table: TargetName) -> bool:
-        return table.table in (tables_of(self.sink, table.database) or set())
 
     def _used_by_others(self, table: str) -> bool:
         rows = self.sink.query_rows(
