@@ -123,7 +123,7 @@ class Runner:
                     if pool is None:
                         self._turn(slot)  # on this thread: a single pipeline's failure is raised here
                     else:
-                        pool.submit(self._turn, slot)
+                        pool.submit(self._guarded, slot)
                 if self.once and schedule.running() == 0 and schedule.next_due() == NEVER:
                     break
                 if self.discover is not None and time.monotonic() >= self._discover_at:
@@ -147,6 +147,19 @@ class Runner:
         if self.discover is not None:
             waits.append(self._discover_at - time.monotonic())
         return max(min(waits), 0.05)
+
+    def _guarded(self, slot: Slot) -> None:
+        """A turn on the pool: whatever escapes it would vanish in its future, so it ends the service (to be
+        restarted whole) instead of leaving a pipeline that never runs again."""
+        try:
+            self._turn(slot)
+        except BaseException as exc:
+            log.exception("turn_failed", pipeline=slot.cfg.pipeline)
+            if self.fatal is None:
+                self.fatal = exc
+            self.stop.set()
+            with self.schedule.cond:
+                self.schedule.cond.notify_all()
 
     def _turn(self, slot: Slot) -> None:
         """One attempt of one pipeline, then its next turn scheduled: at once while it has more to do, after
