@@ -268,12 +268,15 @@ def run_cdc2ch(path: str, start: int, dsn: str, table: str, *extra: str) -> dict
     stop_ev = next(e for e in evs if e["event"] == "stopped")
     # Where the time goes: Spark reads (CDF + collect to Arrow; what the loop waited, as the next range is
     # read during a write), ClickHouse inserts, the rest (Delta log and schema lookups, offsets, lock).
-    read = sum(e["seconds"] for e in evs if e["event"] == "range_read")
+    # Spark starts at the first read (a poll with nothing new starts none): its start-up is the "jvm" phase.
+    phases = stop_ev.get("phases", {})
+    read = sum(e["seconds"] for e in evs if e["event"] == "range_read") - phases.get("jvm", 0.0)
     insert = sum(e["seconds"] for e in evs if e["event"] == "batch")
-    total = _ts(stop_ev) - _ts(start_ev)
+    total = _ts(stop_ev) - _ts(start_ev) - phases.get("jvm", 0.0)
     split = {"read": read, "insert": insert, "other": max(total - read - insert, 0.0)}
     return {
         "seconds": total,
+        "phases": phases,
         "wall": wall,
         "rss": peak,
         "rows": stop_ev["rows_written"],
@@ -517,6 +520,7 @@ def main(size: str) -> None:
                     say(f"{name} {label} time: CDF read {r['split']['read']:.2f} s, ClickHouse inserts "
                         f"{r['split']['insert']:.2f} s, log/schema/offsets {r['split']['other']:.2f} s")  # fmt: skip
                     say(f"{name} {label} CPU (whole process, start-up included): {_cpu_line(r['cpu'])}")
+                    results.setdefault("phases", {})[(name, label)] = {**r["phases"], "total": r["seconds"]}
                 say(
                     f"{name} reference loop (delta-rs): {rate['reference']:,.0f} rows/s ({ref['seconds']:.2f} s)"
                 )
@@ -552,7 +556,43 @@ def main(size: str) -> None:
             f"{w4['missing'] or 'none'}; all initial loads done {w4['startup']:.1f} s after start; "
             f"peak RSS {w4['rss'] / 2**20:,.0f} MiB")  # fmt: skip
     say(f"Spark start-up (this process, for reference): {spark_start:.1f} s")
+    for line in phase_table(results.get("phases", {})):
+        say(line)
     write_results(size, lines, results)
+
+
+PHASES = (
+    ("jvm", "JVM start"),
+    ("log", "Delta log"),
+    ("plan", "plan"),
+    ("scan", "scan"),
+    ("transfer", "transfer"),
+    ("arrow", "to rows"),
+    ("rank", "rank"),
+    ("insert", "insert"),
+    ("offsets", "offsets"),
+)
+
+
+def phase_table(found: dict) -> list[str]:
+    """Where each cdc2ch run's time went, in seconds (from its `stopped` event): the JVM's start (not in
+    `total`), reading the Delta log, planning the read, Spark's scan (its jobs; rows stream to Python
+    meanwhile), the rest of the transfer after the last job, building the target's rows, leaving out the
+    outranked ones, ClickHouse inserts (for the ClickHouse reader: its whole INSERT ... SELECT) and offsets.
+    A range is read while the one before is inserted, so the phases may add up to more than `total`."""
+    if not found:
+        return []
+    head = ["workload", "reader", *(label for _, label in PHASES), "total"]
+    out = [
+        "Phases (seconds; reads overlap inserts):",
+        "| " + " | ".join(head) + " |",
+        "|" + " --- |" * len(head),
+    ]
+    for (workload, reader), seconds in found.items():
+        cells = [f"{seconds.get(k, 0.0):.2f}" for k, _ in PHASES] + [f"{seconds['total']:.2f}"]
+        short = "clickhouse" if "clickhouse" in reader else "spark"
+        out.append("| " + " | ".join([workload, short, *cells]) + " |")
+    return out
 
 
 HISTORY = "## History of full runs"
@@ -584,6 +624,7 @@ def write_results(size: str, lines: list[str], results: dict) -> None:
     if "W1x" in results:
         summary.append(f"Peak RSS of the cdc2ch process tree on W1 at 10x: "
                        f"{results['W1x']['rss'] / 2**20:,.0f} MiB (target <= 1536 MiB).")  # fmt: skip
+    summary += ["", *phase_table(results.get("phases", {})), ""]
     summary += ["", "```", *lines, "```", ""]
     out = HERE / f"results{'' if size == 'full' else '-quick'}.md"
     md = [f"# Benchmark results ({size})", "", "Latest run:", "", *summary]

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
+from cdc2ch.base import phases
 from cdc2ch.clickhouse.layout import LAYOUT_TABLE, Layout
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model import schema
@@ -197,6 +198,10 @@ class StateStore:
             )
 
     def save(self, state: PipelineState) -> None:
+        with phases.timed("offsets"):
+            self._save(state)
+
+    def _save(self, state: PipelineState) -> None:
         row = pa.Table.from_pylist(
             [
                 {

@@ -12,7 +12,9 @@ import dataclasses
 import threading
 from collections.abc import Callable
 
+from cdc2ch.base import phases
 from cdc2ch.base.log import get_logger
+from cdc2ch.base.phases import Phases
 from cdc2ch.model import schema
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.offset import PipelineState
@@ -64,6 +66,7 @@ class Replicator:
         # Asked between two ranges of a long catch-up: end this step there and let other pipelines run
         # (the runner asks its schedule); `gave_way` says the last step ended so, with work left.
         self.turn_over: Callable[[], bool] = lambda: False
+        self.phases = Phases()  # where its time went (its `stopped` event says)
         self.gave_way = False
         self.resync = Resync(
             cfg, self.source, self.ports.tables, self.ports.store, self.ports.load_snapshot, self.log
@@ -123,6 +126,7 @@ class Replicator:
         self.ports.store.save(state)
         self.log.info("claimed", committed=state.committed_version)
 
+    @phases.recorded
     def start(self) -> PipelineState:
         """Check the inputs, claim a pipeline that has an offset, and finish any interrupted resync."""
         inputs = self.check_inputs()
@@ -224,6 +228,7 @@ class Replicator:
             self.log.info("warmed_up", seconds=round(seconds, 3))
 
     # -- life cycle -------------------------------------------------------------------------------
+    @phases.recorded
     def step(self) -> bool:
         """One poll: replicate whatever is new (a new pipeline's snapshot first, when it begins with one).
         True when versions were committed. A new pipeline's attempt that fails before committing anything
@@ -256,7 +261,10 @@ class Replicator:
         self.ports.lock.release()
         if self.state is not None:
             self.log.info(
-                "stopped", committed=self.state.committed_version, rows_written=self.state.rows_written
+                "stopped",
+                committed=self.state.committed_version,
+                rows_written=self.state.rows_written,
+                phases=self.phases.seconds(),
             )
 
     def run(self) -> PipelineState:

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 import pyarrow as pa
 
+from cdc2ch.base import phases
 from cdc2ch.base.errors import (
     CHANGE_FEED,
     Cdc2chError,
@@ -32,6 +33,7 @@ from cdc2ch.source.log import (
 )
 from cdc2ch.source.logstate import LocalLogFiles, LogStates, TableState, cdf_schema, live_paths
 from cdc2ch.source.sessionconf import session_conf
+from cdc2ch.source.threads import to_arrow
 from cdc2ch.source.variants import variants_as_json
 
 __all__ = ["Commit", "DeltaSource", "normalize_uri", "session_conf"]
@@ -299,7 +301,7 @@ class DeltaSource:
     def collect(self, df, what: str, start: int, end: int | None = None) -> pa.Table:
         """Run a read and bring it to the driver as Arrow, turning Delta's errors into clear ones."""
         try:
-            return df.toArrow()
+            return to_arrow(df)
         except Exception as exc:  # py4j / pyspark errors carry the Java message
             raise self.translate(exc, what, start, end) from exc
 
@@ -408,7 +410,8 @@ class SparkChanges:
     def frame(self):
         """The Spark read, planned on first use (starting Spark if need be)."""
         if self._frame is None:
-            self._frame = self.source._plan_changes(self.start, self.end)
+            with phases.timed("plan"):  # (a JVM started for it counts as its own phase)
+                self._frame = self.source._plan_changes(self.start, self.end)
         return self._frame
 
     @property
@@ -431,7 +434,8 @@ class SparkChanges:
 
     def arrow_rows(self, immutable_keys: bool) -> pa.Table:
         rows = self.source.collect(self.feed(immutable_keys), CHANGE_FEED, self.start, self.end)
-        return contract.arrow_rows(rows)
+        with phases.timed("arrow"):
+            return contract.arrow_rows(rows)
 
     def read_error(self, exc: Exception) -> Exception:
         return self.source.translate(exc, CHANGE_FEED, self.start, self.end)

@@ -6,6 +6,7 @@ import os
 import threading
 from collections.abc import Callable
 
+from cdc2ch.base import phases
 from cdc2ch.base.errors import SourceError
 from cdc2ch.model.config import SparkSettings
 
@@ -35,7 +36,8 @@ class LazySpark:
         if self._session is None:
             with self._lock:
                 if self._session is None:
-                    self._session = self._start(self.settings, what)
+                    with phases.timed("jvm"):
+                        self._session = self._start(self.settings, what)
                     if self._on_start is not None:
                         self._on_start(self._session)
         group = getattr(self._local, "group", None)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from urllib.parse import unquote, urlsplit
 
+from cdc2ch.base import phases
 from cdc2ch.base.errors import SourceError
 
 # Bytes per row assumed for change files when a commit carries no statistics to learn it from. Small on
@@ -320,7 +321,7 @@ class DeltaLog:
     """The `_delta_log` directory of one table, read through `files` (HadoopLogFiles or ArrowLogFiles)."""
 
     def __init__(self, files):
-        self._files = files
+        self._files = phases.Timed(files)  # the log's reads are the "log" phase of a poll
         self._dir = files.dir
         self._known = -1  # a version known to exist: the search for the latest starts there
 

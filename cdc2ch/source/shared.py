@@ -14,13 +14,14 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-from cdc2ch.base import retry
+from cdc2ch.base import phases, retry
 from cdc2ch.base.errors import CHANGE_FEED, SourceError, error_text, range_out_of_memory, summarise
 from cdc2ch.model import contract
 from cdc2ch.model.tableref import parse_table
 from cdc2ch.source import sharefiles
 from cdc2ch.source.log import Commit, estimate_rows
 from cdc2ch.source.sharing import SharingClient, SharingRefused, load_profile
+from cdc2ch.source.threads import to_arrow
 
 READ_ATTEMPTS = 3  # reads of one range when its file URLs expire meanwhile
 CACHE_SECONDS = 60.0  # a /changes answer is reused for the ranges read right after it
@@ -300,7 +301,9 @@ class SharedChanges:
             try:
                 # Spark only reads the feed; the metadata columns are computed in Arrow, as for Delta tables.
                 feed = contract.spark_changes(self._cdf(fresh=attempt > 1), immutable_keys)
-                return contract.arrow_rows(feed.toArrow())
+                rows = to_arrow(feed)
+                with phases.timed("arrow"):
+                    return contract.arrow_rows(rows)
             except Exception as exc:
                 if sharefiles.EXPIRED not in error_text(exc) or attempt == READ_ATTEMPTS:
                     raise self.read_error(exc) from exc

@@ -3,26 +3,32 @@ range ahead), and each pipeline's jobs in a group and a scheduler pool of their 
 
 from __future__ import annotations
 
+import contextvars
+import itertools
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from cdc2ch.base import phases
 
 
 def on_other_threads(fn):
     """`fn`, to be run on another thread (readahead.py) with this thread's Spark local properties: the
     caller's job group and description, scheduler pool and job tags, and what managed platforms keep there.
     In PySpark's pinned-thread mode each Python thread has its own JVM thread, which starts with none (what
-    pyspark.inheritable_thread_target does). No active SparkContext: `fn` itself."""
+    pyspark.inheritable_thread_target does). No active SparkContext: `fn` with the caller's context only."""
     from py4j.clientserver import ClientServer
     from pyspark import SparkContext
 
+    context = contextvars.copy_context()  # what the caller records its phases in (base/phases.py)
     sc = SparkContext._active_spark_context
     if sc is None or not isinstance(SparkContext._gateway, ClientServer):
-        return fn
+        return lambda *args, **kwargs: context.run(fn, *args, **kwargs)
     properties = sc._jsc.sc().getLocalProperties().clone()
 
     def run(*args, **kwargs):
         sc._jsc.sc().setLocalProperties(properties)
-        return fn(*args, **kwargs)
+        return context.run(fn, *args, **kwargs)
 
     return run
 
@@ -66,3 +72,41 @@ def cancel_jobs(spark, name: str) -> None:
     session = running(spark)
     if session is not None:
         session.sparkContext.cancelJobGroup(_group(name))
+
+
+_tags = itertools.count()
+
+
+def to_arrow(df):
+    """df.toArrow(), its time split into phases: until its first Spark job was submitted (planning), while
+    its jobs ran (the scan; results stream to this process meanwhile) and after the last one ended (the
+    rest of the transfer). Only timed while a pipeline records its phases."""
+    if not phases.recording_now():
+        return df.toArrow()
+    sc = df.sparkSession.sparkContext
+    tag = f"cdc2ch-read-{next(_tags)}"
+    t0 = time.time()
+    sc.addJobTag(tag)
+    try:
+        table = df.toArrow()
+    finally:
+        sc.removeJobTag(tag)
+    t1 = time.time()
+    first = last = None
+    try:  # from Spark's status store (kept with the UI off too); a job not yet seen ended just now
+        store = sc._jsc.sc().statusStore()
+        for job_id in sc._jsc.sc().statusTracker().getJobIdsForTag(tag):
+            job = store.job(job_id)
+            began = job.submissionTime().get().getTime() / 1000 if job.submissionTime().isDefined() else t0
+            ended = job.completionTime().get().getTime() / 1000 if job.completionTime().isDefined() else t1
+            first, last = min(first or began, began), max(last or ended, ended)
+    except Exception:  # only timing lost
+        first = last = None
+    if first is None:
+        phases.add("scan", t1 - t0)
+        return table
+    first, last = min(max(first, t0), t1), min(max(last, t0), t1)
+    phases.add("plan", first - t0)
+    phases.add("scan", last - first)
+    phases.add("transfer", t1 - last)
+    return table

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
+from cdc2ch.base import phases
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model import contract
 from cdc2ch.model.config import RunConfig
@@ -43,7 +44,8 @@ def insert_rows(
     """Insert `rows` (target layout) in batches of cfg.batch_size, without the outranked ones. Returns (rows
     written, batches written, complete): complete is False when `stop` was set before the last batch."""
     contract.check_keys(rows, cfg.identity.primary_key, where)
-    ready = changes.prepare(rows, cfg.identity.columns, across_commits=not cfg.immutable_keys)
+    with phases.timed("rank"):
+        ready = changes.prepare(rows, cfg.identity.columns, across_commits=not cfg.immutable_keys)
     for dup in ready.duplicates:
         log.warning("duplicate_keys", where=where, **context, **dup, hint=DUPLICATES_HINT)
     if ready.across is not None:
@@ -57,7 +59,9 @@ def insert_rows(
         t0 = time.monotonic()
         written += sink.insert_arrow(table_sql, batch, token(i, batch))
         batches += 1
-        on_batch(i, batch, time.monotonic() - t0)
+        seconds = time.monotonic() - t0
+        phases.add("insert", seconds)
+        on_batch(i, batch, seconds)
     return written, batches, True
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from urllib.parse import unquote, urlsplit
 
+from cdc2ch.base import phases
 from cdc2ch.base.errors import SinkError, SourceError
 from cdc2ch.clickhouse import codes
 from cdc2ch.model import contract, schema
@@ -125,6 +126,7 @@ class PushdownWriter:
             self.to.sink.row_count(self.to.table_sql) - before, 0
         )
         seconds = time.monotonic() - t0
+        phases.add("insert", seconds)  # ClickHouse's scan of the lake and its insert, in one statement
         nbytes = summary.written_bytes() if hasattr(summary, "written_bytes") else 0
         self.to.metrics.batch(rows, int(nbytes or 0), seconds)
         self.to.log.info(
