@@ -157,3 +157,32 @@ def test_a_renamed_sorting_key_column_is_refused_and_nothing_moves(spark, sink, 
     assert _columns(sink, target) == ["id", "region", "a"] and _uuid(sink, target) == uuid
     rows = clickhouse_rows(sink, target, ["id", "region", "a"])
     assert sorted(rows) == [(1, "eu", "a1"), (2, "us", "a2")]  # the rows of version 1, nothing after
+
+
+def test_a_column_renamed_for_the_target_keeps_its_name_once_the_option_follows(
+    spark, sink, cli, database, tmp_path
+):
+    path = str(tmp_path / "optioned")
+    _sql(
+        spark,
+        f"CREATE TABLE delta.`{path}` (id INT, email STRING, x INT) USING delta "
+        f"TBLPROPERTIES (delta.enableChangeDataFeed = true, delta.columnMapping.mode = 'name')",
+        f"INSERT INTO delta.`{path}` VALUES (1, 'e1', 1), (2, 'e2', 2)",
+    )
+    target = TargetName(database, "optioned")
+    cli.replicate("run", path, target, "--once", *FOLLOW, "--rename-columns", "email=contact")
+    uuid = _uuid(sink, target)
+    _sql(
+        spark,
+        f"ALTER TABLE delta.`{path}` RENAME COLUMN email TO mail",
+        f"UPDATE delta.`{path}` SET mail = 'new' WHERE id = 2",
+    )
+    err = cli.replicate("run", path, target, "--once", *FOLLOW, "--rename-columns", "email=contact", expect=2)
+    assert "--rename-columns names column(s) 'email'" in " ".join(err.stderr.split())
+    assert committed_version(sink, database, str(target)) == 1
+    cli.replicate("run", path, target, "--once", *FOLLOW, "--rename-columns", "mail=contact")
+    assert _columns(sink, target) == ["id", "contact", "x"] and _uuid(sink, target) == uuid
+    assert committed_version(sink, database, str(target)) == latest_version(spark, path)
+    renamed = {"mail": "contact"}
+    assert_replicated(spark, sink, path, target, rename=renamed)
+    assert_replicated(spark, sink, path, TargetName(database, "optioned_current"), view=True, rename=renamed)

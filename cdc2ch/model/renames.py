@@ -62,9 +62,15 @@ def column_moves(before: dict | None, after: dict | None) -> Moves | None:
 def in_target(moves: Moves, design: TableDesign) -> TargetMoves:
     """`moves` as the target sees them (--exclude-columns and --rename-columns name Delta's columns)."""
     renamed, dropped, breaking = [], [], []
+    named = {c for c, _ in (*design.rename, *design.types, *design.codecs)}
     for old, new in moves.renamed:
         was, now = old not in design.exclude, new not in design.exclude
-        if was and now and design.target_name(old) != design.target_name(new):
+        if old in named:  # the options follow a column by its Delta name: the user says where it goes now
+            breaking.append(
+                f"column {old!r} was renamed to {new!r}, and --rename-columns, --column-types or "
+                f"--column-codecs name it by its old name: name it {new!r} there and run again"
+            )
+        elif was and now and design.target_name(old) != design.target_name(new):
             renamed.append((design.target_name(old), design.target_name(new)))
         elif was and not now:
             dropped.append(design.target_name(old))
