@@ -156,7 +156,7 @@ def test_a_renamed_sorting_key_column_is_refused_and_nothing_moves(spark, sink, 
     assert committed_version(sink, database, str(target)) == 1
     assert _columns(sink, target) == ["id", "region", "a"] and _uuid(sink, target) == uuid
     rows = clickhouse_rows(sink, target, ["id", "region", "a"])
-    assert sorted(rows) == [(1, "eu", "a1"), (2, "us", "a2")]  # the rows of version 1, nothing after
+    assert sorted(rows) == [(1, b"eu", b"a1"), (2, b"us", b"a2")]  # the rows of version 1, nothing after
 
 
 def test_a_column_renamed_for_the_target_keeps_its_name_once_the_option_follows(
