@@ -1,35 +1,27 @@
 """`--on-schema-change follow`: a Spark-written column-mapping table's RENAME COLUMN and DROP COLUMN followed in
 the target table in place (no rebuild) at their version, the current-state view with them; a kill -9 at the
-schema step and a rerun; a key column renamed refused in a paragraph with nothing moved."""
+schema step and a rerun; a key column renamed refused in a paragraph with nothing moved; a column the design
+renames keeps its target name once --rename-columns names its new Delta name."""
 
 from __future__ import annotations
 
 import signal
 
-import pytest
-
 from cdc2ch.model.config import TargetName
 from tests.helpers import Proc, assert_replicated, clickhouse_rows, committed_version, latest_version
 from tests.test_faults import _env, server  # noqa: F401 (a fixture)
+from tests.test_schema_changes import _sql
 
 FOLLOW = ("--on-schema-change", "follow")
 
 
-def _sql(spark, *statements: str) -> None:
-    for s in statements:
-        spark.sql(s)
-
-
-@pytest.fixture
-def mapped(spark, tmp_path):
-    """A column-mapping table in `id` mode (the other tests use `name`) with rows at version 1."""
-    path = str(tmp_path / "follow")
+def _mapped(spark, path: str, columns: str, rows: str, mode: str = "name") -> str:
+    """A column-mapping table with the change feed on, and `rows` at version 1."""
     _sql(
         spark,
-        f"CREATE TABLE delta.`{path}` (id INT, region STRING, a STRING, b STRING, c INT) USING delta "
-        f"TBLPROPERTIES (delta.enableChangeDataFeed = true, delta.columnMapping.mode = 'id')",
-        f"INSERT INTO delta.`{path}` VALUES (1, 'eu', 'a1', 'b1', 1), (2, 'us', 'a2', 'b2', 2), "
-        f"(3, 'eu', 'a3', 'b3', 3)",
+        f"CREATE TABLE delta.`{path}` ({columns}) USING delta TBLPROPERTIES "
+        f"(delta.enableChangeDataFeed = true, delta.columnMapping.mode = '{mode}')",
+        f"INSERT INTO delta.`{path}` VALUES {rows}",
     )
     return path
 
@@ -54,8 +46,11 @@ def _equal(spark, sink, path: str, target: TargetName) -> None:
     assert_replicated(spark, sink, path, TargetName(target.database, target.table + "_current"), view=True)
 
 
-def test_renames_and_drops_are_followed_in_place_at_their_version(spark, sink, cli, database, mapped):
-    path, target = mapped, TargetName(database, "followed")
+def test_renames_and_drops_are_followed_in_place_at_their_version(spark, sink, cli, database, tmp_path):
+    columns = "id INT, region STRING, a STRING, b STRING, c INT"
+    rows = "(1, 'eu', 'a1', 'b1', 1), (2, 'us', 'a2', 'b2', 2), (3, 'eu', 'a3', 'b3', 3)"
+    path = _mapped(spark, str(tmp_path / "follow"), columns, rows, mode="id")  # the other tests: `name`
+    target = TargetName(database, "followed")
     cli.replicate("run", path, target, "--once", *FOLLOW)
     uuid = _uuid(sink, target)
     _sql(
@@ -91,12 +86,11 @@ def test_renames_and_drops_are_followed_in_place_at_their_version(spark, sink, c
 
 
 def test_a_kill_at_the_rename_then_a_rerun(spark, http_sink, cli, server, fault_proxy, database, tmp_path):  # noqa: F811
-    path = str(tmp_path / "killed_rename")
-    _sql(
+    path = _mapped(
         spark,
-        f"CREATE TABLE delta.`{path}` (id INT, a STRING, b STRING) USING delta "
-        f"TBLPROPERTIES (delta.enableChangeDataFeed = true, delta.columnMapping.mode = 'name')",
-        f"INSERT INTO delta.`{path}` VALUES (1, 'a1', 'b1'), (2, 'a2', 'b2')",
+        str(tmp_path / "killed_rename"),
+        "id INT, a STRING, b STRING",
+        "(1, 'a1', 'b1'), (2, 'a2', 'b2')",
     )
     target = TargetName(database, "killed_rename")
     args = ["run", "--table", path, "--primary-key", "id", "--target", str(target), "--once", *FOLLOW,
@@ -130,12 +124,8 @@ def test_a_kill_at_the_rename_then_a_rerun(spark, http_sink, cli, server, fault_
 
 
 def test_a_renamed_sorting_key_column_is_refused_and_nothing_moves(spark, sink, cli, database, tmp_path):
-    path = str(tmp_path / "keyed")
-    _sql(
-        spark,
-        f"CREATE TABLE delta.`{path}` (id INT, region STRING, a STRING) USING delta "
-        f"TBLPROPERTIES (delta.enableChangeDataFeed = true, delta.columnMapping.mode = 'name')",
-        f"INSERT INTO delta.`{path}` VALUES (1, 'eu', 'a1'), (2, 'us', 'a2')",
+    path = _mapped(
+        spark, str(tmp_path / "keyed"), "id INT, region STRING, a STRING", "(1, 'eu', 'a1'), (2, 'us', 'a2')"
     )
     target = TargetName(database, "keyed")
     design = ("--order-by", "region,id", *FOLLOW)
@@ -162,12 +152,8 @@ def test_a_renamed_sorting_key_column_is_refused_and_nothing_moves(spark, sink, 
 def test_a_column_renamed_for_the_target_keeps_its_name_once_the_option_follows(
     spark, sink, cli, database, tmp_path
 ):
-    path = str(tmp_path / "optioned")
-    _sql(
-        spark,
-        f"CREATE TABLE delta.`{path}` (id INT, email STRING, x INT) USING delta "
-        f"TBLPROPERTIES (delta.enableChangeDataFeed = true, delta.columnMapping.mode = 'name')",
-        f"INSERT INTO delta.`{path}` VALUES (1, 'e1', 1), (2, 'e2', 2)",
+    path = _mapped(
+        spark, str(tmp_path / "optioned"), "id INT, email STRING, x INT", "(1, 'e1', 1), (2, 'e2', 2)"
     )
     target = TargetName(database, "optioned")
     cli.replicate("run", path, target, "--once", *FOLLOW, "--rename-columns", "email=contact")
