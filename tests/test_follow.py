@@ -6,13 +6,28 @@ renames keeps its target name once --rename-columns names its new Delta name."""
 from __future__ import annotations
 
 import signal
+import threading
 
+import pytest
+
+from cdc2ch.base.errors import SchemaChangeError
 from cdc2ch.model.config import TargetName
-from tests.helpers import Proc, assert_replicated, clickhouse_rows, committed_version, latest_version
+from cdc2ch.model.design import TableDesign
+from cdc2ch.replication.pipeline import Replicator
+from cdc2ch.source.delta import DeltaSource
+from tests.helpers import (
+    Proc,
+    assert_replicated,
+    clickhouse_rows,
+    committed_version,
+    job_config,
+    latest_version,
+)
 from tests.test_faults import _env, server  # noqa: F401 (a fixture)
 from tests.test_schema_changes import _sql
 
 FOLLOW = ("--on-schema-change", "follow")
+READERS = ("spark", "clickhouse")
 
 
 def _mapped(spark, path: str, columns: str, rows: str, mode: str = "name") -> str:
@@ -47,12 +62,15 @@ def _equal(spark, sink, path: str, target: TargetName) -> None:
 
 
 def test_renames_and_drops_are_followed_in_place_at_their_version(spark, sink, cli, database, tmp_path):
+    """With each reader: Spark's change feed, and ClickHouse's own Delta reader (`--reader clickhouse`)."""
     columns = "id INT, region STRING, a STRING, b STRING, c INT"
     rows = "(1, 'eu', 'a1', 'b1', 1), (2, 'us', 'a2', 'b2', 2), (3, 'eu', 'a3', 'b3', 3)"
     path = _mapped(spark, str(tmp_path / "follow"), columns, rows, mode="id")  # the other tests: `name`
-    target = TargetName(database, "followed")
-    cli.replicate("run", path, target, "--once", *FOLLOW)
-    uuid = _uuid(sink, target)
+    targets = {r: (TargetName(database, f"followed_{r}"), ("--reader", r, *FOLLOW)) for r in READERS}
+    uuids = {}
+    for reader, (target, args) in targets.items():
+        cli.replicate("run", path, target, "--once", *args)
+        uuids[reader] = _uuid(sink, target)
     _sql(
         spark,
         f"UPDATE delta.`{path}` SET a = 'old name' WHERE id = 1",  # v2: written as `a`
@@ -64,24 +82,28 @@ def test_renames_and_drops_are_followed_in_place_at_their_version(spark, sink, c
         f"INSERT INTO delta.`{path}` VALUES (5, 'eu', 'a5', 6, 'b5')",
         f"DELETE FROM delta.`{path}` WHERE id = 3",
     )
-    result = cli.replicate("run", path, target, "--once", *FOLLOW)
-    events = cli.events(result)
-    assert not [e for e in events if e["event"].startswith("resync")]
-    assert _uuid(sink, target) == uuid  # the same table, altered
-    # Each ALTER lands between the commit of the version before and the rows of its own version.
-    order = [(e["event"], e.get("version")) for e in events if e["event"] in ("committed", "column_renamed",
-                                                                              "column_dropped")]  # fmt: skip
-    assert order == [("committed", 2), ("column_renamed", None), ("committed", 4), ("column_dropped", None),
-                     ("committed", 6), ("committed", 9)]  # fmt: skip
-    assert _columns(sink, target) == ["id", "region", "a new", "c", "b"]
-    _equal(spark, sink, path, target)
+    for reader, (target, args) in targets.items():
+        events = cli.events(cli.replicate("run", path, target, "--once", *args))
+        assert not [e for e in events if e["event"].startswith("resync")], reader
+        assert _uuid(sink, target) == uuids[reader]  # the same table, altered
+        # Each ALTER lands between the commit of the version before and the rows of its own version.
+        order = [(e["event"], e.get("version")) for e in events if e["event"] in ("committed", "column_renamed",
+                                                                                  "column_dropped")]  # fmt: skip
+        assert order == [("committed", 2), ("column_renamed", None), ("committed", 4), ("column_dropped", None),
+                         ("committed", 6), ("committed", 9)], reader  # fmt: skip
+        assert _columns(sink, target) == ["id", "region", "a new", "c", "b"]
+        _equal(spark, sink, path, target)
 
     # Under fail (the default) the same kind of change still stops.
+    target, args = targets["spark"]
     _sql(spark, f"ALTER TABLE delta.`{path}` RENAME COLUMN c TO d")
     err = " ".join(cli.replicate("run", path, target, "--once", expect=1).stderr.split())
     assert "column 'c' is no longer in the Delta table" in err and "--on-schema-change resync" in err
-    cli.replicate("run", path, target, "--once", *FOLLOW)
-    assert _columns(sink, target) == ["id", "region", "a new", "d", "b"] and _uuid(sink, target) == uuid
+    cli.replicate("run", path, target, "--once", *args)
+    assert (
+        _columns(sink, target) == ["id", "region", "a new", "d", "b"]
+        and _uuid(sink, target) == uuids["spark"]
+    )
     _equal(spark, sink, path, target)
 
 
@@ -124,6 +146,8 @@ def test_a_kill_at_the_rename_then_a_rerun(spark, http_sink, cli, server, fault_
 
 
 def test_a_renamed_sorting_key_column_is_refused_and_nothing_moves(spark, sink, cli, database, tmp_path):
+    """Refused by a service running when the rename arrives (at its version), and by a run started after it
+    (at start), in the same paragraph."""
     path = _mapped(
         spark, str(tmp_path / "keyed"), "id INT, region STRING, a STRING", "(1, 'eu', 'a1'), (2, 'us', 'a2')"
     )
@@ -131,18 +155,32 @@ def test_a_renamed_sorting_key_column_is_refused_and_nothing_moves(spark, sink, 
     design = ("--order-by", "region,id", *FOLLOW)
     cli.replicate("run", path, target, "--once", *design)
     uuid = _uuid(sink, target)
+    cfg = job_config(
+        path, target, cli.dsn, on_schema_change="follow", design=TableDesign(("id",), ("region", "id"))
+    )
+    running = Replicator(cfg, DeltaSource(spark, path), sink, threading.Event())
+    running.start()
     _sql(
         spark,
-        f"ALTER TABLE delta.`{path}` RENAME COLUMN region TO area",
+        f"ALTER TABLE delta.`{path}` RENAME COLUMN region TO area",  # v2
         f"INSERT INTO delta.`{path}` VALUES (3, 'eu', 'a3')",
     )
+    try:
+        with pytest.raises(SchemaChangeError) as refused:
+            running.step()
+    finally:
+        running.close()
     result = cli.replicate("run", path, target, "--once", *design, expect=1)
-    err = " ".join(result.stderr.split())
-    assert "Delta column 'region'" in err and "was renamed to 'area'" in err, err
-    assert "is a sorting-key column of ClickHouse table" in err
-    assert "cannot rename or drop a column of a table's sorting or partition key in place" in err
-    assert "replication stopped with version 1 committed and the table unchanged" in err
-    assert "new --target with the key options naming 'area'" in err
+    for err, where in (
+        (str(refused.value), "at version 2 (RENAME COLUMN region TO area)"),
+        (result.stderr, ""),
+    ):
+        err = " ".join(err.split())
+        assert f"{where}" in err and "Delta column 'region'" in err and "was renamed to 'area'" in err, err
+        assert "is a sorting-key column of ClickHouse table" in err
+        assert "cannot rename or drop a column of a table's sorting or partition key in place" in err
+        assert "replication stopped with version 1 committed and the table unchanged" in err
+        assert "new --target with the key options naming 'area'" in err
     assert committed_version(sink, database, str(target)) == 1
     assert _columns(sink, target) == ["id", "region", "a"] and _uuid(sink, target) == uuid
     rows = clickhouse_rows(sink, target, ["id", "region", "a"])
