@@ -86,11 +86,11 @@ def prepare_target(
     if existing is None:
         create_target(sink, target, types, design, comment)
         return schema.diff(types, types, design.identity)
-    change = schema.diff(existing, types, design.identity)
-    if moves is not None:  # judged as the table will be once renamed: all of it in place, or nothing
+    if moves is None:
+        change = schema.diff(existing, types, design.identity)
+    else:  # judged as the table will be once renamed: all of it in place, or nothing
         renamed, dropped, refused = renames.pending(list(schema.user_columns(existing)), moves)
-        after = renames.renamed_columns(existing, renamed, dropped)
-        change = schema.diff(after, types, design.identity)
+        change = schema.diff(renames.renamed_columns(existing, renamed, dropped), types, design.identity)
         change = dataclasses.replace(
             change, breaking=refused + change.breaking, renamed=tuple(renamed), dropped=tuple(dropped)
         )
