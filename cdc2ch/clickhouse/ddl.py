@@ -3,12 +3,14 @@ Delta schema changes."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from cdc2ch.base.errors import ConfigError, SinkError
 from cdc2ch.base.log import get_logger
 from cdc2ch.clickhouse import adopt
 from cdc2ch.clickhouse.footprint import drop_database_if_empty, tables_of
 from cdc2ch.clickhouse.transport import Sink
-from cdc2ch.model import schema
+from cdc2ch.model import renames, schema
 from cdc2ch.model.config import TargetName
 from cdc2ch.model.design import TableDesign
 from cdc2ch.model.view import current_select, view_name
@@ -38,7 +40,18 @@ def create_target(
 
 
 def evolve_target(sink: Sink, target: TargetName, change: schema.SchemaDiff, design: TableDesign) -> None:
-    """Apply additive and widening changes: new columns (NULL in older rows) and wider types."""
+    """Apply the changes: renames and drops (--on-schema-change follow), then new columns (NULL in older
+    rows) and wider types. Each statement is a no-op when repeated (IF EXISTS), so a rerun after a crash
+    midway, or on a cluster after the shards' tables went first, finishes the step."""
+    for old, new in change.renamed:
+        clause = f"RENAME COLUMN IF EXISTS {schema.quote(old)} TO {schema.quote(new)}"
+        for sql in sink.placement.alter_columns(target, clause):
+            sink.command(sql, what=f"rename column {old!r} to {new!r}")
+        log.info("column_renamed", target=str(target), column=old, to=new)
+    for name in change.dropped:
+        for sql in sink.placement.alter_columns(target, f"DROP COLUMN IF EXISTS {schema.quote(name)}"):
+            sink.command(sql, what=f"drop column {name!r}")
+        log.info("column_dropped", target=str(target), column=name)
     # New columns go after the last user column, before cdc2ch's own, in Delta's order.
     existing = list(sink.table_columns(target) or {})
     after = existing[max(existing.index("_commit_version") - 1, 0)] if "_commit_version" in existing else None
@@ -61,8 +74,10 @@ def prepare_target(
     types: dict[str, str],
     design: TableDesign,
     comment: str | None = None,
+    moves: renames.TargetMoves | None = None,
 ) -> schema.SchemaDiff:
-    """Create the target table, or evolve it to take rows of `types` (add columns, widen types).
+    """Create the target table, or evolve it to take rows of `types` (rename and drop the columns of `moves`,
+    add columns, widen types).
 
     Returns the difference between the table and `types` (none for a table just created); when it has
     breaking changes the table is left as it was and the caller decides what to tell the user.
@@ -71,7 +86,14 @@ def prepare_target(
     if existing is None:
         create_target(sink, target, types, design, comment)
         return schema.diff(types, types, design.identity)
-    change = schema.diff(existing, types, design.identity)
+    if moves is None:
+        change = schema.diff(existing, types, design.identity)
+    else:  # judged as the table will be once renamed: all of it in place, or nothing
+        renamed, dropped, refused = renames.pending(list(schema.user_columns(existing)), moves)
+        change = schema.diff(renames.renamed_columns(existing, renamed, dropped), types, design.identity)
+        change = dataclasses.replace(
+            change, breaking=refused + change.breaking, renamed=tuple(renamed), dropped=tuple(dropped)
+        )
     if not change.breaking:
         evolve_target(sink, target, change, design)
     return change
@@ -89,13 +111,15 @@ class TargetTables:
     def _named(self, suffix: str) -> TargetName:
         return TargetName(self.target.database, self.target.table + suffix)
 
-    def prepare(self, types: dict[str, str], comment: str | None = None) -> schema.SchemaDiff:
+    def prepare(
+        self, types: dict[str, str], comment: str | None = None, moves: renames.TargetMoves | None = None
+    ) -> schema.SchemaDiff:
         """prepare_target, and the current-state view replaced in the same step as the table's DDL (a
         table ClickHouse refuses, or a breaking change, leaves the view as it was)."""
         if not self._view_kept:
             self._check_view_name()
-        change = prepare_target(self.sink, self.target, types, self.design, comment)
-        if not change.breaking and (not self._view_kept or change.added or change.modified):
+        change = prepare_target(self.sink, self.target, types, self.design, comment, moves)
+        if not change.breaking and (not self._view_kept or not change.empty):
             self.keep_view()
         return change
 

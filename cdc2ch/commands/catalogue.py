@@ -204,7 +204,8 @@ CATALOGUE: tuple[Option, ...] = (
            show_default=True,
            help="When Delta drops, renames or narrows a column (added columns and widened types are "
            "followed automatically): fail stops at that version; resync rebuilds the table from a snapshot "
-           "and goes on."),
+           "and goes on; follow renames and drops the column in place at that version (tables with column "
+           "mapping) and stops like fail where that cannot be done."),
     Option("writer", RUN, PIPELINE, choices=WRITERS, default=_DEFAULT["writer"], show_default=True,
            help="driver: cdc2ch collects each version range and inserts it. executors: Spark tasks insert "
            "their own partitions straight into a ClickHouse server (task retries are deduplicated). auto: "

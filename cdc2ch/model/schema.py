@@ -348,10 +348,12 @@ class SchemaDiff:
     added: dict[str, str]  # column -> type, for ALTER TABLE ADD COLUMN
     modified: dict[str, tuple[str, str]]  # column -> (current type, wider type), for MODIFY COLUMN
     breaking: list[str]  # changes ClickHouse cannot follow in place, described for the user
+    renamed: tuple[tuple[str, str], ...] = ()  # (column, new name), for RENAME COLUMN (renames.py)
+    dropped: tuple[str, ...] = ()  # for DROP COLUMN (renames.py)
 
     @property
     def empty(self) -> bool:
-        return not (self.added or self.modified or self.breaking)
+        return not (self.added or self.modified or self.breaking or self.renamed or self.dropped)
 
 
 def user_columns(existing: dict[str, str]) -> dict[str, str]:

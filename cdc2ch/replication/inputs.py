@@ -9,7 +9,7 @@ from cdc2ch.clickhouse import versions
 from cdc2ch.model import schema
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.offset import PipelineState
-from cdc2ch.replication import plan
+from cdc2ch.replication import follow, plan
 from cdc2ch.replication.bootstrap import Bootstrap
 from cdc2ch.replication.initial import Choice
 from cdc2ch.replication.ports import ChangeSource, Ports
@@ -42,6 +42,8 @@ def check_inputs(cfg: RunConfig, source: ChangeSource, ports: Ports, bootstrap: 
     start = plan.start_version(
         cfg.pipeline, uri, str(cfg.target), stored, requested, latest, cfg.reset, source.location, table_id
     )  # fmt: skip
+    if stored is not None:  # before the key is looked for in the latest schema
+        follow.check_key_moves(cfg, source, stored.committed_version, latest)
     latest_schema = source.schema_at(latest)
     ports.tables.check(  # an existing target fits the design (a new pipeline's: the types too)
         schema.column_types(latest_schema, cfg.design), new=stored is None

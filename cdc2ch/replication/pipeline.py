@@ -18,7 +18,7 @@ from cdc2ch.base.phases import Phases
 from cdc2ch.model import schema
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.offset import PipelineState
-from cdc2ch.replication import plan
+from cdc2ch.replication import follow, plan
 from cdc2ch.replication.bootstrap import Bootstrap
 from cdc2ch.replication.budget import UNLIMITED, Leases, RowBudget
 from cdc2ch.replication.inputs import Inputs, check_inputs
@@ -192,7 +192,12 @@ class Replicator:
                     reads.read(*ranges[i + 1])
                 if not self.claimed:  # the DDL before the claim: a table ClickHouse refuses leaves no offset
                     self.ports.lock.check()  # (and one another runner holds gets no DDL either)
-                change = self.ports.tables.prepare(schema.column_types(changes.schema, cfg.design))
+                # renames and drops to follow, before the types: a renamed key is refused in a paragraph
+                moves = (
+                    follow.target_moves(cfg, self.source, by_version.get(s), state) if s in breaks else None
+                )
+                types = schema.column_types(changes.schema, cfg.design)
+                change = self.ports.tables.prepare(types, moves=moves)
                 if not self.claimed:
                     self._claim_new(state)
                 if change.breaking:  # resync (or refuse) once no read runs any more

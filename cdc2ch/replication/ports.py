@@ -26,6 +26,7 @@ import pyarrow as pa
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.design import TableDesign
 from cdc2ch.model.offset import PipelineState
+from cdc2ch.model.renames import TargetMoves
 from cdc2ch.model.schema import SchemaDiff
 from cdc2ch.source.log import Commit
 
@@ -125,6 +126,10 @@ class ChangeSource(Protocol):
     def schema_at(self, version: int) -> dict:
         """The table's Spark JSON schema as of `version`."""
 
+    def mapped_schema(self, version: int) -> dict | None:
+        """The schema as of `version` as the log records it, with each field's column mapping metadata (its
+        field id: renames.py), or None when the source cannot tell. Read-only."""
+
     def changes(self, start: int, end: int) -> Changes:
         """The changes of whole versions start..end (a version is never split). Reading the result twice
         yields the same rows, so a replayed range writes the same batches. Raises SourceError with advice
@@ -160,9 +165,12 @@ class RangeWriter(Protocol):
 class TargetTables(Protocol):
     table_sql: str  # the target table's quoted name
 
-    def prepare(self, types: dict[str, str], comment: str | None = None) -> SchemaDiff:
-        """Create the target table, or evolve it (add columns, widen types) to take rows of `types`.
-        Idempotent. Returns the difference; with breaking changes the table is left as it was."""
+    def prepare(
+        self, types: dict[str, str], comment: str | None = None, moves: TargetMoves | None = None
+    ) -> SchemaDiff:
+        """Create the target table, or evolve it (rename and drop the columns of `moves`, add columns, widen
+        types) to take rows of `types`. Idempotent: a rename or drop already done is not repeated. Returns the
+        difference; with breaking changes the table is left as it was."""
 
     def check(self, types: dict[str, str], new: bool) -> None:
         """Refuse an existing target table that cannot be kept equal to Delta under the pipeline's design

@@ -23,6 +23,8 @@ from cdc2ch.model.tableref import normalize_uri, parse_table
 from cdc2ch.source.cdfscan import StateSnapshots, check_table
 from cdc2ch.source.cdfscan import delta_log as _delta_log
 from cdc2ch.source.cdfscan import scanned_changes as _scanned_changes
+from cdc2ch.source.jvmmeta import jvm_properties, jvm_table_id, logged_schema
+from cdc2ch.source.jvmmeta import protocol as _protocol
 from cdc2ch.source.lazy import local_master, running, session_of
 from cdc2ch.source.log import (
     Commit,
@@ -165,6 +167,14 @@ class DeltaSource:
             return self._table_state(version).schema
         return self.snapshot(version).schema.jsonValue()
 
+    def mapped_schema(self, version: int) -> dict | None:
+        """The schema as of `version` with its column mapping metadata, from the log."""
+        return (
+            self._table_state(version).mapped_schema
+            if self.local
+            else logged_schema(self.spark, self.location, version)
+        )
+
     def latest_version(self) -> int:
         try:
             return self._log().latest_version()
@@ -219,14 +229,7 @@ class DeltaSource:
 
     def properties(self) -> dict[str, str]:
         """The table properties of the latest version."""
-        if self.local:
-            return self._table_state().properties
-        try:
-            conf = self._jvm_snapshot().metadata().configuration()
-            return dict(self.spark._jvm.scala.jdk.javaapi.CollectionConverters.asJava(conf))
-        except Exception:  # another Delta release with another internal signature: the documented way
-            detail = self._delta_table().detail().select("properties").collect()[0]
-            return dict(detail["properties"] or {})
+        return self._table_state().properties if self.local else jvm_properties(self)
 
     def protocol(self) -> dict:
         """The latest version's protocol: minReaderVersion, minWriterVersion, readerFeatures and
@@ -236,12 +239,7 @@ class DeltaSource:
     def table_id(self) -> str:
         """The Delta table's id (metaData.id): it stays for the table's life and a table created again, at
         the same place or elsewhere, gets a new one."""
-        if self.local:
-            return self._table_state().table_id
-        try:
-            return str(self._jvm_snapshot().metadata().id())
-        except Exception:
-            return str(self._delta_table().detail().select("id").collect()[0]["id"] or "")
+        return self._table_state().table_id if self.local else jvm_table_id(self)
 
     # -- data -------------------------------------------------------------------------------------
     def changes(self, start: int, end: int) -> "SparkChanges":
@@ -375,27 +373,6 @@ def _version_at(source: DeltaSource, ts: datetime) -> int:
             f"{source.latest().version}. Pass an earlier --from-timestamp or use --from-version."
         )
     return later[0]
-
-
-def _protocol(source: DeltaSource) -> dict:
-    try:
-        proto = source._jvm_snapshot().protocol()
-        as_java = source.spark._jvm.scala.jdk.javaapi.CollectionConverters.asJava
-        return {
-            "minReaderVersion": int(proto.minReaderVersion()),
-            "minWriterVersion": int(proto.minWriterVersion()),
-            "readerFeatures": sorted(as_java(proto.readerFeatureNames())),
-            "writerFeatures": sorted(as_java(proto.writerFeatureNames())),
-        }
-    except Exception:  # another Delta release with another internal signature: the documented way
-        detail = source._delta_table().detail().collect()[0]
-        features = sorted(detail["tableFeatures"] or [])
-        return {
-            "minReaderVersion": int(detail["minReaderVersion"]),
-            "minWriterVersion": int(detail["minWriterVersion"]),
-            "readerFeatures": features,  # DESCRIBE DETAIL does not tell reader from writer features
-            "writerFeatures": features,
-        }
 
 
 class SparkChanges:

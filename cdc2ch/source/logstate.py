@@ -40,7 +40,12 @@ class TableState:
     @property
     def schema(self) -> dict:
         """The Spark JSON schema, as a read of the table sees it."""
-        return _without_internal(json.loads(self.metadata["schemaString"]))
+        return _without_internal(self.mapped_schema)
+
+    @property
+    def mapped_schema(self) -> dict:
+        """The schema as the log records it, column mapping metadata (field ids) included."""
+        return json.loads(self.metadata["schemaString"])
 
     def features(self) -> dict:
         """The protocol as DeltaSource.protocol gives it."""

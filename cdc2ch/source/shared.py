@@ -209,6 +209,10 @@ class SharedSource:
             meta = _metadata_of(self._query(version))
         return _schema(meta)
 
+    def mapped_schema(self, version: int) -> dict | None:
+        """The shared schema as served: column mapping metadata included where the server keeps it."""
+        return self.schema_at(version)
+
     def _check(self, lines: list[dict]) -> None:
         check_served(self.uri, lines)
 

@@ -143,6 +143,9 @@ class FakeSource:
     def schema_at(self, version: int) -> dict:
         return spark_schema(self.table.versions[version]["schema"])
 
+    def mapped_schema(self, version: int) -> dict | None:
+        return None  # no column mapping: renames stay breaking
+
     def changes(self, start: int, end: int) -> FakeChanges:
         self.reads.append((start, end))
         rows = [r for v in range(start, end + 1) for r in self.table.versions[v]["changes"]]
@@ -202,7 +205,7 @@ class MemoryTables:
         self.db, self.name, self.identity = db, str(target), identity
         self.table_sql = self.name
 
-    def prepare(self, types: dict[str, str], comment: str | None = None) -> schema.SchemaDiff:
+    def prepare(self, types: dict[str, str], comment: str | None = None, moves=None) -> schema.SchemaDiff:
         existing = self.db.tables.get(self.name)
         if existing is None:
             self.db.tables[self.name] = {"columns": dict(types), "comment": comment or "", "rows": []}

@@ -330,7 +330,7 @@ def test_run_config_checks_choices_with_the_flag_names():
     for field, message in (
         ("reader", "--reader must be spark or clickhouse (got 'x')."),
         ("writer", "--writer must be auto, driver or executors (got 'x')."),
-        ("on_schema_change", "--on-schema-change must be fail or resync (got 'x')."),
+        ("on_schema_change", "--on-schema-change must be fail, resync or follow (got 'x')."),
     ):
         with pytest.raises(ConfigError) as err:
             replace(cfg, **{field: "x"})
