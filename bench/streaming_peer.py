@@ -4,7 +4,8 @@ micro-batch handed to ClickHouse as Arrow like the reference loop does (drop pre
 `insert_arrow` 80,000 rows at a time) into a ReplacingMergeTree of the same layout.
 
 `python bench/streaming_peer.py PATH START DSN TABLE`: runs in its own process, as cdc2ch does, and prints
-one JSON line {"seconds": <from the moment its Spark session is up: its target table and the query>, "rows": N, "startup": s}.
+one JSON line {"seconds": S, "rows": N, "startup": s}: S from the moment its Spark session is up (its target
+table and the query), as cdc2ch's seconds exclude its JVM's start.
 """
 
 from __future__ import annotations

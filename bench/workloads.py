@@ -10,7 +10,9 @@ Workloads (built with Spark in a temporary directory):
       round-robin), to show what each extra pipeline costs in latency and memory
 
 Contenders, each into its own ReplacingMergeTree table of the same layout on the embedded ClickHouse:
-  cdc2ch     `cdc2ch run --once` as its own process (Spark start-up reported separately)
+  cdc2ch     `cdc2ch run --once` as its own process (Spark start-up reported separately) over the backlog of
+             a pipeline that exists (loaded at the version before it by `cdc2ch snapshot`), as a service
+             meets a backlog; W1 also as a new pipeline, to show what creating one adds
   reference  the loop ClickHouse published for Delta CDF: delta-rs `load_cdf`, drop pre-images, add the
              metadata columns, `insert_arrow` in batches of 80,000 rows (no Spark)
   streaming  the job a Spark user would write by hand: Structured Streaming `readChangeFeed` with
@@ -255,9 +257,41 @@ def _ts(event: dict) -> float:
 
 
 # -- contenders -------------------------------------------------------------------------------------
-def run_cdc2ch(path: str, start: int, dsn: str, table: str, *extra: str) -> dict:
+def follow_from(path: str, start: int, dsn: str, table: str) -> float:
+    """Make the pipeline exist before its backlog, as a service meets one: load version start - 1 with
+    `cdc2ch snapshot` (ClickHouse reads it), so that `run` continues from `start`. Returns its seconds."""
     t0 = time.monotonic()
-    proc, rss = cdc2ch_run(path, table, dsn, "--from-version", str(start), "--once", *extra)
+    args = [
+        "snapshot",
+        "--table",
+        path,
+        "--primary-key",
+        "id",
+        "--target",
+        f"bench.{table}",
+        "--clickhouse",
+        dsn,
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "cdc2ch", *args, "--version", str(start - 1), "--reader", "clickhouse"],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"cdc2ch snapshot failed:\n{proc.stderr[-3000:]}")
+    return time.monotonic() - t0
+
+
+def run_cdc2ch(path: str, start: int, dsn: str, table: str, *extra: str, new: bool = False) -> dict:
+    """`cdc2ch run --once` over the backlog from `start`: by a pipeline that exists (follow_from), or with
+    `new` by a new one (--from-version), which also creates its table, checks the first range's keys before
+    writing and claims the pipeline."""
+    if not new:
+        follow_from(path, start, dsn, table)
+    t0 = time.monotonic()
+    proc, rss = cdc2ch_run(
+        path, table, dsn, *(("--from-version", str(start)) if new else ()), "--once", *extra
+    )
     _, err = proc.communicate()
     wall = time.monotonic() - t0
     peak = rss.stop()
@@ -528,6 +562,15 @@ def main(size: str) -> None:
                 say(f"{name} Spark streaming peer (readChangeFeed, AvailableNow, foreachBatch): "
                     f"{rate['streaming']:,.0f} rows/s ({stream['seconds']:.2f} s, Spark start-up "
                     f"{stream['startup']:.1f} s excluded)")  # fmt: skip
+                if name == "W1":  # what a new pipeline adds over the same backlog, once
+                    for label, extra in (
+                        ("cdc2ch", ()),
+                        ("cdc2ch --reader clickhouse", ("--reader", "clickhouse")),
+                    ):
+                        fresh = run_cdc2ch(path, start, cdc_dsn, f"w1_new_{len(extra)}", *extra, new=True)
+                        say(f"W1 {label} as a new pipeline (its table created, the first range's keys checked, "
+                            f"the pipeline claimed): {fresh['seconds']:.2f} s, against {mine[label]['seconds']:.2f} s "
+                            f"for the pipeline that exists")  # fmt: skip
                 for label in mine:
                     say(f"{name} ratios {label}: /reference {rate[label] / rate['reference']:.2f}x, "
                         f"/native {rate[label] / rate['native']:.2f}x, "

@@ -3,11 +3,12 @@ id (model/renames.py), and a rename or drop of a key column refused before anyth
 
 from __future__ import annotations
 
-from cdc2ch.model import renames
+from cdc2ch.model import renames, schema
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.offset import PipelineState
+from cdc2ch.model.schema import SchemaDiff
 from cdc2ch.replication import plan
-from cdc2ch.replication.ports import ChangeSource, Commit
+from cdc2ch.replication.ports import ChangeSource, Commit, TargetTables
 
 
 def target_moves(
@@ -24,6 +25,20 @@ def target_moves(
     where = f"{source.uri} at version {commit.version} ({plan.describe(commit)})"
     renames.check_keys(moves, cfg.design, where, state.committed_version, str(cfg.target))
     return renames.in_target(moves, cfg.design)
+
+
+def prepare(
+    tables: TargetTables,
+    cfg: RunConfig,
+    source: ChangeSource,
+    commit: Commit | None,
+    state,
+    schema_json: dict,
+) -> SchemaDiff:
+    """The target made ready for a range's rows of `schema_json`: its renames and drops first (`commit`, a
+    schema change the range begins at; a renamed key refused in a paragraph), then the columns' types."""
+    moves = target_moves(cfg, source, commit, state) if commit is not None else None
+    return tables.prepare(schema.column_types(schema_json, cfg.design), moves=moves)
 
 
 def check_key_moves(cfg: RunConfig, source: ChangeSource, committed: int, latest: int) -> None:

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from cdc2ch.base import phases
 from cdc2ch.base.log import get_logger
 from cdc2ch.base.phases import Phases
-from cdc2ch.model import schema
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.offset import PipelineState
 from cdc2ch.replication import follow, plan
@@ -107,16 +106,10 @@ class Replicator:
     def _relabelled(self, stored: PipelineState, table_id: str) -> PipelineState:
         """The stored offset, recording the name, location and table id the table was reached by this time
         (a path now named through the catalog, or a state from before these were recorded)."""
-        source, location = self.source.uri, self.source.location
-        if (stored.source, stored.location, stored.table_id) == (
-            source,
-            location,
-            table_id or stored.table_id,
-        ):
-            return stored
-        state = stored.relabelled(source, location, table_id)
-        self.ports.store.save(state)
-        self.log.info("source_recorded", source=source, location=location, was=stored.source)
+        state = stored.relabelled(self.source.uri, self.source.location, table_id)
+        if state != stored:
+            self.ports.store.save(state)
+            self.log.info("source_recorded", source=state.source, location=state.location, was=stored.source)
         return state
 
     def _claim_new(self, state: PipelineState) -> None:
@@ -192,12 +185,8 @@ class Replicator:
                     reads.read(*ranges[i + 1])
                 if not self.claimed:  # the DDL before the claim: a table ClickHouse refuses leaves no offset
                     self.ports.lock.check()  # (and one another runner holds gets no DDL either)
-                # renames and drops to follow, before the types: a renamed key is refused in a paragraph
-                moves = (
-                    follow.target_moves(cfg, self.source, by_version.get(s), state) if s in breaks else None
-                )
-                types = schema.column_types(changes.schema, cfg.design)
-                change = self.ports.tables.prepare(types, moves=moves)
+                commit = by_version.get(s) if s in breaks else None  # a range begins at a schema change
+                change = follow.prepare(self.ports.tables, cfg, self.source, commit, state, changes.schema)
                 if not self.claimed:
                     self._claim_new(state)
                 if change.breaking:  # resync (or refuse) once no read runs any more
