@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from cdc2ch.base.errors import StateError
 from cdc2ch.base.version import __version__
+from cdc2ch.clickhouse.rows import one_row
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName
@@ -19,6 +20,9 @@ LAYOUT_TABLE = "cdc2ch_layout"
 # 1: the tables of releases that recorded no layout (the offsets table may lack later columns);
 # 2: every column of state.ADDED_STATE_COLUMNS present, and the layout recorded.
 LAYOUT = 2
+_LAYOUT_SCHEMA = pa.schema(
+    [("layout", pa.uint32()), ("written_by", pa.string()), ("written_at", pa.timestamp("ms", tz="UTC"))]
+)
 UNRECORDED = 1
 
 
@@ -61,11 +65,12 @@ class Layout:
         )
         self.sink.insert_arrow(
             self._table,
-            pa.table(
+            one_row(
+                _LAYOUT_SCHEMA,
                 {
-                    "layout": pa.array([LAYOUT], pa.uint32()),
-                    "written_by": [f"cdc2ch {__version__}"],
-                    "written_at": pa.array([datetime.now(timezone.utc)], pa.timestamp("ms", tz="UTC")),
-                }
+                    "layout": LAYOUT,
+                    "written_by": f"cdc2ch {__version__}",
+                    "written_at": datetime.now(timezone.utc),
+                },
             ),
         )

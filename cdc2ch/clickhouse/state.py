@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from cdc2ch.base import phases
 from cdc2ch.clickhouse.layout import LAYOUT_TABLE, Layout
+from cdc2ch.clickhouse.rows import one_row
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName
@@ -45,6 +46,16 @@ _ARROW_SCHEMA = pa.schema(
         ("table_id", pa.string()),
         ("initial_load", pa.string()),
         ("initial_reason", pa.string()),
+    ]
+)
+_PROGRESS_SCHEMA = pa.schema(
+    [
+        ("pipeline", pa.string()),
+        ("version", pa.int64()),
+        ("plan", pa.string()),
+        ("chunk", pa.uint32()),
+        ("rows", pa.uint64()),
+        ("done_at", pa.timestamp("ms", tz="UTC")),
     ]
 )
 _COLUMNS = "pipeline, source, target, committed_version, pending_version, rows_written, updated_at"
@@ -99,16 +110,8 @@ class ChunkStore:
 
     def record(self, pipeline: str, version: int, plan: str, chunk: int, rows: int) -> None:
         """Chunk `chunk` of the plan has landed with `rows` rows."""
-        row = pa.table(
-            {
-                "pipeline": [pipeline],
-                "version": pa.array([version], pa.int64()),
-                "plan": [plan],
-                "chunk": pa.array([chunk], pa.uint32()),
-                "rows": pa.array([rows], pa.uint64()),
-                "done_at": pa.array([datetime.now(timezone.utc)], pa.timestamp("ms", tz="UTC")),
-            }
-        )
+        values = {"pipeline": pipeline, "version": version, "plan": plan, "chunk": chunk, "rows": rows}
+        row = one_row(_PROGRESS_SCHEMA, {**values, "done_at": datetime.now(timezone.utc)})
         self.sink.insert_arrow(self._table, row)
 
 
@@ -202,24 +205,7 @@ class StateStore:
             self._save(state)
 
     def _save(self, state: PipelineState) -> None:
-        row = pa.Table.from_pylist(
-            [
-                {
-                    "pipeline": state.pipeline,
-                    "source": state.source,
-                    "target": state.target,
-                    "committed_version": state.committed_version,
-                    "pending_version": state.pending_version,
-                    "rows_written": state.rows_written,
-                    "updated_at": state.updated_at,
-                    "location": state.location,
-                    "table_id": state.table_id,
-                    "initial_load": state.initial_load,
-                    "initial_reason": state.initial_reason,
-                }
-            ],
-            schema=_ARROW_SCHEMA,
-        )
+        row = one_row(_ARROW_SCHEMA, {name: getattr(state, name) for name in _ARROW_SCHEMA.names})
         self.sink.insert_arrow(self._table, row)
 
 
@@ -334,21 +320,6 @@ class HealthStore:
         self.sink.insert_arrow(self._table, one_row(pa.schema(fields), row))
 
 
-def one_row(arrow_schema: pa.Schema, values: dict) -> pa.Table:
-    """One row as an Arrow table, built by Arrow's JSON reader: building it from Python values (pa.table,
-    pa.array) imports pandas, a fifth of a second and 50 MB for a poll that only records its health."""
-    import json
-    from io import BytesIO
-
-    from pyarrow import json as arrow_json
-
-    line = json.dumps(
-        {k: v.isoformat(timespec="milliseconds") if isinstance(v, datetime) else v for k, v in values.items()}
-    )
-    options = arrow_json.ParseOptions(explicit_schema=arrow_schema)
-    return arrow_json.read_json(BytesIO(line.encode()), parse_options=options)
-
-
 _VERIFY_FIELDS = [
     ("pipeline", pa.string()),
     ("version", pa.int64()),
@@ -388,7 +359,7 @@ class VerifyStore:
                   "finished_at": datetime.now(timezone.utc)}  # fmt: skip
         self.sink.insert_arrow(
             self._table,
-            pa.table({n: [values[n]] for n, _ in _VERIFY_FIELDS}, schema=pa.schema(_VERIFY_FIELDS)),
+            one_row(pa.schema(_VERIFY_FIELDS), {n: values[n] for n, _ in _VERIFY_FIELDS}),
         )
 
     def load_all(self, exists: bool | None = None) -> dict[str, Verified]:
