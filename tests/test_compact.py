@@ -9,7 +9,7 @@ import pytest
 
 from cdc2ch.base.errors import ConfigError
 from cdc2ch.clickhouse import ddl
-from cdc2ch.commands.compact import SIDE_SUFFIX, VIEW_SUFFIX, compact
+from cdc2ch.clickhouse.compaction import SIDE_SUFFIX, VIEW_SUFFIX, compact
 from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName, parse_duration
 from cdc2ch.model.design import TableDesign

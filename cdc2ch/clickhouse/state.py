@@ -1,6 +1,7 @@
 """What cdc2ch records about its pipelines, in ClickHouse next to the data (in the target database):
 replication offsets (`cdc2ch_state`), snapshot progress (`cdc2ch_snapshot_chunks`), health
-(`cdc2ch_health`) and the last verify (`cdc2ch_verify`).
+(`cdc2ch_health`), the last verify (`cdc2ch_verify`) and the last compaction of each target (`cdc2ch_compact`,
+compactions.py).
 
 An offset is written only after every batch of its version range has landed; the ReplacingMergeTree keeps
 the row with the newest `updated_at` per pipeline.
@@ -24,6 +25,7 @@ STATE_TABLE = "cdc2ch_state"
 CHUNKS_TABLE = "cdc2ch_snapshot_chunks"
 HEALTH_TABLE = "cdc2ch_health"
 VERIFY_TABLE = "cdc2ch_verify"
+COMPACT_TABLE = "cdc2ch_compact"
 
 
 def _utc(ts: datetime | None) -> datetime | None:
@@ -236,9 +238,10 @@ def _state(row: tuple) -> PipelineState:
 
 
 def state_tables(sink: Sink, databases: Collection[str] | None = None) -> dict[str, dict[str, set[str]]]:
-    """{database: {table: its columns}} of the offsets, health, verify and layout tables in `databases` (None:
-    every database), in one query: what readers of every pipeline's records need to know beforehand."""
-    parameters: dict = {"tables": [STATE_TABLE, HEALTH_TABLE, VERIFY_TABLE, LAYOUT_TABLE]}
+    """{database: {table: its columns}} of the offsets, health, verify, compaction and layout tables in
+    `databases` (None: every database), in one query: what readers of every pipeline's records need to know
+    beforehand."""
+    parameters: dict = {"tables": [STATE_TABLE, HEALTH_TABLE, VERIFY_TABLE, COMPACT_TABLE, LAYOUT_TABLE]}
     where = ""
     if databases is not None:
         where, parameters["dbs"] = " AND database IN {dbs:Array(String)}", sorted(databases)

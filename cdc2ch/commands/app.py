@@ -374,8 +374,8 @@ def compact(
     target: str, older_than: str | None, as_json: bool, clickhouse_dsn: str, log_format: str, log_level: str
 ) -> None:
     """`cdc2ch compact`: drop old tombstones and superseded versions of one target table."""
+    from cdc2ch.clickhouse import compaction
     from cdc2ch.clickhouse.dsn import connect
-    from cdc2ch.commands import compact as compaction
 
     logsetup.configure(log_format, log_level)
     name = TargetName.parse(target)

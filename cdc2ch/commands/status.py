@@ -13,8 +13,10 @@ from datetime import datetime
 
 from cdc2ch.base.errors import Cdc2chError, ConfigError, SourceError, summarise
 from cdc2ch.base.log import get_logger
+from cdc2ch.clickhouse.compactions import CompactStore
 from cdc2ch.clickhouse.layout import LAYOUT_TABLE, Layout
 from cdc2ch.clickhouse.state import (
+    COMPACT_TABLE,
     HEALTH_TABLE,
     STATE_TABLE,
     VERIFY_TABLE,
@@ -47,6 +49,7 @@ TABLE_COLUMNS = (
     ("rows_written", "rows_written"),
     ("last_success", "last_success"),
     ("verified", "verified"),
+    ("compacted", "compacted"),
     ("initial_load", "initial_load"),
     # Shown when some pipeline names its table through a catalog: the name and where it was found.
     ("source", "source"),
@@ -74,7 +77,7 @@ def collect(
         databases = {t.database for _, t in pipelines}
     else:
         databases = {target.database} if target else None
-    records, verified = _records(sink, databases)
+    records, verified, compacted = _records(sink, databases)
     if pipelines is not None:
         wanted = [(t.database, name) for name, t in pipelines]
         for key, (_, t) in zip(wanted, pipelines):
@@ -87,17 +90,19 @@ def collect(
     rows = [_row(*records[k]) for k in keys]
     for key, row in zip(keys, rows):
         with_verify(row, verified.get(key))
+        with_compaction(row, compacted.get((key[0], row["target"])))
     select = select or Selection()
     rows = [r for r in rows if select.before_lag(r)]
     add_lag(rows, spark_factory)
     return [r for r in rows if select(r)]
 
 
-def _records(sink: Sink, databases: set[str] | None) -> tuple[dict, dict]:
-    """({(database, pipeline): [offset, health]}, {(database, pipeline): last verify}) of every pipeline in
-    `databases` (None: all): one query finds the record tables, then one query reads each."""
+def _records(sink: Sink, databases: set[str] | None) -> tuple[dict, dict, dict]:
+    """({(database, pipeline): [offset, health]}, {(database, pipeline): last verify}, {(database, target):
+    last compaction}) of every pipeline in `databases` (None: all): one query finds the record tables, then
+    one query reads each."""
     records: dict[tuple[str, str], list] = {}
-    verified = {}
+    verified, compacted = {}, {}
     for db, tables in state_tables(sink, databases).items():
         Layout(sink, db).check(exists=LAYOUT_TABLE in tables)  # a newer cdc2ch's records are not misread
         if STATE_TABLE in tables:
@@ -108,7 +113,9 @@ def _records(sink: Sink, databases: set[str] | None) -> tuple[dict, dict]:
                 records.setdefault((db, name), [None, None])[1] = health
         if VERIFY_TABLE in tables:
             verified.update({(db, n): v for n, v in VerifyStore(sink, db).load_all(exists=True).items()})
-    return records, verified
+        if COMPACT_TABLE in tables:
+            compacted.update({(db, t): c for t, c in CompactStore(sink, db).load_all(exists=True).items()})
+    return records, verified, compacted
 
 
 def with_verify(row: dict, verified) -> None:
@@ -116,6 +123,15 @@ def with_verify(row: dict, verified) -> None:
     row["last_verify"] = verified.summary if verified else None
     row["last_verify_at"] = _iso(verified.finished_at) if verified else None
     row["verified"] = f"{'ok' if verified.ok else 'DIFFERS'} {row['last_verify_at']}" if verified else None
+
+
+def with_compaction(row: dict, compacted) -> None:
+    """The target's last compaction (by a service's --compact-every or `cdc2ch compact`): when, the tombstones
+    it removed, and those every compaction recorded removed; `compacted` is when and how many, for the table."""
+    row["last_compaction_at"] = _iso(compacted.finished_at) if compacted else None
+    row["tombstones_removed"] = compacted.removed if compacted else None
+    row["tombstones_removed_total"] = compacted.removed_total if compacted else None
+    row["compacted"] = f"{row['last_compaction_at']} -{compacted.removed}" if compacted else None
 
 
 def _row(state: PipelineState | None, health: Health | None) -> dict:
@@ -296,5 +312,6 @@ def render_table(rows: list[dict], empty: str = "No pipelines found.") -> str:
     named = any(r.get("name") for r in rows)
     shown = {"error": any(r.get("error") for r in rows), "source": named, "location": named}
     shown["verified"] = any(r.get("verified") for r in rows)
+    shown["compacted"] = any(r.get("compacted") for r in rows)
     cols = [(h, k) for h, k in TABLE_COLUMNS if shown.get(k, True)]
     return "\n".join(aligned([h for h, _ in cols], [[_cell(k, r.get(k)) for _, k in cols] for r in rows]))

@@ -22,6 +22,7 @@ from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.fleet.health import HealthBook
 from cdc2ch.fleet.health import kept as _kept
 from cdc2ch.fleet.scheduler import NEVER, Schedule
+from cdc2ch.fleet.upkeep import Upkeep
 from cdc2ch.model.config import RunConfig
 from cdc2ch.replication.budget import UNLIMITED, RowBudget
 from cdc2ch.replication.metrics import Metrics, PipelineMetrics, error_kind
@@ -86,6 +87,7 @@ class Runner:
         self.poll_interval = configs[0].poll_interval
         self.schedule = Schedule(workers if isolate else 1)
         self.health = HealthBook(sink)
+        self.upkeep = Upkeep(sink)  # scheduled compactions, between a pipeline's turns
         self._warm = threading.Lock()
         self._warmed = self.once  # a --once run has no first change to speed up
         self.slots: list[Slot] = []
@@ -149,13 +151,16 @@ class Runner:
         return max(min(waits), 0.05)
 
     def _turn(self, slot: Slot) -> None:
-        """One attempt of one pipeline, then its next turn scheduled: at once while it has more to do, after
-        the poll interval when it had nothing new, at its retry time after a failure."""
+        """One attempt of one pipeline (and its target's compaction when due), then its next turn scheduled:
+        at once while it has more to do, after the poll interval when it had nothing new, at its retry time
+        after a failure."""
         name, started = slot.cfg.pipeline, time.monotonic()
         gave_way = progressed = False
         try:
             progressed = self._attempt(slot)
             gave_way = slot.job is not None and slot.job.gave_way
+            if slot.error is None and not slot.gone and not self.stop.is_set():
+                self.upkeep.after_turn(slot.cfg, slot.metrics)
         finally:
             if self.once:
                 due = NEVER
