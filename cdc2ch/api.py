@@ -118,6 +118,11 @@ class PipelineStatus:
     tombstones_removed: int | None = None  # by that compaction
     tombstones_removed_total: int | None = None  # by every compaction recorded
     compacted: str | None = None  # when, and the tombstones removed
+    paused: bool = False  # `cdc2ch pause` holds it (not a failure)
+    paused_by: str | None = None  # user@host
+    paused_at: str | None = None
+    paused_reason: str | None = None
+    resync_requested_at: str | None = None  # a `cdc2ch resync` the service has not done yet
     initial_load: str | None = None  # how it began: "snapshot at version 12", "changes from version 0"
     initial_reason: str | None = None  # why
 

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-from cdc2ch.clickhouse.state import COMPACT_TABLE, _utc, one_row
+from cdc2ch.clickhouse.state import COMPACT_TABLE, _utc, one_row, read_records
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName
@@ -71,12 +71,11 @@ class CompactStore:
 
     def load_all(self, exists: bool | None = None) -> dict[str, Compacted]:
         """{target: its last compaction}, in one query. `exists` as HealthStore.load_all's."""
-        if exists is None:
-            exists = self.sink.table_exists(TargetName(self.database, COMPACT_TABLE))
-        if not exists:
-            return {}
-        rows = self.sink.query_rows(
+        rows = read_records(
+            self.sink,
+            TargetName(self.database, COMPACT_TABLE),
+            exists,
             f"SELECT target, finished_at, removed, kept, seconds, removed_total FROM {self._table} FINAL",
-            what="read the last compactions",
+            "read the last compactions",
         )
         return {r[0]: Compacted(r[0], _utc(r[1]), int(r[2]), int(r[3]), float(r[4]), int(r[5])) for r in rows}

@@ -385,6 +385,15 @@ def compact(
     click.echo(json.dumps(result.as_dict()) if as_json else result.summary())
 
 
+def lifecycle(
+    action: str, pipeline: str, reason: str | None, target: str | None, clickhouse_dsn: str
+) -> None:
+    """`cdc2ch pause`, `resume`, `resync`: a request to the service running the pipeline."""
+    from cdc2ch.commands.lifecycle import request
+
+    click.echo(request(action, pipeline, reason, target, clickhouse_dsn))
+
+
 def query(sql: str, fmt: str, clickhouse_dsn: str) -> None:
     """`cdc2ch query`: print the result of one SQL statement in a ClickHouse output format."""
     from cdc2ch.clickhouse import query as statement

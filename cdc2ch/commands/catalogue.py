@@ -35,7 +35,8 @@ RUN = frozenset({"run", "validate"})  # validate checks exactly what run would d
 PIPELINES = RUN | {"snapshot", "verify", "reshape"}
 WITH_CONFIG = PIPELINES | {"status"}
 WITH_LOGS = WITH_CONFIG | {"compact", "demo"}
-WITH_CLICKHOUSE = WITH_CONFIG | {"compact", "query"}
+LIFECYCLE = frozenset({"pause", "resume", "resync"})  # requests to a running service (lifecycle.py)
+WITH_CLICKHOUSE = WITH_CONFIG | LIFECYCLE | {"compact", "query"}
 
 # RunConfig's field defaults are the options' defaults.
 _DEFAULT = {f.name: f.default for f in fields(RunConfig)}
@@ -160,6 +161,12 @@ CATALOGUE: tuple[Option, ...] = (
            "1d12h); younger ones stay for incremental readers. Default (or 0): drop every tombstone."),
     Option("json", {"compact"}, COMMAND, param="as_json", flag=True,
            help="Print the counts as one JSON object instead of a summary line."),
+    Option("pipeline", LIFECYCLE, COMMAND, required=True, param="pipeline_name",
+           help="The pipeline, by the name `cdc2ch status` shows (a table pattern's pipelines too)."),
+    Option("target", LIFECYCLE, COMMAND,
+           help="The pipeline's target table (database.table), where pipelines of that name are in several "
+           "databases."),
+    Option("reason", {"pause", "resync"}, COMMAND, help="Why: `cdc2ch status` shows it with who asked and when."),
     Option("dir", {"demo"}, COMMAND, param="demo_dir", type=click.Path(file_okay=False),
            default="./cdc2ch-demo", show_default=True, env="CDC2CH_DEMO_DIR",
            help="Where the demo writes its Delta table and embedded ClickHouse (recreated on each run)."),

@@ -14,9 +14,11 @@ from datetime import datetime
 from cdc2ch.base.errors import Cdc2chError, ConfigError, SourceError, summarise
 from cdc2ch.base.log import get_logger
 from cdc2ch.clickhouse.compactions import CompactStore
+from cdc2ch.clickhouse.control import ControlStore
 from cdc2ch.clickhouse.layout import LAYOUT_TABLE, Layout
 from cdc2ch.clickhouse.state import (
     COMPACT_TABLE,
+    CONTROL_TABLE,
     HEALTH_TABLE,
     STATE_TABLE,
     VERIFY_TABLE,
@@ -50,6 +52,7 @@ TABLE_COLUMNS = (
     ("last_success", "last_success"),
     ("verified", "verified"),
     ("compacted", "compacted"),
+    ("paused", "paused"),
     ("initial_load", "initial_load"),
     # Shown when some pipeline names its table through a catalog: the name and where it was found.
     ("source", "source"),
@@ -77,7 +80,7 @@ def collect(
         databases = {t.database for _, t in pipelines}
     else:
         databases = {target.database} if target else None
-    records, verified, compacted = _records(sink, databases)
+    records, verified, compacted, requests = _records(sink, databases)
     if pipelines is not None:
         wanted = [(t.database, name) for name, t in pipelines]
         for key, (_, t) in zip(wanted, pipelines):
@@ -91,18 +94,19 @@ def collect(
     for key, row in zip(keys, rows):
         with_verify(row, verified.get(key))
         with_compaction(row, compacted.get((key[0], row["target"])))
+        with_request(row, requests.get(key))
     select = select or Selection()
     rows = [r for r in rows if select.before_lag(r)]
     add_lag(rows, spark_factory)
     return [r for r in rows if select(r)]
 
 
-def _records(sink: Sink, databases: set[str] | None) -> tuple[dict, dict, dict]:
+def _records(sink: Sink, databases: set[str] | None) -> tuple[dict, dict, dict, dict]:
     """({(database, pipeline): [offset, health]}, {(database, pipeline): last verify}, {(database, target):
-    last compaction}) of every pipeline in `databases` (None: all): one query finds the record tables, then
-    one query reads each."""
+    last compaction}, {(database, pipeline): latest pause/resume/resync request}) of every pipeline in
+    `databases` (None: all): one query finds the record tables, then one query reads each."""
     records: dict[tuple[str, str], list] = {}
-    verified, compacted = {}, {}
+    verified, compacted, requests = {}, {}, {}
     for db, tables in state_tables(sink, databases).items():
         Layout(sink, db).check(exists=LAYOUT_TABLE in tables)  # a newer cdc2ch's records are not misread
         if STATE_TABLE in tables:
@@ -115,7 +119,9 @@ def _records(sink: Sink, databases: set[str] | None) -> tuple[dict, dict, dict]:
             verified.update({(db, n): v for n, v in VerifyStore(sink, db).load_all(exists=True).items()})
         if COMPACT_TABLE in tables:
             compacted.update({(db, t): c for t, c in CompactStore(sink, db).load_all(exists=True).items()})
-    return records, verified, compacted
+        if CONTROL_TABLE in tables:
+            requests.update({(db, p): r for p, r in ControlStore(sink, db).load_all(exists=True).items()})
+    return records, verified, compacted, requests
 
 
 def with_verify(row: dict, verified) -> None:
@@ -132,6 +138,18 @@ def with_compaction(row: dict, compacted) -> None:
     row["tombstones_removed"] = compacted.removed if compacted else None
     row["tombstones_removed_total"] = compacted.removed_total if compacted else None
     row["compacted"] = f"{row['last_compaction_at']} -{compacted.removed}" if compacted else None
+
+
+def with_request(row: dict, request) -> None:
+    """Whether `cdc2ch pause` holds the pipeline (who, when, why), or a `cdc2ch resync` is pending."""
+    paused = request is not None and request.paused
+    row["paused"] = paused
+    row["paused_by"] = request.by if paused else None
+    row["paused_at"] = _iso(request.at) if paused else None
+    row["paused_reason"] = (request.reason or None) if paused else None
+    row["resync_requested_at"] = _iso(request.at) if request is not None and request.resync_pending else None
+    if paused:  # held on purpose: neither failing nor over --max-lag
+        row["failing"], row["error"] = False, None
 
 
 def _row(state: PipelineState | None, health: Health | None) -> dict:
@@ -265,7 +283,9 @@ def parse_max_lag(text: str) -> tuple[int | None, float | None]:
 
 
 def over_limit(row: dict, max_versions: int | None, max_seconds: float | None) -> bool:
-    """Behind by more than the limit, or lag unknown (the table cannot be read)."""
+    """Behind by more than the limit, or lag unknown (the table cannot be read); never a paused pipeline."""
+    if row.get("paused"):
+        return False
     if row["versions_behind"] is None:
         return True
     if max_versions is not None:
@@ -298,7 +318,10 @@ def aligned(header: list[str], rows: list[list], empty: str = "-") -> list[str]:
     return ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in [header, *cells]]
 
 
-def _cell(key: str, value):
+def _cell(key: str, value, row: dict):
+    if key == "paused":  # who, when and why
+        why = f": {row['paused_reason']}" if row.get("paused_reason") else ""
+        return f"by {row['paused_by']} at {row['paused_at']}{why}" if value else None
     if key == "seconds_behind" and value is not None:
         return f"{value:.0f}"
     if key == "error" and value:
@@ -313,5 +336,6 @@ def render_table(rows: list[dict], empty: str = "No pipelines found.") -> str:
     shown = {"error": any(r.get("error") for r in rows), "source": named, "location": named}
     shown["verified"] = any(r.get("verified") for r in rows)
     shown["compacted"] = any(r.get("compacted") for r in rows)
+    shown["paused"] = any(r.get("paused") for r in rows)
     cols = [(h, k) for h, k in TABLE_COLUMNS if shown.get(k, True)]
-    return "\n".join(aligned([h for h, _ in cols], [[_cell(k, r.get(k)) for _, k in cols] for r in rows]))
+    return "\n".join(aligned([h for h, _ in cols], [[_cell(k, r.get(k), r) for _, k in cols] for r in rows]))

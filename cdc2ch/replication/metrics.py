@@ -128,6 +128,12 @@ class Metrics:
         self.compaction_failures = Counter(
             "cdc2ch_compaction_failures", "Compactions that failed (tried again at the next).", p, registry=r
         )
+        self.paused = Gauge(
+            "cdc2ch_paused",
+            "1 while `cdc2ch pause` holds the pipeline (not a failure), else 0.",
+            p,
+            registry=r,
+        )
         # The JVM's pid once Spark runs (`jvm_pid`); until then its collector yields nothing.
         self.jvm_pid: int | None = None
         ProcessCollector(registry=r)
@@ -195,6 +201,11 @@ class PipelineMetrics:
         m.compactions.labels(n).inc()
         m.tombstones_removed.labels(n).inc(removed)
         m.compaction_seconds.labels(n).observe(seconds)
+
+    def paused(self, paused: bool) -> None:
+        self._m.paused.labels(self.name).set(1 if paused else 0)
+        if paused:  # a paused pipeline is not failing
+            self._m.failures.labels(self.name).set(0)
 
     def compaction_failed(self) -> None:
         self._m.compaction_failures.labels(self.name).inc()

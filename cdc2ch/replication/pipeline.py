@@ -252,6 +252,12 @@ class Replicator:
             self.state = self.catch_up(self.state, latest.version)
         return self.state.committed_version != before
 
+    def rebuild(self, reason: str) -> bool:
+        """`cdc2ch resync`: rebuild the target through the side-table swap; whether it was swapped in."""
+        before = self.state
+        self.state = self.resync.run(self.state, reason)
+        return self.state is not before
+
     def close(self) -> None:
         self.ports.lock.release()
         if self.state is not None:
