@@ -82,6 +82,6 @@ class Lifecycle:
             return
         reason = f"requested by {request.by}" + (f": {request.reason}" if request.reason else "")
         if job.rebuild(reason):
-            ControlStore(self.sink, cfg.target.database).resynced(request, self.me)
-            with self._lock:
+            with self._lock:  # done: not again before the next read, whatever came meanwhile
                 self._requests.pop((cfg.target.database, cfg.pipeline), None)
+            ControlStore(self.sink, cfg.target.database).resynced(request, self.me)
