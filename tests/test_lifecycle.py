@@ -8,6 +8,7 @@ import json
 import signal
 import time
 
+from cdc2ch.clickhouse.control import PAUSE, RESUME, ControlStore
 from cdc2ch.model.config import TargetName
 from tests.helpers import Proc, assert_replicated, create_table, latest_version, recorded_version
 from tests.test_operations import _wait, _write_config
@@ -31,6 +32,7 @@ def test_pause_resume_resync_a_running_service(spark, http_sink, clickhouse_http
         tmp_path,
         f'clickhouse = "{clickhouse_http.dsn}"\npoll-interval = 0.5\nmax-parallel = 2\n'
         f'[[pipelines]]\nname = "a"\ntable = "{paths["a"]}"\nprimary-key = "id"\ntarget = "{database}.a"\n'
+        f"batch-size = 1\nmax-rows-per-read = 1\n"  # a catch-up of a is one range per version
         f'[[pipelines]]\nname = "b"\ntable = "{paths["b"]}"\nprimary-key = "id"\ntarget = "{database}.b"\n'
         f'[[pipelines]]\ntable = "{tmp_path}/lake/*"\nprimary-key = "id"\ntarget = "{database}.{{table}}"\n',
     )
@@ -97,6 +99,39 @@ def test_pause_resume_resync_a_running_service(spark, http_sink, clickhouse_http
             "SELECT comment FROM system.tables WHERE database = {db:String} AND name = 'b'", {"db": database}
         )[0][0]
         assert comment.startswith("cdc2ch: rebuilt by resync of pipeline b"), comment
+
+        # A pause during a long catch-up ends it after the range in flight: the offset exact, FINAL equal to
+        # Delta at the committed version. (Requests written from here: no process to start, so it lands early.)
+        requests = ControlStore(http_sink, database)
+        requests.request("a", PAUSE, "backlog", "test@here")
+        _wait(
+            lambda: len([e for e in service.events("paused") if e["pipeline"] == "a"]) == 2,
+            60,
+            service,
+            "a paused",
+        )
+        held = recorded_version(http_sink, database, "a")
+        for k in range(20):
+            spark.sql(f"INSERT INTO delta.`{paths['a']}` VALUES ({200 + k}, {k})")
+        latest = latest_version(spark, paths["a"])
+        requests.request("a", RESUME, "", "test@here")
+        _wait(lambda: recorded_version(http_sink, database, "a") > held, 60, service, "a catching up")
+        requests.request("a", PAUSE, "mid-way", "test@here")
+        _wait(
+            lambda: len([e for e in service.events("paused") if e["pipeline"] == "a"]) == 3,
+            60,
+            service,
+            "a paused",
+        )
+        stopped = recorded_version(http_sink, database, "a")
+        time.sleep(1)
+        assert recorded_version(http_sink, database, "a") == stopped and held < stopped < latest, (
+            held,
+            stopped,
+        )
+        assert_replicated(spark, http_sink, paths["a"], TargetName(database, "a"), stopped)
+        requests.request("a", RESUME, "", "test@here")
+        _wait(lambda: caught_up("a"), 120, service, "a resumed after the backlog")
     finally:
         service.signal(signal.SIGTERM)
         code = service.wait()
