@@ -246,13 +246,19 @@ def test_interrupted_after_cleanup_is_finished_by_next_run(sink, database):
     assert leftovers(sink, target) == []
 
 
-def test_side_table_left_behind_is_put_back(sink, database):
-    target = hand_table(sink, database)
-    history(sink, target)
-    side = TargetName(database, target.table + SIDE_SUFFIX)
+def side_table(sink, target: TargetName) -> TargetName:
+    """The side table of a compaction that set tombstones aside, as if its process died then."""
+    side = TargetName(target.database, target.table + SIDE_SUFFIX)
     sink.command(
         f"CREATE TABLE {schema.qualified(side)} AS {schema.qualified(target)} ENGINE = MergeTree ORDER BY tuple()"
     )
+    return side
+
+
+def test_side_table_left_behind_is_put_back(sink, database):
+    target = hand_table(sink, database)
+    history(sink, target)
+    side = side_table(sink, target)
     lost = datetime.now(timezone.utc) - timedelta(hours=1)
     insert(sink, side, [("c", 9, "c9", 7, lost, "delete")])  # set aside, then the process died
     insert(sink, side, [("b", 1, "b1", 3, lost, "delete")])  # also still in the table: not doubled
@@ -275,10 +281,7 @@ def test_a_service_compaction_finishes_an_interrupted_one_and_is_recorded(sink, 
     a compaction that fails is counted and leaves replication alone."""
     target = hand_table(sink, database)
     history(sink, target)
-    side = TargetName(database, target.table + SIDE_SUFFIX)
-    sink.command(
-        f"CREATE TABLE {schema.qualified(side)} AS {schema.qualified(target)} ENGINE = MergeTree ORDER BY tuple()"
-    )
+    side = side_table(sink, target)
     lost = datetime.now(timezone.utc) - timedelta(hours=1)
     insert(sink, side, [("c", 9, "c9", 7, lost, "delete")])  # set aside, then the service was killed
     before = final_rows(sink, target, "tenant, id")

@@ -22,6 +22,11 @@ def _request(dsn: str, env: dict, database: str, action: str, name: str, *args: 
     return proc.stdout
 
 
+def _pauses(service: Proc, pipeline: str) -> int:
+    """How many times the service has paused the pipeline."""
+    return len([e for e in service.events("paused") if e["pipeline"] == pipeline])
+
+
 def test_pause_resume_resync_a_running_service(spark, http_sink, clickhouse_http, database, tmp_path):
     paths = {n: str(tmp_path / n) for n in ("a", "b")} | {n: str(tmp_path / "lake" / n) for n in ("p1", "p2")}
     for path in paths.values():
@@ -104,12 +109,7 @@ def test_pause_resume_resync_a_running_service(spark, http_sink, clickhouse_http
         # Delta at the committed version. (Requests written from here: no process to start, so it lands early.)
         requests = ControlStore(http_sink, database)
         requests.request("a", PAUSE, "backlog", "test@here")
-        _wait(
-            lambda: len([e for e in service.events("paused") if e["pipeline"] == "a"]) == 2,
-            60,
-            service,
-            "a paused",
-        )
+        _wait(lambda: _pauses(service, "a") == 2, 60, service, "a paused")
         held = recorded_version(http_sink, database, "a")
         for k in range(20):
             spark.sql(f"INSERT INTO delta.`{paths['a']}` VALUES ({200 + k}, {k})")
@@ -117,12 +117,7 @@ def test_pause_resume_resync_a_running_service(spark, http_sink, clickhouse_http
         requests.request("a", RESUME, "", "test@here")
         _wait(lambda: recorded_version(http_sink, database, "a") > held, 60, service, "a catching up")
         requests.request("a", PAUSE, "mid-way", "test@here")
-        _wait(
-            lambda: len([e for e in service.events("paused") if e["pipeline"] == "a"]) == 3,
-            60,
-            service,
-            "a paused",
-        )
+        _wait(lambda: _pauses(service, "a") == 3, 60, service, "a paused")
         stopped = recorded_version(http_sink, database, "a")
         time.sleep(1)
         assert recorded_version(http_sink, database, "a") == stopped and held < stopped < latest, (

@@ -14,18 +14,11 @@ from cdc2ch.fleet import lifecycle
 from cdc2ch.fleet.lifecycle import Lifecycle
 from cdc2ch.model.config import RunConfig, TargetName
 from cdc2ch.replication.metrics import Metrics
+from tests.unit.fakes import Clock
 
 pytestmark = pytest.mark.unit
 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)
-
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

@@ -16,16 +16,9 @@ from cdc2ch.fleet import upkeep
 from cdc2ch.fleet.upkeep import RETRY_AFTER, Upkeep
 from cdc2ch.model.config import RunConfig, TargetName
 from cdc2ch.replication.metrics import Metrics
+from tests.unit.fakes import Clock
 
 pytestmark = pytest.mark.unit
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -58,7 +51,7 @@ def _cfg(name: str, every: timedelta | None = timedelta(hours=1)) -> RunConfig:
 
 def test_due_at_once_without_a_record_then_every_interval(world):
     _, calls, _ = world
-    clock, metrics = Clock(), Metrics()
+    clock, metrics = Clock(1000.0), Metrics()
     keeper, cfg = Upkeep(None, clock), _cfg("a")
     assert keeper.after_turn(cfg, metrics.pipeline("a"))
     assert calls == [("db.a", timedelta(days=7))]
@@ -78,7 +71,7 @@ def test_the_schedule_goes_on_from_the_last_compaction_recorded(world):
     recorded, calls, _ = world
     ago = datetime.now(timezone.utc) - timedelta(minutes=40)
     recorded["db.a"] = Compacted("db.a", ago, 1, 0, 0.1, 1)
-    clock = Clock()
+    clock = Clock(1000.0)
     keeper = Upkeep(None, clock)
     assert not keeper.after_turn(_cfg("a"), Metrics().pipeline("a"))
     assert keeper.after_turn(_cfg("b"), Metrics().pipeline("b"))  # no record of b's target
@@ -89,7 +82,7 @@ def test_the_schedule_goes_on_from_the_last_compaction_recorded(world):
 
 def test_one_compaction_at_a_time_and_a_failure_tried_again_sooner(world):
     _, calls, failures = world
-    clock, metrics = Clock(), Metrics()
+    clock, metrics = Clock(1000.0), Metrics()
     keeper = Upkeep(None, clock)
     with keeper._one:  # another pipeline's compaction runs: this one waits for a later turn
         assert not keeper.after_turn(_cfg("a"), metrics.pipeline("a")) and calls == []
