@@ -114,6 +114,15 @@ class PipelineStatus:
     last_verify: str | None = None  # the summary of the last `cdc2ch verify`
     last_verify_at: str | None = None
     verified: str | None = None  # ok/DIFFERS and when
+    last_compaction_at: str | None = None  # the target's last compaction (--compact-every, `cdc2ch compact`)
+    tombstones_removed: int | None = None  # by that compaction
+    tombstones_removed_total: int | None = None  # by every compaction recorded
+    compacted: str | None = None  # when, and the tombstones removed
+    paused: bool = False  # `cdc2ch pause` holds it (not a failure)
+    paused_by: str | None = None  # user@host
+    paused_at: str | None = None
+    paused_reason: str | None = None
+    resync_requested_at: str | None = None  # a `cdc2ch resync` the service has not done yet
     initial_load: str | None = None  # how it began: "snapshot at version 12", "changes from version 0"
     initial_reason: str | None = None  # why
 

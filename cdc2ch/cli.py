@@ -165,6 +165,34 @@ def query(sql, fmt, clickhouse_dsn):
 
 
 @main.command()
+@click_options("pause")
+@handle_errors
+def pause(pipeline_name, target, reason, clickhouse_dsn):
+    """Pause one pipeline of a running service: within one poll the service stops it after the batch in
+    flight (its offset exact) while its other pipelines go on; `cdc2ch status` shows who paused it, when and
+    why. A pipeline stays paused across restarts until `cdc2ch resume`."""
+    app.lifecycle("pause", pipeline_name, reason, target, clickhouse_dsn)
+
+
+@main.command()
+@click_options("resume")
+@handle_errors
+def resume(pipeline_name, target, clickhouse_dsn):
+    """Resume a paused pipeline: the service running it goes on from its offset within one poll."""
+    app.lifecycle("resume", pipeline_name, None, target, clickhouse_dsn)
+
+
+@main.command()
+@click_options("resync")
+@handle_errors
+def resync(pipeline_name, target, reason, clickhouse_dsn):
+    """Rebuild one pipeline's target from a snapshot of the latest Delta version, in a running service: the
+    snapshot goes into a side table while the target keeps serving, is swapped in, and replication goes on;
+    the service's other pipelines go on meanwhile."""
+    app.lifecycle("resync", pipeline_name, reason, target, clickhouse_dsn)
+
+
+@main.command()
 @click_options("demo")
 @handle_errors
 def demo(demo_dir, log_format, log_level):

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from cdc2ch.base.errors import ConfigError
 from cdc2ch.clickhouse import ddl
-from cdc2ch.commands.compact import SIDE_SUFFIX, VIEW_SUFFIX, compact
+from cdc2ch.clickhouse.compaction import SIDE_SUFFIX, VIEW_SUFFIX, compact
+from cdc2ch.clickhouse.compactions import CompactStore
+from cdc2ch.fleet.upkeep import Upkeep
 from cdc2ch.model import schema
-from cdc2ch.model.config import TargetName, parse_duration
+from cdc2ch.model.config import RunConfig, TargetName, parse_duration
 from cdc2ch.model.design import TableDesign
+from cdc2ch.replication.metrics import Metrics
 from tests.helpers import SinkTap, assert_replicated, create_table
 
 COLS = "id BIGINT, name STRING"
@@ -242,13 +246,19 @@ def test_interrupted_after_cleanup_is_finished_by_next_run(sink, database):
     assert leftovers(sink, target) == []
 
 
-def test_side_table_left_behind_is_put_back(sink, database):
-    target = hand_table(sink, database)
-    history(sink, target)
-    side = TargetName(database, target.table + SIDE_SUFFIX)
+def side_table(sink, target: TargetName) -> TargetName:
+    """The side table of a compaction that set tombstones aside, as if its process died then."""
+    side = TargetName(target.database, target.table + SIDE_SUFFIX)
     sink.command(
         f"CREATE TABLE {schema.qualified(side)} AS {schema.qualified(target)} ENGINE = MergeTree ORDER BY tuple()"
     )
+    return side
+
+
+def test_side_table_left_behind_is_put_back(sink, database):
+    target = hand_table(sink, database)
+    history(sink, target)
+    side = side_table(sink, target)
     lost = datetime.now(timezone.utc) - timedelta(hours=1)
     insert(sink, side, [("c", 9, "c9", 7, lost, "delete")])  # set aside, then the process died
     insert(sink, side, [("b", 1, "b1", 3, lost, "delete")])  # also still in the table: not doubled
@@ -263,6 +273,34 @@ def test_side_table_left_behind_is_put_back(sink, database):
         ("b", 1),
         ("c", 9),
     ]
+
+
+def test_a_service_compaction_finishes_an_interrupted_one_and_is_recorded(sink, database):
+    """The service's path (fleet/upkeep.py) on the real engine: due at once without a record, it puts back
+    what an interrupted compaction had set aside, records itself, and is not due again before its interval;
+    a compaction that fails is counted and leaves replication alone."""
+    target = hand_table(sink, database)
+    history(sink, target)
+    side = side_table(sink, target)
+    lost = datetime.now(timezone.utc) - timedelta(hours=1)
+    insert(sink, side, [("c", 9, "c9", 7, lost, "delete")])  # set aside, then the service was killed
+    before = final_rows(sink, target, "tenant, id")
+    cfg = RunConfig("/t", ("tenant", "id"), target, "chdb:///x", "p", compact_every=timedelta(hours=1),
+                    compact_older_than=timedelta(days=7))  # fmt: skip
+    metrics = Metrics()
+    keeper = Upkeep(sink)
+
+    assert keeper.after_turn(cfg, metrics.pipeline("p"))
+    assert leftovers(sink, target) == [] and final_rows(sink, target, "tenant, id") == before
+    assert ("c", 9) in sink.query_rows(f"SELECT tenant, id FROM {target} WHERE _is_deleted = 1")
+    recorded = CompactStore(sink, database).load_all()[str(target)]
+    assert recorded.finished_at > lost and recorded.removed_total == recorded.removed
+    assert not keeper.after_turn(cfg, metrics.pipeline("p"))  # due again in an hour
+    assert not Upkeep(sink).after_turn(cfg, metrics.pipeline("p"))  # a restarted service reads the record
+
+    gone = replace(cfg, pipeline="q", target=TargetName(database, "gone"))
+    assert not keeper.after_turn(gone, metrics.pipeline("q"))
+    assert metrics.registry.get_sample_value("cdc2ch_compaction_failures_total", {"pipeline": "q"}) == 1
 
 
 # -- errors -------------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """What cdc2ch records about its pipelines, in ClickHouse next to the data (in the target database):
 replication offsets (`cdc2ch_state`), snapshot progress (`cdc2ch_snapshot_chunks`), health
-(`cdc2ch_health`) and the last verify (`cdc2ch_verify`).
+(`cdc2ch_health`), the last verify (`cdc2ch_verify`) and the last compaction of each target (`cdc2ch_compact`,
+compactions.py) and what was asked of each pipeline (`cdc2ch_control`, control.py).
 
 An offset is written only after every batch of its version range has landed; the ReplacingMergeTree keeps
 the row with the newest `updated_at` per pipeline.
@@ -26,6 +27,8 @@ STATE_TABLE = "cdc2ch_state"
 CHUNKS_TABLE = "cdc2ch_snapshot_chunks"
 HEALTH_TABLE = "cdc2ch_health"
 VERIFY_TABLE = "cdc2ch_verify"
+COMPACT_TABLE = "cdc2ch_compact"
+CONTROL_TABLE = "cdc2ch_control"
 
 
 def _utc(ts: datetime | None) -> datetime | None:
@@ -227,9 +230,12 @@ def _state(row: tuple) -> PipelineState:
 
 
 def state_tables(sink: Sink, databases: Collection[str] | None = None) -> dict[str, dict[str, set[str]]]:
-    """{database: {table: its columns}} of the offsets, health, verify and layout tables in `databases` (None:
-    every database), in one query: what readers of every pipeline's records need to know beforehand."""
-    parameters: dict = {"tables": [STATE_TABLE, HEALTH_TABLE, VERIFY_TABLE, LAYOUT_TABLE]}
+    """{database: {table: its columns}} of the offsets, health, verify, compaction, control and layout tables in
+    `databases` (None: every database), in one query: what readers of every pipeline's records need to know
+    beforehand."""
+    parameters: dict = {
+        "tables": [STATE_TABLE, HEALTH_TABLE, VERIFY_TABLE, COMPACT_TABLE, CONTROL_TABLE, LAYOUT_TABLE]
+    }
     where = ""
     if databases is not None:
         where, parameters["dbs"] = " AND database IN {dbs:Array(String)}", sorted(databases)
@@ -294,14 +300,13 @@ class HealthStore:
     def load_all(self, exists: bool | None = None) -> dict[str, Health]:
         """Every pipeline's health, in one query. `exists`: whether the table exists, when the caller knows
         (None: looked up)."""
-        if exists is None:
-            exists = self.sink.table_exists(TargetName(self.database, HEALTH_TABLE))
-        if not exists:
-            return {}
         names = [n for n, _ in _HEALTH_FIELDS]
-        rows = self.sink.query_rows(
+        rows = read_records(
+            self.sink,
+            TargetName(self.database, HEALTH_TABLE),
+            exists,
             f"SELECT {', '.join(names)} FROM {self._table} FINAL ORDER BY pipeline",
-            what="read pipeline health",
+            "read pipeline health",
         )
         out = {}
         for row in rows:
@@ -318,6 +323,14 @@ class HealthStore:
         row["updated_at"] = self._last
         fields = [*_HEALTH_FIELDS, ("updated_at", pa.timestamp("ms", tz="UTC"))]
         self.sink.insert_arrow(self._table, one_row(pa.schema(fields), row))
+
+
+def read_records(sink: Sink, table: TargetName, exists: bool | None, select: str, what: str) -> list[tuple]:
+    """The rows `select` reads from one of cdc2ch's record tables, none where the table does not exist.
+    `exists`: whether it does, when the caller knows (None: looked up)."""
+    if exists is None:
+        exists = sink.table_exists(table)
+    return sink.query_rows(select, what=what) if exists else []
 
 
 _VERIFY_FIELDS = [
@@ -364,12 +377,11 @@ class VerifyStore:
 
     def load_all(self, exists: bool | None = None) -> dict[str, Verified]:
         """Every pipeline's last verify, in one query. `exists` as HealthStore.load_all's."""
-        if exists is None:
-            exists = self.sink.table_exists(TargetName(self.database, VERIFY_TABLE))
-        if not exists:
-            return {}
-        rows = self.sink.query_rows(
+        rows = read_records(
+            self.sink,
+            TargetName(self.database, VERIFY_TABLE),
+            exists,
             f"SELECT pipeline, version, ok, summary, finished_at FROM {self._table} FINAL",
-            what="read verify results",
+            "read verify results",
         )
         return {r[0]: Verified(r[0], int(r[1]), bool(r[2]), r[3], _utc(r[4])) for r in rows}

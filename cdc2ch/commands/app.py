@@ -374,8 +374,8 @@ def compact(
     target: str, older_than: str | None, as_json: bool, clickhouse_dsn: str, log_format: str, log_level: str
 ) -> None:
     """`cdc2ch compact`: drop old tombstones and superseded versions of one target table."""
+    from cdc2ch.clickhouse import compaction
     from cdc2ch.clickhouse.dsn import connect
-    from cdc2ch.commands import compact as compaction
 
     logsetup.configure(log_format, log_level)
     name = TargetName.parse(target)
@@ -383,6 +383,15 @@ def compact(
     with connect(clickhouse_dsn, create=False) as sink:
         result = compaction.compact(sink, name, age)
     click.echo(json.dumps(result.as_dict()) if as_json else result.summary())
+
+
+def lifecycle(
+    action: str, pipeline: str, reason: str | None, target: str | None, clickhouse_dsn: str
+) -> None:
+    """`cdc2ch pause`, `resume`, `resync`: a request to the service running the pipeline."""
+    from cdc2ch.commands.lifecycle import request
+
+    click.echo(request(action, pipeline, reason, target, clickhouse_dsn))
 
 
 def query(sql: str, fmt: str, clickhouse_dsn: str) -> None:

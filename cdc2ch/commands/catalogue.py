@@ -8,13 +8,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field, fields
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import click
 
 from cdc2ch.base.errors import ConfigError
-from cdc2ch.model.config import INITIAL_LOADS, READERS, SCHEMA_CHANGES, WRITERS, RunConfig, default_dsn
+from cdc2ch.model.config import (
+    INITIAL_LOADS,
+    READERS,
+    SCHEMA_CHANGES,
+    WRITERS,
+    RunConfig,
+    default_dsn,
+    parse_duration,
+)
 from cdc2ch.model.design import names, pairs
 
 # Where an option may be set besides the command line and the environment.
@@ -27,7 +35,8 @@ RUN = frozenset({"run", "validate"})  # validate checks exactly what run would d
 PIPELINES = RUN | {"snapshot", "verify", "reshape"}
 WITH_CONFIG = PIPELINES | {"status"}
 WITH_LOGS = WITH_CONFIG | {"compact", "demo"}
-WITH_CLICKHOUSE = WITH_CONFIG | {"compact", "query"}
+LIFECYCLE = frozenset({"pause", "resume", "resync"})  # requests to a running service (lifecycle.py)
+WITH_CLICKHOUSE = WITH_CONFIG | LIFECYCLE | {"compact", "query"}
 
 # RunConfig's field defaults are the options' defaults.
 _DEFAULT = {f.name: f.default for f in fields(RunConfig)}
@@ -44,6 +53,11 @@ def parse_timestamp(value: str | None) -> datetime | None:
             f"{value!r} is not an ISO-8601 timestamp such as 2026-11-01T12:00:00Z."
         ) from None
     return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts
+
+
+def duration(flag: str) -> Callable[[str | None], timedelta | None]:
+    """The parse step of a DURATION option (30s, 15m, 12h, 7d, 2w, 1d12h)."""
+    return lambda value: None if value is None else parse_duration(value, flag)
 
 
 def table_keys(items) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -147,6 +161,12 @@ CATALOGUE: tuple[Option, ...] = (
            "1d12h); younger ones stay for incremental readers. Default (or 0): drop every tombstone."),
     Option("json", {"compact"}, COMMAND, param="as_json", flag=True,
            help="Print the counts as one JSON object instead of a summary line."),
+    Option("pipeline", LIFECYCLE, COMMAND, required=True, param="pipeline_name",
+           help="The pipeline, by the name `cdc2ch status` shows (a table pattern's pipelines too)."),
+    Option("target", LIFECYCLE, COMMAND,
+           help="The pipeline's target table (database.table), where pipelines of that name are in several "
+           "databases."),
+    Option("reason", {"pause", "resync"}, COMMAND, help="Why: `cdc2ch status` shows it with who asked and when."),
     Option("dir", {"demo"}, COMMAND, param="demo_dir", type=click.Path(file_okay=False),
            default="./cdc2ch-demo", show_default=True, env="CDC2CH_DEMO_DIR",
            help="Where the demo writes its Delta table and embedded ClickHouse (recreated on each run)."),
@@ -275,6 +295,13 @@ CATALOGUE: tuple[Option, ...] = (
            help="The view cdc2ch keeps over the target showing its current rows (the Delta table's columns, "
            "`FROM <target> FINAL WHERE _is_deleted = 0`), replaced with every schema change, resync and "
            "reshape: point BI tools at it. NAME, or database.NAME; none for no view. Default: <target>_current."),
+    Option("compact-every", RUN, PIPELINE, metavar="DURATION", parse=duration("--compact-every"),
+           help="While running, compact the target this often (30m, 6h, 1d...): remove its tombstones as "
+           "`cdc2ch compact` does, with the same guarantees, one table at a time, between two turns of its "
+           "pipeline. Default: never."),
+    Option("compact-older-than", RUN, PIPELINE, metavar="DURATION", parse=duration("--compact-older-than"),
+           help="With --compact-every: drop only tombstones committed longer ago than this (7d); younger ones "
+           "stay for incremental readers. Default (or 0): every tombstone."),
     Option("pipeline", PIPELINES, PIPELINE,
            help="Name under which the offset is stored. Default: the target name. With --config: run only "
            "the pipeline of that name."),

@@ -13,8 +13,12 @@ from datetime import datetime
 
 from cdc2ch.base.errors import Cdc2chError, ConfigError, SourceError, summarise
 from cdc2ch.base.log import get_logger
+from cdc2ch.clickhouse.compactions import CompactStore
+from cdc2ch.clickhouse.control import ControlStore
 from cdc2ch.clickhouse.layout import LAYOUT_TABLE, Layout
 from cdc2ch.clickhouse.state import (
+    COMPACT_TABLE,
+    CONTROL_TABLE,
     HEALTH_TABLE,
     STATE_TABLE,
     VERIFY_TABLE,
@@ -47,6 +51,8 @@ TABLE_COLUMNS = (
     ("rows_written", "rows_written"),
     ("last_success", "last_success"),
     ("verified", "verified"),
+    ("compacted", "compacted"),
+    ("paused", "paused"),
     ("initial_load", "initial_load"),
     # Shown when some pipeline names its table through a catalog: the name and where it was found.
     ("source", "source"),
@@ -74,7 +80,7 @@ def collect(
         databases = {t.database for _, t in pipelines}
     else:
         databases = {target.database} if target else None
-    records, verified = _records(sink, databases)
+    records, verified, compacted, requests = _records(sink, databases)
     if pipelines is not None:
         wanted = [(t.database, name) for name, t in pipelines]
         for key, (_, t) in zip(wanted, pipelines):
@@ -87,17 +93,20 @@ def collect(
     rows = [_row(*records[k]) for k in keys]
     for key, row in zip(keys, rows):
         with_verify(row, verified.get(key))
+        with_compaction(row, compacted.get((key[0], row["target"])))
+        with_request(row, requests.get(key))
     select = select or Selection()
     rows = [r for r in rows if select.before_lag(r)]
     add_lag(rows, spark_factory)
     return [r for r in rows if select(r)]
 
 
-def _records(sink: Sink, databases: set[str] | None) -> tuple[dict, dict]:
-    """({(database, pipeline): [offset, health]}, {(database, pipeline): last verify}) of every pipeline in
+def _records(sink: Sink, databases: set[str] | None) -> tuple[dict, dict, dict, dict]:
+    """({(database, pipeline): [offset, health]}, {(database, pipeline): last verify}, {(database, target):
+    last compaction}, {(database, pipeline): latest pause/resume/resync request}) of every pipeline in
     `databases` (None: all): one query finds the record tables, then one query reads each."""
     records: dict[tuple[str, str], list] = {}
-    verified = {}
+    verified, compacted, requests = {}, {}, {}
     for db, tables in state_tables(sink, databases).items():
         Layout(sink, db).check(exists=LAYOUT_TABLE in tables)  # a newer cdc2ch's records are not misread
         if STATE_TABLE in tables:
@@ -108,7 +117,11 @@ def _records(sink: Sink, databases: set[str] | None) -> tuple[dict, dict]:
                 records.setdefault((db, name), [None, None])[1] = health
         if VERIFY_TABLE in tables:
             verified.update({(db, n): v for n, v in VerifyStore(sink, db).load_all(exists=True).items()})
-    return records, verified
+        if COMPACT_TABLE in tables:
+            compacted.update({(db, t): c for t, c in CompactStore(sink, db).load_all(exists=True).items()})
+        if CONTROL_TABLE in tables:
+            requests.update({(db, p): r for p, r in ControlStore(sink, db).load_all(exists=True).items()})
+    return records, verified, compacted, requests
 
 
 def with_verify(row: dict, verified) -> None:
@@ -116,6 +129,27 @@ def with_verify(row: dict, verified) -> None:
     row["last_verify"] = verified.summary if verified else None
     row["last_verify_at"] = _iso(verified.finished_at) if verified else None
     row["verified"] = f"{'ok' if verified.ok else 'DIFFERS'} {row['last_verify_at']}" if verified else None
+
+
+def with_compaction(row: dict, compacted) -> None:
+    """The target's last compaction (by a service's --compact-every or `cdc2ch compact`): when, the tombstones
+    it removed, and those every compaction recorded removed; `compacted` is when and how many, for the table."""
+    row["last_compaction_at"] = _iso(compacted.finished_at) if compacted else None
+    row["tombstones_removed"] = compacted.removed if compacted else None
+    row["tombstones_removed_total"] = compacted.removed_total if compacted else None
+    row["compacted"] = f"{row['last_compaction_at']} -{compacted.removed}" if compacted else None
+
+
+def with_request(row: dict, request) -> None:
+    """Whether `cdc2ch pause` holds the pipeline (who, when, why), or a `cdc2ch resync` is pending."""
+    paused = request is not None and request.paused
+    row["paused"] = paused
+    row["paused_by"] = request.by if paused else None
+    row["paused_at"] = _iso(request.at) if paused else None
+    row["paused_reason"] = (request.reason or None) if paused else None
+    row["resync_requested_at"] = _iso(request.at) if request is not None and request.resync_pending else None
+    if paused:  # held on purpose: neither failing nor over --max-lag
+        row["failing"], row["error"] = False, None
 
 
 def _row(state: PipelineState | None, health: Health | None) -> dict:
@@ -249,7 +283,9 @@ def parse_max_lag(text: str) -> tuple[int | None, float | None]:
 
 
 def over_limit(row: dict, max_versions: int | None, max_seconds: float | None) -> bool:
-    """Behind by more than the limit, or lag unknown (the table cannot be read)."""
+    """Behind by more than the limit, or lag unknown (the table cannot be read); never a paused pipeline."""
+    if row.get("paused"):
+        return False
     if row["versions_behind"] is None:
         return True
     if max_versions is not None:
@@ -282,7 +318,10 @@ def aligned(header: list[str], rows: list[list], empty: str = "-") -> list[str]:
     return ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in [header, *cells]]
 
 
-def _cell(key: str, value):
+def _cell(key: str, value, row: dict):
+    if key == "paused":  # who, when and why
+        why = f": {row['paused_reason']}" if row.get("paused_reason") else ""
+        return f"by {row['paused_by']} at {row['paused_at']}{why}" if value else None
     if key == "seconds_behind" and value is not None:
         return f"{value:.0f}"
     if key == "error" and value:
@@ -296,5 +335,7 @@ def render_table(rows: list[dict], empty: str = "No pipelines found.") -> str:
     named = any(r.get("name") for r in rows)
     shown = {"error": any(r.get("error") for r in rows), "source": named, "location": named}
     shown["verified"] = any(r.get("verified") for r in rows)
+    shown["compacted"] = any(r.get("compacted") for r in rows)
+    shown["paused"] = any(r.get("paused") for r in rows)
     cols = [(h, k) for h, k in TABLE_COLUMNS if shown.get(k, True)]
-    return "\n".join(aligned([h for h, _ in cols], [[_cell(k, r.get(k)) for _, k in cols] for r in rows]))
+    return "\n".join(aligned([h for h, _ in cols], [[_cell(k, r.get(k), r) for _, k in cols] for r in rows]))

@@ -21,7 +21,9 @@ from cdc2ch.clickhouse.state import Health, HealthStore
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.fleet.health import HealthBook
 from cdc2ch.fleet.health import kept as _kept
+from cdc2ch.fleet.lifecycle import Lifecycle
 from cdc2ch.fleet.scheduler import NEVER, Schedule
+from cdc2ch.fleet.upkeep import Upkeep
 from cdc2ch.model.config import RunConfig
 from cdc2ch.replication.budget import UNLIMITED, RowBudget
 from cdc2ch.replication.metrics import Metrics, PipelineMetrics, error_kind
@@ -46,6 +48,31 @@ class Slot:
     saved_at: float = float("-inf")
     error: BaseException | None = None  # the last attempt's failure, None after a success
     gone: bool = False  # its table is gone: let go of once its running turn ends
+
+    def failed(self, exc: BaseException, poll_interval: float, retry_told: bool) -> None:
+        """An attempt failed: its health, metrics and log line, and when to try again."""
+        kind = error_kind(exc)
+        text = str(exc) if isinstance(exc, Cdc2chError) else f"{type(exc).__name__}: {exc}"
+        self.error = exc
+        self.health = self.health.failed(_now(), _kept(text), kind)
+        self.metrics.error(exc, self.health.failures)
+        pause = backoff(poll_interval, self.health.failures)
+        self.retry_at = time.monotonic() + pause
+        fields = {"pipeline": self.cfg.pipeline, "kind": kind, "error": _kept(text)}
+        if retry_told:
+            fields["retry_in_s"] = round(pause, 1)
+        if isinstance(exc, Cdc2chError):
+            log.error("pipeline_failed", **fields)
+        else:
+            log.exception("pipeline_failed", **fields)
+
+    def succeeded(self) -> bool:
+        """An attempt succeeded; whether the pipeline recovered from failing (its health to be saved)."""
+        recovered = self.error is not None or self.health.failures > 0
+        self.error = None
+        self.health = self.health.succeeded(_now())
+        self.metrics.success()
+        return recovered
 
 
 def backoff(poll_interval: float, failures: int) -> float:
@@ -86,6 +113,8 @@ class Runner:
         self.poll_interval = configs[0].poll_interval
         self.schedule = Schedule(workers if isolate else 1)
         self.health = HealthBook(sink)
+        self.upkeep = Upkeep(sink)  # scheduled compactions, between a pipeline's turns
+        self.lifecycle = Lifecycle(sink, self.poll_interval)  # pause, resume and resync requests
         self._warm = threading.Lock()
         self._warmed = self.once  # a --once run has no first change to speed up
         self.slots: list[Slot] = []
@@ -118,6 +147,7 @@ class Runner:
             pool = ThreadPoolExecutor(schedule.workers, thread_name_prefix="cdc2ch-pipeline")
         try:
             while not self.stop.is_set():
+                self.lifecycle.refresh([s.cfg for s in self.slots])
                 while not self.stop.is_set() and (name := schedule.take()) is not None:
                     slot = next(s for s in self.slots if s.cfg.pipeline == name)
                     if pool is None:
@@ -162,13 +192,21 @@ class Runner:
                 self.schedule.cond.notify_all()
 
     def _turn(self, slot: Slot) -> None:
-        """One attempt of one pipeline, then its next turn scheduled: at once while it has more to do, after
-        the poll interval when it had nothing new, at its retry time after a failure."""
+        """One attempt of one pipeline (and its target's compaction when due), then its next turn scheduled:
+        at once while it has more to do, after the poll interval when it had nothing new, at its retry time
+        after a failure."""
         name, started = slot.cfg.pipeline, time.monotonic()
         gave_way = progressed = False
         try:
-            progressed = self._attempt(slot)
-            gave_way = slot.job is not None and slot.job.gave_way
+            if self.lifecycle.holds(slot.cfg, slot.metrics):  # paused: its claim let go until resumed
+                if slot.job is not None:
+                    slot.job.close()
+                    slot.job = None
+            else:
+                progressed = self._attempt(slot)
+                gave_way = slot.job is not None and slot.job.gave_way
+                if slot.error is None and not slot.gone and not self.stop.is_set():
+                    self.upkeep.after_turn(slot.cfg, slot.metrics)
         finally:
             if self.once:
                 due = NEVER
@@ -220,11 +258,12 @@ class Runner:
                 if job is None:
                     source = open_source(self.spark, slot.cfg.table)
                     job = Replicator(slot.cfg, source, self.sink, self.stop, slot.metrics, budget=self.budget)
-                    if not self.once:
-                        job.turn_over = partial(self.schedule.should_give_way, slot.cfg.pipeline)
+                    if not self.once:  # end the turn between two ranges: another's turn, a pause, a resync
+                        job.turn_over = partial(self._turn_over, slot.cfg)
                     job.start()
                     slot.job = job
                     self._warm_up(job)
+                self.lifecycle.resync(slot.cfg, job)
                 progressed = job.step()
         except Exception as raised:
             exc = jvm_stopped(raised) or raised  # a JVM gone mid-call: the paragraph, not a traceback
@@ -247,6 +286,9 @@ class Runner:
         self._succeeded(slot)
         return progressed
 
+    def _turn_over(self, cfg: RunConfig) -> bool:
+        return self.schedule.should_give_way(cfg.pipeline) or self.lifecycle.wants(cfg)
+
     def _warm_up(self, job: Replicator) -> None:
         """The JVM's first read is slow: the first pipeline pays it before the first change arrives."""
         with self._warm:
@@ -264,29 +306,12 @@ class Runner:
             slot.saved_at = time.monotonic()
 
     def _failed(self, slot: Slot, exc: BaseException, record: bool) -> None:
-        kind = error_kind(exc)
-        text = str(exc) if isinstance(exc, Cdc2chError) else f"{type(exc).__name__}: {exc}"
-        slot.error = exc
-        slot.health = slot.health.failed(_now(), _kept(text), kind)
-        slot.metrics.error(exc, slot.health.failures)
-        pause = backoff(self.poll_interval, slot.health.failures)
-        slot.retry_at = time.monotonic() + pause
-        fields = {"pipeline": slot.cfg.pipeline, "kind": kind, "error": _kept(text)}
-        if self.isolate and not self.once:
-            fields["retry_in_s"] = round(pause, 1)
-        if isinstance(exc, Cdc2chError):
-            log.error("pipeline_failed", **fields)
-        else:
-            log.exception("pipeline_failed", **fields)
+        slot.failed(exc, self.poll_interval, retry_told=self.isolate and not self.once)
         if record:
             self._save(slot)
 
     def _succeeded(self, slot: Slot) -> None:
-        recovered = slot.error is not None or slot.health.failures > 0
-        slot.error = None
-        slot.health = slot.health.succeeded(_now())
-        slot.metrics.success()
-        if recovered or self.once or time.monotonic() - slot.saved_at >= HEALTH_EVERY:
+        if slot.succeeded() or self.once or time.monotonic() - slot.saved_at >= HEALTH_EVERY:
             self._save(slot)
 
 

@@ -169,6 +169,10 @@ class RunConfig:
     design: TableDesign | None = None
     # the ClickHouse cluster the target lives on (clickhouse/placement.py); None: one server
     cluster: str | None = None
+    # a service compacts the target this often (fleet/upkeep.py), dropping tombstones older than
+    # compact_older_than (None: all of them); None: never
+    compact_every: timedelta | None = None
+    compact_older_than: timedelta | None = None
 
     def __post_init__(self) -> None:
         if not self.primary_key:
@@ -212,6 +216,28 @@ class RunConfig:
         if self.retries < 1:
             raise ConfigError(
                 f"--retries counts attempts per ClickHouse call: at least 1 (got {self.retries})."
+            )
+        self._check_compaction()
+
+    def _check_compaction(self) -> None:
+        if self.compact_every is None:
+            if self.compact_older_than is not None:
+                raise ConfigError(
+                    "--compact-older-than says which tombstones a scheduled compaction drops, but no "
+                    "--compact-every schedules one. Add --compact-every (e.g. 1d), or drop "
+                    "--compact-older-than (`cdc2ch compact --older-than` compacts once)."
+                )
+            return
+        if self.compact_every <= timedelta(0):
+            raise ConfigError(
+                f"--compact-every must be a positive duration such as 1h or 1d (got {self.compact_every}); "
+                f"leave it out for no scheduled compaction."
+            )
+        if self.cluster:
+            raise ConfigError(
+                f"--compact-every compacts the target on a schedule, and a target on --cluster {self.cluster} "
+                f"is a Distributed table, which cdc2ch does not compact yet (its young tombstones would have "
+                f"to be set aside on every shard). Drop --compact-every for this pipeline."
             )
 
     @property

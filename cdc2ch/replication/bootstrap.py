@@ -115,6 +115,12 @@ class Bootstrap:
             )
         self.ports.store.ensure()
 
+    def claim_first_range(self, state: PipelineState) -> None:
+        """A new pipeline's first range passed its checks: claim the pipeline and record its offset `state`."""
+        self.claim()
+        self.ports.store.save(state)
+        self.log.info("claimed", committed=state.committed_version)
+
     def load(self, state: PipelineState) -> PipelineState | None:
         """Load the pending snapshot and record the offset at its version (returned); None when stopped
         between chunks (the next run resumes it)."""

@@ -113,6 +113,27 @@ class Metrics:
             p,
             registry=r,
         )
+        self.compactions = Counter(
+            "cdc2ch_compactions",
+            "Compactions of the target a running service made (--compact-every).",
+            p,
+            registry=r,
+        )
+        self.tombstones_removed = Counter(
+            "cdc2ch_tombstones_removed", "Tombstones those compactions removed.", p, registry=r
+        )
+        self.compaction_seconds = Histogram(
+            "cdc2ch_compaction_seconds", "Seconds per compaction.", p, buckets=BATCH_BUCKETS, registry=r
+        )
+        self.compaction_failures = Counter(
+            "cdc2ch_compaction_failures", "Compactions that failed (tried again at the next).", p, registry=r
+        )
+        self.paused = Gauge(
+            "cdc2ch_paused",
+            "1 while `cdc2ch pause` holds the pipeline (not a failure), else 0.",
+            p,
+            registry=r,
+        )
         # The JVM's pid once Spark runs (`jvm_pid`); until then its collector yields nothing.
         self.jvm_pid: int | None = None
         ProcessCollector(registry=r)
@@ -174,6 +195,20 @@ class PipelineMetrics:
         self._m.errors.labels(self.name, error_kind(exc)).inc()
         if in_a_row is not None:
             self._m.failures.labels(self.name).set(in_a_row)
+
+    def compacted(self, removed: int, seconds: float) -> None:
+        m, n = self._m, self.name
+        m.compactions.labels(n).inc()
+        m.tombstones_removed.labels(n).inc(removed)
+        m.compaction_seconds.labels(n).observe(seconds)
+
+    def paused(self, paused: bool) -> None:
+        self._m.paused.labels(self.name).set(1 if paused else 0)
+        if paused:  # a paused pipeline is not failing
+            self._m.failures.labels(self.name).set(0)
+
+    def compaction_failed(self) -> None:
+        self._m.compaction_failures.labels(self.name).inc()
 
     def snapshot_began(self) -> None:
         self._m.snapshot_started.labels(self.name).set(time.time())

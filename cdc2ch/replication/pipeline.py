@@ -79,7 +79,7 @@ class Replicator:
 
     def initial_state(self, inputs: Inputs) -> PipelineState:
         """Where the pipeline stands: the stored offset (claimed now), or for a new pipeline an offset before
-        `start` that is claimed and recorded only when the first range passed its checks (`_claim_new`)."""
+        `start` that is claimed and recorded only once the first range passed its checks (claim_first_range)."""
         cfg, store = self.cfg, self.ports.store
         if inputs.stored is None:
             return self.bootstrap.begin(inputs.initial, inputs.start, inputs.table_id)
@@ -111,13 +111,6 @@ class Replicator:
             self.ports.store.save(state)
             self.log.info("source_recorded", source=state.source, location=state.location, was=stored.source)
         return state
-
-    def _claim_new(self, state: PipelineState) -> None:
-        """A new pipeline's first range passed its checks: claim the pipeline and record its offset."""
-        self.bootstrap.claim()
-        self.claimed = True
-        self.ports.store.save(state)
-        self.log.info("claimed", committed=state.committed_version)
 
     @phases.recorded
     def start(self) -> PipelineState:
@@ -188,7 +181,8 @@ class Replicator:
                 commit = by_version.get(s) if s in breaks else None  # a range begins at a schema change
                 change = follow.prepare(self.ports.tables, cfg, self.source, commit, state, changes.schema)
                 if not self.claimed:
-                    self._claim_new(state)
+                    self.bootstrap.claim_first_range(state)
+                    self.claimed = True
                 if change.breaking:  # resync (or refuse) once no read runs any more
                     broken = (by_version.get(s) if s in breaks else None, s, e, change)
                     break
@@ -250,6 +244,12 @@ class Replicator:
         if committed < latest.version:
             self.state = self.catch_up(self.state, latest.version)
         return self.state.committed_version != before
+
+    def rebuild(self, reason: str) -> bool:
+        """`cdc2ch resync`: rebuild the target through the side-table swap; whether it was swapped in."""
+        before = self.state
+        self.state = self.resync.run(self.state, reason)
+        return self.state is not before
 
     def close(self) -> None:
         self.ports.lock.release()

@@ -33,6 +33,16 @@ def spark_schema(columns: dict[str, str]) -> dict:
     }
 
 
+class Clock:
+    """A monotonic clock the test sets by hand."""
+
+    def __init__(self, now: float = 0.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class FakeTable:
     """A Delta table in memory: commits of inserts, updates (key changes included) and deletes, each with
     the change rows Delta's CDF would give, and the table's rows after each version."""

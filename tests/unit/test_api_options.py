@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from structlog.testing import capture_logs
@@ -43,6 +43,10 @@ def test_defaults_and_conversions_are_the_command_lines():
         "2026-01-02T03:04:05", "--reset", "--writer", "driver", "--target", "db.t", "--pipeline", "p",
     )  # fmt: skip
     assert given.from_timestamp == datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    compacting = _cfg(compact_every="1d12h", compact_older_than="0")
+    assert compacting == _cli_cfg("--once", "--compact-every", "1d12h", "--compact-older-than", "0")
+    assert (compacting.compact_every, compacting.compact_older_than) == (timedelta(hours=36), timedelta(0))
+    assert _cfg().compact_every is None  # off by default
     assert (
         api._config(
             "snapshot", "snapshot", {"table": "/d", "primary_key": "id", "version": 3}, True
@@ -80,6 +84,10 @@ def test_defaults_and_conversions_are_the_command_lines():
         ),
         ({"primary_key": ""}, "--primary-key is required"),
         ({"target": "a.b.c"}, "is not a ClickHouse table name"),
+        ({"compact_every": "soon"}, r"--compact-every 'soon' is not a duration cdc2ch understands"),
+        ({"compact_every": "0"}, r"--compact-every must be a positive duration"),
+        ({"compact_older_than": "7d"}, r"no --compact-every schedules one"),
+        ({"compact_every": "1d", "cluster": "c"}, r"a target on --cluster c is a Distributed table"),
     ],
 )
 def test_bad_keywords_are_refused_as_the_command_line_refuses_flags(keywords, message):

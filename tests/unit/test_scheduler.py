@@ -9,20 +9,13 @@ import pytest
 
 from cdc2ch.clickhouse.clients import Clients
 from cdc2ch.fleet.scheduler import NEVER, QUANTUM, Schedule, pool_size
+from tests.unit.fakes import Clock
 
 pytestmark = pytest.mark.unit
 
 
-class Clock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self):
-        return self.now
-
-
 def schedule(workers: int, *names: str) -> tuple[Schedule, Clock]:
-    clock = Clock()
+    clock = Clock(100.0)
     s = Schedule(workers, clock)
     for name in names:
         s.add(name)

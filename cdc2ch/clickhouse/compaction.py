@@ -1,4 +1,5 @@
-"""`cdc2ch compact`: physically remove old tombstones from a target table.
+"""Compaction: physically remove old tombstones from a target table (`cdc2ch compact`, and a service's
+`--compact-every` through fleet/upkeep.py). Each compaction is recorded for `status` (compactions.py).
 
 A deleted key stays in the target as a tombstone (its latest row has `_is_deleted = 1`) so that consumers
 reading new rows incrementally see the delete; FINAL already hides it. Compaction drops the tombstones
@@ -44,6 +45,7 @@ from datetime import datetime, timedelta, timezone
 
 from cdc2ch.base.errors import ConfigError, SinkError, summarise
 from cdc2ch.base.log import get_logger
+from cdc2ch.clickhouse.compactions import CompactStore
 from cdc2ch.clickhouse.lock import LockedError, PipelineLock
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model import schema
@@ -109,7 +111,9 @@ def compact(
     try:
         lock.acquire()
     except LockedError as exc:
-        raise LockedError(f"Another `cdc2ch compact` is working on {target}. {exc}") from exc
+        raise LockedError(
+            f"Another compaction (`cdc2ch compact`, or a service's --compact-every) is working on {target}. {exc}"
+        ) from exc
     try:
         return job.run(t0)
     finally:
@@ -144,6 +148,7 @@ class _Compaction:
         )
         try:
             result = self._run(t0)
+            CompactStore(self.sink, self.target.database).record(result)
         except SinkError as exc:
             detail = summarise(str(exc.__cause__ or exc), 400).rstrip(".")
             raise SinkError(

@@ -1,0 +1,87 @@
+"""Which of a service's pipelines are paused or owe a resync, from the requests `cdc2ch pause`, `resume` and
+`resync` record (clickhouse/control.py): read once per poll interval, one query per target database."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from cdc2ch.base.errors import Cdc2chError, summarise
+from cdc2ch.base.log import get_logger
+from cdc2ch.clickhouse.control import ControlStore, Request, requester
+from cdc2ch.clickhouse.transport import Sink
+from cdc2ch.model.config import RunConfig
+from cdc2ch.replication.metrics import PipelineMetrics
+
+log = get_logger("cdc2ch.lifecycle")
+
+
+class Lifecycle:
+    """The requests for a service's pipelines. Thread-safe: the dispatcher refreshes them, turns read them."""
+
+    def __init__(self, sink: Sink, interval: float, clock: Callable[[], float] = time.monotonic):
+        self.sink, self.interval, self.clock = sink, interval, clock
+        self._lock = threading.Lock()
+        self._requests: dict[tuple[str, str], Request] = {}  # (database, pipeline) -> its latest request
+        self._read_at = float("-inf")
+        self._paused: set[str] = set()  # pipelines this service holds paused now
+        self.me = requester()
+
+    def refresh(self, configs: Iterable[RunConfig]) -> None:
+        """Read the requests again when a poll interval has passed (a failed read keeps the last ones)."""
+        if self.clock() - self._read_at < self.interval:
+            return
+        self._read_at = self.clock()
+        found = {}
+        for database in sorted({c.target.database for c in configs}):
+            try:
+                found.update(
+                    {(database, p): r for p, r in ControlStore(self.sink, database).load_all().items()}
+                )
+            except Cdc2chError as exc:
+                log.warning("requests_not_read", database=database, error=summarise(str(exc), 300))
+                return
+        with self._lock:
+            self._requests = found
+
+    def of(self, cfg: RunConfig) -> Request | None:
+        with self._lock:
+            return self._requests.get((cfg.target.database, cfg.pipeline))
+
+    def wants(self, cfg: RunConfig) -> bool:
+        """Whether a running turn should end after the range in hand: a pause or a resync waits for it."""
+        request = self.of(cfg)
+        return request is not None and (request.paused or request.resync_pending)
+
+    def holds(self, cfg: RunConfig, metrics: PipelineMetrics) -> bool:
+        """Whether the pipeline is paused now (said once when it pauses and when it resumes)."""
+        request = self.of(cfg)
+        paused = request is not None and request.paused
+        with self._lock:
+            changed = paused != (cfg.pipeline in self._paused)
+            (self._paused.add if paused else self._paused.discard)(cfg.pipeline)
+        metrics.paused(paused)
+        if changed and paused:
+            log.warning(
+                "paused",
+                pipeline=cfg.pipeline,
+                by=request.by,
+                at=request.at.isoformat(),
+                reason=request.reason,
+            )
+        elif changed:
+            log.info("resumed", pipeline=cfg.pipeline)
+        return paused
+
+    def resync(self, cfg: RunConfig, job) -> None:
+        """Rebuild the pipeline's target through the side-table swap when a resync is asked for (a claimed
+        pipeline, between two steps); recorded as done once swapped in, so it runs once."""
+        request = self.of(cfg)
+        if request is None or not request.resync_pending or not job.claimed:
+            return
+        reason = f"requested by {request.by}" + (f": {request.reason}" if request.reason else "")
+        if job.rebuild(reason):
+            with self._lock:  # done: not again before the next read, whatever came meanwhile
+                self._requests.pop((cfg.target.database, cfg.pipeline), None)
+            ControlStore(self.sink, cfg.target.database).resynced(request, self.me)
