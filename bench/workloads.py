@@ -628,6 +628,7 @@ def phase_table(found: dict) -> list[str]:
     head = ["workload", "reader", *(label for _, label in PHASES), "total"]
     out = [
         "Phases (seconds; reads overlap inserts):",
+        "",
         "| " + " | ".join(head) + " |",
         "|" + " --- |" * len(head),
     ]
