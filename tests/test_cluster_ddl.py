@@ -55,6 +55,8 @@ def changed_lines(plain: str, clustered: str) -> list[tuple[str, str]]:
 
 def test_the_state_templates_are_all_covered():
     assert STATE_TEMPLATES == [
+        "create_compact_table.sql",
+        "create_control_table.sql",
         "create_health_table.sql",
         "create_layout_table.sql",
         "create_locks_table.sql",
