@@ -26,6 +26,9 @@ class Lifecycle:
         self._requests: dict[tuple[str, str], Request] = {}  # (database, pipeline) -> its latest request
         self._read_at = float("-inf")
         self._paused: set[str] = set()  # pipelines this service holds paused now
+        # The resync requests this service carried out: a read that began before one was recorded done
+        # brings it back as pending, and it must not run twice.
+        self._done: dict[tuple[str, str], Request] = {}
         self.me = requester()
 
     def refresh(self, configs: Iterable[RunConfig]) -> None:
@@ -49,10 +52,18 @@ class Lifecycle:
         with self._lock:
             return self._requests.get((cfg.target.database, cfg.pipeline))
 
+    def _owed(self, cfg: RunConfig) -> Request | None:
+        """The resync asked for and not yet carried out by this service, if any."""
+        request = self.of(cfg)
+        if request is None or not request.resync_pending:
+            return None
+        with self._lock:
+            return None if self._done.get((cfg.target.database, cfg.pipeline)) == request else request
+
     def wants(self, cfg: RunConfig) -> bool:
         """Whether a running turn should end after the range in hand: a pause or a resync waits for it."""
         request = self.of(cfg)
-        return request is not None and (request.paused or request.resync_pending)
+        return request is not None and (request.paused or self._owed(cfg) is not None)
 
     def holds(self, cfg: RunConfig, metrics: PipelineMetrics) -> bool:
         """Whether the pipeline is paused now (said once when it pauses and when it resumes)."""
@@ -77,11 +88,11 @@ class Lifecycle:
     def resync(self, cfg: RunConfig, job) -> None:
         """Rebuild the pipeline's target through the side-table swap when a resync is asked for (a claimed
         pipeline, between two steps); recorded as done once swapped in, so it runs once."""
-        request = self.of(cfg)
-        if request is None or not request.resync_pending or not job.claimed:
+        request = self._owed(cfg)
+        if request is None or not job.claimed:
             return
         reason = f"requested by {request.by}" + (f": {request.reason}" if request.reason else "")
         if job.rebuild(reason):
-            with self._lock:  # done: not again before the next read, whatever came meanwhile
-                self._requests.pop((cfg.target.database, cfg.pipeline), None)
+            with self._lock:  # done: not again, whatever a read that began before this brings back
+                self._done[(cfg.target.database, cfg.pipeline)] = request
             ControlStore(self.sink, cfg.target.database).resynced(request, self.me)

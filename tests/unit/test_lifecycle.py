@@ -125,3 +125,30 @@ def test_a_resync_runs_once_and_is_recorded_done_unless_a_newer_request_came(tab
     ask("db", "a", PAUSE, minutes=2)  # asked while the rebuild ran: the pause is kept
     life.resync(a, Job())
     assert rows["db"]["a"].action == PAUSE and not life.wants(a)  # (until the next read sees the pause)
+
+
+def test_a_read_that_began_before_a_resync_was_recorded_done_does_not_run_it_again(table):
+    """The dispatcher reads the requests while a turn rebuilds: the read, older than the record of the
+    resync done, brings the request back as pending."""
+    rows, _, _, ask = table
+    clock = Clock()
+    life = Lifecycle(None, 1.0, clock)
+    a = _cfg("a")
+    ask("db", "a", RESYNC, reason="suspect rows")
+    life.refresh([a])
+    stale = dict(rows["db"])  # what a read that began now returns, whenever it ends
+    job = Job()
+    life.resync(a, job)
+    assert rows["db"]["a"].action == RESYNCED
+    rows["db"] = stale  # the stale read lands after the rebuild
+    clock.now = 1.0
+    life.refresh([a])
+    assert not life.wants(a)
+    life.resync(a, job)
+    assert len(job.rebuilt) == 1
+    ask("db", "a", RESYNC, minutes=1, reason="again")  # a new request is carried out
+    clock.now = 2.0
+    life.refresh([a])
+    assert life.wants(a)
+    life.resync(a, job)
+    assert job.rebuilt[-1] == "requested by ann@laptop: again" and len(job.rebuilt) == 2
