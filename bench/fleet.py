@@ -161,13 +161,13 @@ def change_lags(service: Service, reader, written: list[tuple[str, int, float]])
     return lags
 
 
-def serve(lake: Path, work: Path, discover_interval: float, reader: str) -> tuple[Service, int]:
+def serve(lake: Path, work: Path, discover_interval: float, reader: str, *extra: str) -> tuple[Service, int]:
     """`cdc2ch run --table LAKE/* --poll-interval 1 --serve`, and the port it serves on."""
     port = free_port()
     service = Service(
         "--table", f"{lake}/*", "--primary-key", "id", "--target", "bench.{table}", "--poll-interval", "1",
         "--discover-interval", str(discover_interval), "--clickhouse", f"chdb://{work / 'fleet'}",
-        "--serve", f"127.0.0.1:{port}", "--reader", reader,
+        "--serve", f"127.0.0.1:{port}", "--reader", reader, *extra,
     )  # fmt: skip
     return service, port
 
@@ -181,7 +181,7 @@ def without_load(args, lake: Path, names: list[str], rng: random.Random, work: P
     worker is theirs (a lag as high as with the load says capacity, not fairness, is short)."""
     import clickhouse_connect
 
-    service, port = serve(lake, work, args.discover_interval, args.reader)
+    service, port = serve(lake, work, args.discover_interval, args.reader, *args.extra)
     service.wait_for(lambda: loaded(service) >= len(names), 3600, "the small tables' first loads")
     reader = clickhouse_connect.get_client(host="127.0.0.1", port=port, username="default")
     until = time.time() + args.no_load
@@ -203,9 +203,11 @@ def main() -> None:
     parser.add_argument("--no-load", type=float, default=0.0, metavar="SECONDS",
                         help="no big table: the writer runs this long alone (capacity without fairness)")  # fmt: skip
     parser.add_argument(
-        "--reader", choices=("spark", "clickhouse"), default="spark", help="the fleet's --reader"
+        "--reader", choices=("spark", "clickhouse", "auto"), default="spark", help="the fleet's --reader"
     )
+    parser.add_argument("--max-parallel", type=int, help="the fleet's --max-parallel (default: cdc2ch's)")
     args = parser.parse_args()
+    args.extra = ["--max-parallel", str(args.max_parallel)] if args.max_parallel else []
     if args.quick:
         args.tables, args.big_rows = 40, 2_000_000
     if args.no_load:
@@ -225,7 +227,7 @@ def main() -> None:
     alone.proc.wait()
     alone_rows, alone_rate = load_rate(alone.events, "bench.big")
 
-    service, port = serve(lake, work, args.discover_interval, args.reader)
+    service, port = serve(lake, work, args.discover_interval, args.reader, *args.extra)
     import clickhouse_connect
 
     service.wait_for(lambda: loaded(service) >= len(names), 3600, "the small tables' first loads")

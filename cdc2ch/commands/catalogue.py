@@ -235,7 +235,8 @@ CATALOGUE: tuple[Option, ...] = (
            "batches. clickhouse: ClickHouse reads the Delta files itself in one INSERT ... SELECT FROM "
            "deltaLakeLocal/deltaLake per range (run: with delta_lake_snapshot_start/end_version), several "
            "times faster; needs ClickHouse to reach the lake (local paths for the embedded target, "
-           "S3/HTTP(S) with the server's credentials)."),
+           "S3/HTTP(S) with the server's credentials). auto: clickhouse for a local table on the embedded engine "
+           "that it reads exactly as Spark does (no TIMESTAMP column, no feature it refuses), spark otherwise."),
     Option("immutable-keys", RUN, PIPELINE, flag=True,
            help="Promise that updates never change key columns: update pre-images are not written."),
     Option("metrics-port", RUN, PROCESS, type=click.IntRange(0, 65535),

@@ -26,7 +26,7 @@ DEFAULT_BATCH_SIZE = 80_000
 DEFAULT_MAX_ROWS_PER_READ = 500_000
 
 # The values a choice option accepts; the command line offers the same (see options.py).
-READERS = ("spark", "clickhouse")
+READERS = ("spark", "clickhouse", "auto")
 WRITERS = ("auto", "driver", "executors")
 SCHEMA_CHANGES = ("fail", "resync", "follow")  # follow: renames and drops in place (renames.py)
 INITIAL_LOADS = ("auto", "snapshot", "changes")  # how a new pipeline begins (replication/initial.py)
