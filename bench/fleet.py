@@ -223,7 +223,7 @@ def main() -> None:
         return without_load(args, lake, names, rng, work)
     # The big load alone: the reference for its rate in the fleet.
     alone = Service("--table", str(staging / "big"), "--primary-key", "id", "--target", "bench.big", "--once",
-                    "--clickhouse", f"chdb://{work / 'alone'}")  # fmt: skip
+                    "--clickhouse", f"chdb://{work / 'alone'}", "--reader", args.reader)  # fmt: skip
     alone.proc.wait()
     alone_rows, alone_rate = load_rate(alone.events, "bench.big")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from cdc2ch.base.errors import ConfigError
 from cdc2ch.model.design import TableDesign
 from cdc2ch.model.identity import Identity
-from cdc2ch.model.tableref import parse_table
+from cdc2ch.model.tableref import anchored, parse_table
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -175,6 +175,7 @@ class RunConfig:
     compact_older_than: timedelta | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "table", anchored(self.table))
         if not self.primary_key:
             raise ConfigError(
                 "--primary-key is required: name the Delta column(s) that identify a row, e.g. id or a,b."
