@@ -206,6 +206,7 @@ def main() -> None:
         "--reader", choices=("spark", "clickhouse", "auto"), default="spark", help="the fleet's --reader"
     )
     parser.add_argument("--max-parallel", type=int, help="the fleet's --max-parallel (default: cdc2ch's)")
+    parser.add_argument("--events", type=Path, help="write the service's log events here (JSON lines)")
     args = parser.parse_args()
     args.extra = ["--max-parallel", str(args.max_parallel)] if args.max_parallel else []
     if args.quick:
@@ -270,6 +271,11 @@ def main() -> None:
           + ("" if status.returncode == 0 else f" [exit {status.returncode}]"))  # fmt: skip
     print(f"new table to its rows in ClickHouse: {to_clickhouse:.1f}s (discovered after {discovered:.1f}s, "
           f"discover interval {args.discover_interval:.0f}s; load {big_rows / big_rate:.1f}s)")  # fmt: skip
+    if args.events:
+        args.events.write_text("".join(json.dumps(e) + "\n" for e in service.events))
+    failed = [e for e in service.events if e["event"] == "pipeline_failed"]
+    print(f"failed pipeline attempts (each retried): {len(failed)}"
+          + (f"; the first: {failed[0].get('error', '')[:300]}" if failed else ""))  # fmt: skip
 
 
 if __name__ == "__main__":

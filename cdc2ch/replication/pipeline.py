@@ -56,9 +56,8 @@ class Replicator:
         # A snapshot (initial load or resync) is seen running in the metrics, so an alert can say it runs long.
         self.ports = dataclasses.replace(ports, load_snapshot=timed(ports.load_snapshot, self.metrics))
         self.log = log.bind(pipeline=cfg.pipeline)
-        self.auto = (
-            cfg.reader == "auto"
-        )  # ClickHouse reads only while the table stays readable as Spark reads it
+        # auto: ClickHouse reads while the table stays one it reads as Spark does (readers.check_range)
+        self.auto = cfg.reader == "auto"
         self.cfg = cfg = readers.resolved(cfg, self.source, ports.remote_target, ports.has_setting, self.log)
         self.state: PipelineState | None = None
         self.started: PipelineState | None = None

@@ -42,14 +42,21 @@ def table_needs_spark(schema_json: dict, protocol: dict, properties: dict) -> st
     return None
 
 
-def resolved(cfg: RunConfig, source, remote_target: bool, has_setting: Callable[[str], bool], log=None):
-    """`cfg` with `auto` replaced by the reader chosen for `source` (the latest version's schema and
-    protocol); any other reader as given. Logs the choice and its reason."""
+def resolved(
+    cfg: RunConfig,
+    source,
+    remote_target: bool,
+    has_setting: Callable[[str], bool],
+    log=None,
+    version: int | None = None,
+):
+    """`cfg` with `auto` replaced by the reader chosen for `source` (the schema of `version`, default the
+    latest, and the latest protocol); any other reader as given. Logs the choice and its reason."""
     if cfg.reader != "auto":
         return cfg
     why = place_needs_spark(source.location, remote_target)
     if why is None:  # the log read without a JVM (a local table), then one query
-        schema_json = source.schema_at(source.latest().version)
+        schema_json = source.schema_at(source.latest().version if version is None else version)
         why = table_needs_spark(schema_json, source.protocol(), source.properties())
     if why is None and not has_setting(pushdown.CDF_SETTING):
         why = f"this ClickHouse lacks the setting {pushdown.CDF_SETTING}"

@@ -113,7 +113,7 @@ class Snapshotter:
                 f"Snapshot a later version, e.g. the latest ({latest})."
             )
         cfg = self.cfg = readers.resolved(
-            cfg, self.source, self.sink.task_client is not None, self.sink.has_setting, self.log
+            cfg, self.source, self.sink.task_client is not None, self.sink.has_setting, self.log, version
         )
         if cfg.reader == "clickhouse":
             check_clickhouse_reads(
