@@ -161,13 +161,13 @@ def change_lags(service: Service, reader, written: list[tuple[str, int, float]])
     return lags
 
 
-def serve(lake: Path, work: Path, discover_interval: float, reader: str) -> tuple[Service, int]:
+def serve(lake: Path, work: Path, discover_interval: float, reader: str, *extra: str) -> tuple[Service, int]:
     """`cdc2ch run --table LAKE/* --poll-interval 1 --serve`, and the port it serves on."""
     port = free_port()
     service = Service(
         "--table", f"{lake}/*", "--primary-key", "id", "--target", "bench.{table}", "--poll-interval", "1",
         "--discover-interval", str(discover_interval), "--clickhouse", f"chdb://{work / 'fleet'}",
-        "--serve", f"127.0.0.1:{port}", "--reader", reader,
+        "--serve", f"127.0.0.1:{port}", "--reader", reader, *extra,
     )  # fmt: skip
     return service, port
 
@@ -181,7 +181,7 @@ def without_load(args, lake: Path, names: list[str], rng: random.Random, work: P
     worker is theirs (a lag as high as with the load says capacity, not fairness, is short)."""
     import clickhouse_connect
 
-    service, port = serve(lake, work, args.discover_interval, args.reader)
+    service, port = serve(lake, work, args.discover_interval, args.reader, *args.extra)
     service.wait_for(lambda: loaded(service) >= len(names), 3600, "the small tables' first loads")
     reader = clickhouse_connect.get_client(host="127.0.0.1", port=port, username="default")
     until = time.time() + args.no_load
@@ -203,9 +203,12 @@ def main() -> None:
     parser.add_argument("--no-load", type=float, default=0.0, metavar="SECONDS",
                         help="no big table: the writer runs this long alone (capacity without fairness)")  # fmt: skip
     parser.add_argument(
-        "--reader", choices=("spark", "clickhouse"), default="spark", help="the fleet's --reader"
+        "--reader", choices=("spark", "clickhouse", "auto"), default="spark", help="the fleet's --reader"
     )
+    parser.add_argument("--max-parallel", type=int, help="the fleet's --max-parallel (default: cdc2ch's)")
+    parser.add_argument("--events", type=Path, help="write the service's log events here (JSON lines)")
     args = parser.parse_args()
+    args.extra = ["--max-parallel", str(args.max_parallel)] if args.max_parallel else []
     if args.quick:
         args.tables, args.big_rows = 40, 2_000_000
     if args.no_load:
@@ -221,11 +224,11 @@ def main() -> None:
         return without_load(args, lake, names, rng, work)
     # The big load alone: the reference for its rate in the fleet.
     alone = Service("--table", str(staging / "big"), "--primary-key", "id", "--target", "bench.big", "--once",
-                    "--clickhouse", f"chdb://{work / 'alone'}")  # fmt: skip
+                    "--clickhouse", f"chdb://{work / 'alone'}", "--reader", args.reader)  # fmt: skip
     alone.proc.wait()
     alone_rows, alone_rate = load_rate(alone.events, "bench.big")
 
-    service, port = serve(lake, work, args.discover_interval, args.reader)
+    service, port = serve(lake, work, args.discover_interval, args.reader, *args.extra)
     import clickhouse_connect
 
     service.wait_for(lambda: loaded(service) >= len(names), 3600, "the small tables' first loads")
@@ -268,6 +271,11 @@ def main() -> None:
           + ("" if status.returncode == 0 else f" [exit {status.returncode}]"))  # fmt: skip
     print(f"new table to its rows in ClickHouse: {to_clickhouse:.1f}s (discovered after {discovered:.1f}s, "
           f"discover interval {args.discover_interval:.0f}s; load {big_rows / big_rate:.1f}s)")  # fmt: skip
+    if args.events:
+        args.events.write_text("".join(json.dumps(e) + "\n" for e in service.events))
+    failed = [e for e in service.events if e["event"] == "pipeline_failed"]
+    print(f"failed pipeline attempts (each retried): {len(failed)}"
+          + (f"; the first: {failed[0].get('error', '')[:300]}" if failed else ""))  # fmt: skip
 
 
 if __name__ == "__main__":

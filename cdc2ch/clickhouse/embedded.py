@@ -8,6 +8,7 @@ import os
 import socket
 import sys
 import tempfile
+import threading
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -213,13 +214,31 @@ def _holder(path: Path) -> str:
         return "another process"
 
 
-@contextmanager
-def _from_root():
+class _FromRoot:
     """The embedded engine lets table functions read files only below the process's working directory;
-    lake files can be anywhere, so statements that read them run from /."""
-    previous = os.getcwd()
-    os.chdir("/")
-    try:
-        yield
-    finally:
-        os.chdir(previous)
+    lake files can be anywhere, so statements that read them run from /. Statements of several pipelines
+    overlap: the first to begin moves to /, the last to end moves back (one alone would move back under
+    another still running, or leave the process in /)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._running = 0
+        self._previous = ""
+
+    @contextmanager
+    def __call__(self):
+        with self._lock:
+            if self._running == 0:
+                self._previous = os.getcwd()
+                os.chdir("/")
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running -= 1
+                if self._running == 0:
+                    os.chdir(self._previous)
+
+
+_from_root = _FromRoot()

@@ -111,7 +111,7 @@ def run_pipelines(
     reads through Spark; see runner.Runner. With a config file a failing pipeline is one failure among
     others (`--once` then exits 1 with a summary)."""
     from cdc2ch.fleet.runner import Runner
-    from cdc2ch.fleet.scheduler import pool_size
+    from cdc2ch.fleet.scheduler import pool_size, spark_cores
     from cdc2ch.replication.budget import RowBudget
     from cdc2ch.replication.metrics import Metrics
     from cdc2ch.source.spark import jvm_pid, lazy_session
@@ -119,12 +119,20 @@ def run_pipelines(
     isolate = process.config_path is not None or discover is not None  # one table's failure stops no other
     first = configs[0]
     metrics = Metrics()
-    workers = pool_size(process.max_parallel, first.spark.master, len(configs), discover is not None)
+    spark_reads = any(c.reader == "spark" for c in configs)
+    workers = pool_size(
+        process.max_parallel, first.spark.master, len(configs), discover is not None, spark_reads
+    )
     # A pipeline of a config that another runner holds is one failing pipeline, not a refusal of all.
     with _target(first, max(c.retries for c in configs), check_lock=not isolate) as sink, _serving(process):
         sink.widen(workers + 1)  # the pipelines' calls overlap; one more for claims' heartbeats
         budget = RowBudget(
-            process.max_rows_in_memory or 2 * workers * max(c.max_rows_per_read for c in configs)
+            # two ranges per worker; with the extra workers of pipelines ClickHouse reads (whose ranges are
+            # not held here), two per Spark core for those that `auto` leaves to Spark
+            process.max_rows_in_memory
+            or 2
+            * (workers if spark_reads else min(workers, spark_cores(first.spark.master)))
+            * max(c.max_rows_per_read for c in configs)
         )
         if process.metrics_port is not None:
             metrics.serve(process.metrics_port)

@@ -212,13 +212,14 @@ CATALOGUE: tuple[Option, ...] = (
     Option("max-parallel", RUN, PROCESS, type=click.IntRange(min=1), metavar="N",
            help="With several pipelines (a config file or a --table pattern), how many replicate at once, "
            "side by side on the one Spark session (each in a FAIR scheduler pool of its own) and the one "
-           "ClickHouse target. Default: the cores Spark runs on locally (at least 2). Long loads never take "
+           "ClickHouse target. Default: the cores Spark runs on locally (at least 2); four times as many when "
+           "every pipeline has --reader clickhouse or auto (their turns wait on ClickHouse). Long loads never take "
            "every one of them, so a small table's change waits for a free one, not for the loads."),
     Option("max-rows-in-memory", RUN, PROCESS, type=click.IntRange(min=1), metavar="ROWS",
            help="Rows the process's pipelines may hold in memory at once, all together: each range or "
            "snapshot chunk read into the process leases its estimated rows until written (a range is read "
            "ahead only when there is room; one larger than this waits for the whole of it). Default: two "
-           "ranges of --max-rows-per-read per --max-parallel worker."),
+           "ranges of --max-rows-per-read per --max-parallel worker (with --reader clickhouse or auto: per core)."),
     # -- how each pipeline replicates
     Option("on-schema-change", RUN, PIPELINE, choices=SCHEMA_CHANGES, default=_DEFAULT["on_schema_change"],
            show_default=True,
@@ -235,7 +236,8 @@ CATALOGUE: tuple[Option, ...] = (
            "batches. clickhouse: ClickHouse reads the Delta files itself in one INSERT ... SELECT FROM "
            "deltaLakeLocal/deltaLake per range (run: with delta_lake_snapshot_start/end_version), several "
            "times faster; needs ClickHouse to reach the lake (local paths for the embedded target, "
-           "S3/HTTP(S) with the server's credentials)."),
+           "S3/HTTP(S) with the server's credentials). auto: clickhouse for a local table on the embedded engine "
+           "that it reads exactly as Spark does (no TIMESTAMP column, no feature it refuses), spark otherwise."),
     Option("immutable-keys", RUN, PIPELINE, flag=True,
            help="Promise that updates never change key columns: update pre-images are not written."),
     Option("metrics-port", RUN, PROCESS, type=click.IntRange(0, 65535),

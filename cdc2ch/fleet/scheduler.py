@@ -113,11 +113,27 @@ class Schedule:
         return sorted(due, key=lambda item: (item[1].due, item[1].order))
 
 
-def pool_size(wanted: int | None, master: str | None, pipelines: int, growing: bool) -> int:
-    """How many pipelines run at once: `wanted`, else the cores Spark runs on locally (`local[N]`: N;
-    `local[*]`, or a master elsewhere: this machine's), at least 2; never more than the pipelines there are,
-    unless discovery may add more (`growing`)."""
+# Pipelines that ClickHouse reads itself (--reader clickhouse, or auto) spend their turns waiting for its
+# statements and the offsets' inserts, not computing: four per core keep 200 small tables of a fleet within
+# two seconds of their commits beside a 20M-row load on two cores, where one per core let them fall 10 s
+# behind (bench/fleet.py, README: Benchmarks).
+CLICKHOUSE_TURNS_PER_CORE = 4
+
+
+def spark_cores(master: str | None) -> int:
+    """The cores Spark runs on locally (`local[N]`: N; `local[*]`, or a master elsewhere: this machine's),
+    at least 2."""
+    match = re.match(r"local\[(\d+)", master or "")
+    return max(2, int(match.group(1)) if match else os.cpu_count() or 2)
+
+
+def pool_size(
+    wanted: int | None, master: str | None, pipelines: int, growing: bool, spark_reads: bool = True
+) -> int:
+    """How many pipelines run at once: `wanted`, else the cores Spark runs on locally (spark_cores), or
+    CLICKHOUSE_TURNS_PER_CORE times as many when no pipeline reads through Spark by choice (`spark_reads`
+    False: --reader clickhouse or auto); never more than the pipelines there are, unless discovery may add
+    more (`growing`)."""
     if wanted is None:
-        match = re.match(r"local\[(\d+)", master or "")
-        wanted = max(2, int(match.group(1)) if match else os.cpu_count() or 2)
+        wanted = spark_cores(master) * (1 if spark_reads else CLICKHOUSE_TURNS_PER_CORE)
     return max(1, wanted if growing else min(wanted, pipelines))

@@ -14,7 +14,7 @@ from pathlib import Path
 from cdc2ch.base.errors import ConfigError
 from cdc2ch.model.design import TableDesign
 from cdc2ch.model.identity import Identity
-from cdc2ch.model.tableref import parse_table
+from cdc2ch.model.tableref import anchored, parse_table
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -26,7 +26,7 @@ DEFAULT_BATCH_SIZE = 80_000
 DEFAULT_MAX_ROWS_PER_READ = 500_000
 
 # The values a choice option accepts; the command line offers the same (see options.py).
-READERS = ("spark", "clickhouse")
+READERS = ("spark", "clickhouse", "auto")
 WRITERS = ("auto", "driver", "executors")
 SCHEMA_CHANGES = ("fail", "resync", "follow")  # follow: renames and drops in place (renames.py)
 INITIAL_LOADS = ("auto", "snapshot", "changes")  # how a new pipeline begins (replication/initial.py)
@@ -175,6 +175,7 @@ class RunConfig:
     compact_older_than: timedelta | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "table", anchored(self.table))
         if not self.primary_key:
             raise ConfigError(
                 "--primary-key is required: name the Delta column(s) that identify a row, e.g. id or a,b."

@@ -189,6 +189,19 @@ def normalize_uri(table: str) -> str:
     return table
 
 
+def anchored(text: str) -> str:
+    """`--table` with a local path (or pattern) or a share's profile made absolute, as the working directory
+    means it now: a configuration is anchored once, so what a pipeline reads never depends on where the
+    process stands later. Anything else, and text `parse_table` refuses, unchanged."""
+    t = (text or "").strip()
+    if is_shared(t):
+        try:
+            return _shared(t).uri
+        except ConfigError:
+            return text
+    return normalize_uri(t) if t and is_path(t) and urlsplit(t).scheme in ("", "file") else text
+
+
 def same_location(a: str, b: str) -> bool:
     """Two locations of one directory: `file:/x/t`, `file:///x/t/` and `/x/t` are the same."""
     return bool(a) and bool(b) and normalize_uri(a.rstrip("/")) == normalize_uri(b.rstrip("/"))

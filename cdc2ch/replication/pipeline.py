@@ -17,7 +17,7 @@ from cdc2ch.base.log import get_logger
 from cdc2ch.base.phases import Phases
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.offset import PipelineState
-from cdc2ch.replication import follow, plan
+from cdc2ch.replication import follow, plan, readers
 from cdc2ch.replication.bootstrap import Bootstrap
 from cdc2ch.replication.budget import UNLIMITED, Leases, RowBudget
 from cdc2ch.replication.inputs import Inputs, check_inputs
@@ -56,6 +56,9 @@ class Replicator:
         # A snapshot (initial load or resync) is seen running in the metrics, so an alert can say it runs long.
         self.ports = dataclasses.replace(ports, load_snapshot=timed(ports.load_snapshot, self.metrics))
         self.log = log.bind(pipeline=cfg.pipeline)
+        # auto: ClickHouse reads while the table stays one it reads as Spark does (readers.check_range)
+        self.auto = cfg.reader == "auto"
+        self.cfg = cfg = readers.resolved(cfg, self.source, ports.remote_target, ports.has_setting, self.log)
         self.state: PipelineState | None = None
         self.started: PipelineState | None = None
         self.writer: RangeWriter | None = None
@@ -165,7 +168,7 @@ class Replicator:
                     break
                 changes = reads.open(s, e)
                 if self.writer.kind == "clickhouse":
-                    check_range_for_clickhouse(self.source.uri, changes, state)
+                    readers.check_range(self.source.uri, changes, state, chosen=self.auto)
                 if not self.claimed:
                     self.writer.check(changes)  # a new pipeline writes nothing before its rows are checked
                 # decided before the next range is read ahead: a range read for nothing would be wasted
@@ -289,15 +292,3 @@ def timed(load_snapshot: Callable[[RunConfig, int, str], int | None], metrics: P
             metrics.snapshot_ended()
 
     return load
-
-
-def check_range_for_clickhouse(uri: str, changes, state: PipelineState) -> None:
-    """A range ClickHouse cannot read (a VARIANT column added since the start): stop before writing it."""
-    found = plan.unsupported_by_clickhouse_reader({}, {}, changes.schema)
-    if found:
-        raise plan.clickhouse_reader_error(
-            uri,
-            found,
-            f"replication stopped before versions {changes.start}..{changes.end}, with version "
-            f"{state.committed_version} committed",
-        )

@@ -26,13 +26,14 @@ from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model import contract, schema
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.offset import PipelineState
-from cdc2ch.replication import plan
+from cdc2ch.replication import plan, readers
 from cdc2ch.replication.budget import UNLIMITED, Leases, RowBudget
 from cdc2ch.replication.metrics import PipelineMetrics
 from cdc2ch.replication.progress import Progress
 from cdc2ch.replication.projection import designed
+from cdc2ch.replication.readers import check_clickhouse_reads
 from cdc2ch.replication.writers.driver import insert_rows
-from cdc2ch.replication.writers.pushdown import insert_from_lake, insert_settings, lake_function
+from cdc2ch.replication.writers.pushdown import insert_from_lake, insert_settings
 from cdc2ch.source.chunked import ChunkedFrame, arrow_schema
 from cdc2ch.source.log import Commit
 from cdc2ch.source.variants import variants_as_json
@@ -111,9 +112,15 @@ class Snapshotter:
                 f"Version {version} of {self.source.uri} is no longer in the Delta log (log retention). "
                 f"Snapshot a later version, e.g. the latest ({latest})."
             )
+        cfg = self.cfg = readers.resolved(
+            cfg, self.source, self.sink.task_client is not None, self.sink.has_setting, self.log, version
+        )
         if cfg.reader == "clickhouse":
-            self._check_reader(
-                self.source.schema_at(version), self.source.protocol(), self.source.properties()
+            check_clickhouse_reads(
+                self.source.uri,
+                self.source.schema_at(version),
+                self.source.protocol(),
+                self.source.properties(),
             )
         stored = self.store.load(cfg.pipeline)
         if stored is None:
@@ -147,7 +154,7 @@ class Snapshotter:
         ts_ms = int(commit.timestamp.timestamp() * 1000)
         table, table_schema = _read_from(self.source, cfg.reader, version)
         if cfg.reader == "clickhouse":  # again for a resync, which comes here directly
-            self._check_reader(table_schema)
+            check_clickhouse_reads(self.source.uri, table_schema)
         types = schema.column_types(table_schema, cfg.design)
         stored = self.store.load(cfg.pipeline)
         self.tables.check(types, new=stored is None or stored.committed_version < 0)
@@ -165,13 +172,6 @@ class Snapshotter:
         if rows is not None:
             self._sweep(version, ts_ms, list(types))
         return rows
-
-    def _check_reader(self, schema_json: dict, protocol: dict | None = None, properties: dict | None = None):
-        """Refuse, before anything is written, a table --reader clickhouse cannot read."""
-        lake_function(self.source.uri)
-        found = plan.unsupported_by_clickhouse_reader(protocol or {}, properties or {}, schema_json)
-        if found:
-            raise plan.clickhouse_reader_error(self.source.uri, found)
 
     # -- readers ----------------------------------------------------------------------------------
     def _spark_chunks(self, table, version: int, ts_ms: int, columns: list[str]) -> int | None:

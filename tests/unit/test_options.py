@@ -328,7 +328,7 @@ def test_run_config_checks_choices_with_the_flag_names():
         table="/t", primary_key=("id",), target=TargetName("d", "t"), clickhouse_dsn="", pipeline="p"
     )
     for field, message in (
-        ("reader", "--reader must be spark or clickhouse (got 'x')."),
+        ("reader", "--reader must be spark, clickhouse or auto (got 'x')."),
         ("writer", "--writer must be auto, driver or executors (got 'x')."),
         ("on_schema_change", "--on-schema-change must be fail, resync or follow (got 'x')."),
     ):

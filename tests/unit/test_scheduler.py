@@ -115,6 +115,10 @@ def test_pool_size():
     assert pool_size(None, "local[8]", 3, growing=True) == 8  # discovery may add pipelines
     assert pool_size(5, None, 1, growing=True) == 5
     assert pool_size(1, "local[4]", 9, growing=False) == 1
+    # turns ClickHouse reads wait on its statements: more of them at once
+    assert pool_size(None, "local[2]", 300, growing=True, spark_reads=False) == 8
+    assert pool_size(None, "local[2]", 5, growing=False, spark_reads=False) == 5
+    assert pool_size(3, "local[2]", 300, growing=True, spark_reads=False) == 3
 
 
 class Client:

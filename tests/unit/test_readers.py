@@ -1,0 +1,36 @@
+"""What `--reader auto` leaves to Spark, decided from the table's place and schema (no I/O)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdc2ch.replication.readers import place_needs_spark, table_needs_spark
+
+pytestmark = pytest.mark.unit
+
+
+def schema_of(*fields: tuple[str, object]) -> dict:
+    return {"type": "struct", "fields": [{"name": n, "type": t, "nullable": True} for n, t in fields]}
+
+
+def test_only_a_local_table_on_the_embedded_engine_may_be_read_by_clickhouse():
+    assert place_needs_spark("/lake/orders", remote_target=False) is None
+    assert place_needs_spark("file:///lake/orders", remote_target=False) is None
+    assert "server" in place_needs_spark("/lake/orders", remote_target=True)
+    assert "local path" in place_needs_spark("s3a://lake/orders", remote_target=False)
+    assert "local path" in place_needs_spark(
+        "https://sharing.example.com/delta-sharing/", remote_target=False
+    )
+
+
+def test_timestamps_at_any_depth_and_unreadable_features_go_to_spark():
+    assert table_needs_spark(schema_of(("id", "long"), ("at", "timestamp_ntz")), {}, {}) is None
+    nested = {
+        "type": "array",
+        "elementType": {"type": "struct", "fields": [{"name": "t", "type": "timestamp"}]},
+    }
+    reason = table_needs_spark(schema_of(("id", "long"), ("events", nested)), {}, {})
+    assert "TIMESTAMP columns (events)" in reason
+    assert "VARIANT" in table_needs_spark(schema_of(("id", "long"), ("v", "variant")), {}, {})
+    protocol = {"minReaderVersion": 3, "readerFeatures": ["someFutureFeature"]}
+    assert "someFutureFeature" in table_needs_spark(schema_of(("id", "long")), protocol, {})
