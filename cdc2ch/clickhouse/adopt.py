@@ -38,17 +38,20 @@ class Existing:
 def describe(sink: Sink, target: TargetName) -> Existing | None:
     """The table `target` as ClickHouse describes it, or None when it does not exist."""
     params = {"db": target.database, "t": target.table}
+    # One query: the columns (in table order) come with the table's row.
     tables = sink.query_rows(
-        "SELECT engine, engine_full, sorting_key, partition_key FROM system.tables "
-        "WHERE database = {db:String} AND name = {t:String}",
+        "SELECT engine, engine_full, sorting_key, partition_key, "
+        "(SELECT arraySort(groupArray((position, name, type))) FROM system.columns "
+        "WHERE database = {db:String} AND table = {t:String}) "
+        "FROM system.tables WHERE database = {db:String} AND name = {t:String}",
         params,
         what="describe the target table",
     )
     if not tables:
         return None
-    engine, engine_full, sorting_key, partition_key = tables[0]
-    columns = sink.table_columns(target) or {}
-    return Existing(engine, engine_full or "", sorting_key or "", partition_key or "", columns)
+    engine, engine_full, sorting_key, partition_key, columns = tables[0]
+    ordered = {name: type_ for _, name, type_ in columns or ()}
+    return Existing(engine, engine_full or "", sorting_key or "", partition_key or "", ordered)
 
 
 def problems(table: Existing, design: TableDesign, types: dict[str, str], new: bool) -> list[str]:

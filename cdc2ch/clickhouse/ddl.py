@@ -152,7 +152,12 @@ class TargetTables:
         adopt.check(self.sink, self.target, self.design, types, new)
 
     def comment(self, suffix: str = "") -> str | None:
-        return self.sink.table_comment(self.sink.placement.stored(self._named(suffix)))
+        return self.comments(suffix)[0]
+
+    def comments(self, *suffixes: str) -> list[str | None]:
+        stored = [self.sink.placement.stored(self._named(s)) for s in suffixes]
+        found = self.sink.table_comments(self.target.database, [t.table for t in stored])
+        return [found.get(t.table) for t in stored]
 
     def drop(self, suffix: str) -> None:
         for sql in self.sink.placement.drop(self._named(suffix)):

@@ -34,6 +34,7 @@ def drop_database_if_empty(sink: Sink, database: str) -> bool:
         return False
     for sql in sink.placement.drop_database(database):
         sink.command(sql, what="drop the database")
+    sink.own.forget(database)
     return True
 
 
@@ -91,3 +92,4 @@ class Footprint:
     def _drop(self, table: TargetName) -> None:
         for sql in self.sink.placement.drop(table):
             self.sink.command(sql, what=f"drop {table}")
+        self.sink.own.forget(table.database)

@@ -14,7 +14,6 @@ from cdc2ch.base.version import __version__
 from cdc2ch.clickhouse.rows import one_row
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model import schema
-from cdc2ch.model.config import TargetName
 
 LAYOUT_TABLE = "cdc2ch_layout"
 # 1: the tables of releases that recorded no layout (the offsets table may lack later columns);
@@ -37,7 +36,7 @@ class Layout:
         """The layout recorded here (UNRECORDED where none is: a release from before layouts). `exists`:
         whether the layout table exists, when the caller has looked (then it is not looked up again)."""
         if exists is None:
-            exists = self.sink.table_exists(TargetName(self.database, LAYOUT_TABLE))
+            exists = self.sink.own.exists(self.database, LAYOUT_TABLE)
         if not exists:
             return UNRECORDED
         rows = self.sink.query_rows(f"SELECT max(layout) FROM {self._table}", what="read the state layout")

@@ -24,7 +24,6 @@ from cdc2ch.base.errors import Cdc2chError, SinkError, summarise
 from cdc2ch.base.log import get_logger, in_api_call
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model import schema
-from cdc2ch.model.config import TargetName
 
 log = get_logger("cdc2ch.lock")
 
@@ -124,7 +123,7 @@ class PipelineLock:
 
     def check(self) -> None:
         """Refuse if another runner holds the pipeline; writes nothing when the pipeline is free."""
-        if self.sink.table_exists(TargetName(self.database, LOCK_TABLE)):
+        if self.sink.own.exists(self.database, LOCK_TABLE):
             self._refuse_if_held(self._live())
 
     def acquire(self) -> None:

@@ -102,7 +102,7 @@ class ChunkStore:
 
     def last_version(self, pipeline: str) -> int | None:
         """The version of the pipeline's snapshot whose chunks were recorded last, or None."""
-        if not self.sink.table_exists(TargetName(self.database, CHUNKS_TABLE)):
+        if not self.sink.own.exists(self.database, CHUNKS_TABLE):
             return None
         rows = self.sink.query_rows(
             f"SELECT version FROM {self._table} WHERE pipeline = {{p:String}} ORDER BY done_at DESC LIMIT 1",
@@ -147,9 +147,10 @@ class StateStore:
                 f"ALTER TABLE {self._table} ADD COLUMN IF NOT EXISTS {schema.quote(column)} {definition}",
                 what="add a column to the state table",
             )
+        self.sink.own.forget(self.database)  # the columns seen before are not the table's any more
 
     def exists(self) -> bool:
-        return self.sink.table_exists(TargetName(self.database, STATE_TABLE))
+        return self.sink.own.exists(self.database, STATE_TABLE)
 
     def _select(self, present: Collection[str] | None = None) -> str | None:
         """The columns to read (an older table, which only a writer upgrades, lacks the added ones); None
@@ -157,7 +158,7 @@ class StateStore:
         if self._columns is None:
             looked_up = present is None
             if looked_up:
-                present = self.sink.table_columns(TargetName(self.database, STATE_TABLE))
+                present = self.sink.own.columns(self.database, STATE_TABLE)
             if not present:
                 return None
             if looked_up and not self._layout_known:  # (a caller that looked the tables up checks it)
@@ -329,7 +330,7 @@ def read_records(sink: Sink, table: TargetName, exists: bool | None, select: str
     """The rows `select` reads from one of cdc2ch's record tables, none where the table does not exist.
     `exists`: whether it does, when the caller knows (None: looked up)."""
     if exists is None:
-        exists = sink.table_exists(table)
+        exists = sink.own.exists(table.database, table.table)
     return sink.query_rows(select, what=what) if exists else []
 
 

@@ -21,6 +21,7 @@ from cdc2ch.base.errors import SinkError, summarise
 from cdc2ch.base.log import get_logger
 from cdc2ch.clickhouse import codes
 from cdc2ch.clickhouse.clients import Clients
+from cdc2ch.clickhouse.own import OwnTables
 from cdc2ch.clickhouse.placement import OneServer
 from cdc2ch.model.config import TargetName
 
@@ -55,6 +56,11 @@ class Sink:
         # mid-call, and with `opener` their calls overlap (widen() sets how many at once).
         self.clients = Clients(client, opener)
         self.placement = placement or OneServer()  # one server, or a cluster's nodes (placement.py)
+        # cdc2ch_* tables known. A table seen needs no CREATE, except on a cluster (another node may lack it)
+        # and on a read-only connection (whose first write, refused by the server, is what it reports).
+        readonly = (getattr(client, "server_settings", None) or {}).get("readonly")
+        writable = readonly is None or readonly.value == "0"
+        self.own = OwnTables(self.query_rows, seen_suffices=self.placement.cluster is None and writable)
         # clickhouse_connect.get_client arguments for Spark tasks to open their own connection (servers only;
         # holds the password, so it is never logged)
         self.task_client = task_client
@@ -175,13 +181,20 @@ class Sink:
 
     # -- catalog --------------------------------------------------------------------------------
     def ensure_database(self, database: str) -> None:
+        if self.own.database_ready(database):
+            return
         for sql in self.placement.database(database):
             self.command(sql, what="create the database")
+        self.own.database_created(database)
 
     def ensure_state_table(self, database: str, table: str, template: str, what: str) -> None:
-        """Create one of cdc2ch's own tables (and its database) from its sql/ template, if missing."""
+        """Create one of cdc2ch's own tables (and its database) from its sql/ template, if missing (once per
+        connection; not at all where a look at the database already found it)."""
+        if self.own.ready(database, table):
+            return
         self.ensure_database(database)
         self.command(self.placement.state_table(database, table, template), what=what)
+        self.own.created(database, table)
 
     def table_columns(self, target: TargetName) -> dict[str, str] | None:
         """{column: type} in table order, or None when the table does not exist."""
@@ -195,6 +208,9 @@ class Sink:
 
     def has_setting(self, name: str) -> bool:
         """Whether the server knows the setting `name` (an older release lacks a newer feature's)."""
+        listed = getattr(self.clients.first, "server_settings", None)
+        if listed:  # the driver read system.settings when it connected: no need to ask again
+            return name in listed
         rows = self.query_rows(
             "SELECT count() FROM system.settings WHERE name = {n:String}", {"n": name}, what="read a setting"
         )
@@ -205,9 +221,13 @@ class Sink:
 
     def table_comment(self, target: TargetName) -> str | None:
         """The table's comment, or None when the table does not exist."""
+        return self.table_comments(target.database, [target.table]).get(target.table)
+
+    def table_comments(self, database: str, tables: list[str]) -> dict[str, str]:
+        """{table: its comment} of those of `tables` in `database` that exist, in one query."""
         rows = self.query_rows(
-            "SELECT comment FROM system.tables WHERE database = {db:String} AND name = {t:String}",
-            {"db": target.database, "t": target.table},
+            "SELECT name, comment FROM system.tables WHERE database = {db:String} AND name IN {t:Array(String)}",
+            {"db": database, "t": tables},
             what="read a table comment",
         )
-        return rows[0][0] if rows else None
+        return dict(rows)

@@ -180,6 +180,9 @@ class TargetTables(Protocol):
     def comment(self, suffix: str = "") -> str | None:
         """The comment of the table target+suffix, or None when it does not exist. Read-only."""
 
+    def comments(self, *suffixes: str) -> list[str | None]:
+        """comment() of each suffix, in one look. Read-only."""
+
     def drop(self, suffix: str) -> None:
         """Drop the side table target+suffix if it exists. Idempotent."""
 

@@ -95,12 +95,13 @@ class Resync:
 
     def recover(self, state: PipelineState) -> PipelineState:
         """After a crash in the middle of a resync: finish the hand-over if the swap had happened."""
-        built_at = parse_marker(self.tables.comment(), self.pipeline)
+        built, side = self.tables.comments("", SUFFIX)  # one look at both tables
+        built_at = parse_marker(built, self.pipeline)
         if built_at is not None and built_at > state.committed_version:
             self.log.warning("resync_recovered", version=built_at)
             self.tables.settle()
             return self._finish(state, built_at, 0)
-        side_at = parse_marker(self.tables.comment(SUFFIX), self.pipeline)
+        side_at = parse_marker(side, self.pipeline)
         if side_at is not None and side_at <= state.committed_version:
             self.tables.drop(SUFFIX)  # the replaced table, left by a crash after the offset moved
         return state

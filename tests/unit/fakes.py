@@ -232,6 +232,9 @@ class MemoryTables:
         table = self.db.tables.get(self.name + suffix)
         return None if table is None else table["comment"]
 
+    def comments(self, *suffixes: str) -> list[str | None]:
+        return [self.comment(s) for s in suffixes]
+
     def drop(self, suffix: str) -> None:
         self.db.statements.append(f"DROP {self.name + suffix}")
         self.db.tables.pop(self.name + suffix, None)

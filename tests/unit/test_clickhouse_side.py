@@ -23,6 +23,7 @@ from structlog.testing import capture_logs
 from cdc2ch.base.errors import ConfigError, SinkError
 from cdc2ch.clickhouse import codes, ddl, dsn, embedded, server
 from cdc2ch.clickhouse.lock import LockedError
+from cdc2ch.clickhouse.own import OwnTables
 from cdc2ch.clickhouse.placement import Cluster, OneServer
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model import schema
@@ -335,6 +336,7 @@ class CatalogSink:
     def __init__(self, columns, refuse: str | None = None, placement=None):
         self.columns, self.refuse = columns, refuse
         self.placement = placement or OneServer()
+        self.own = OwnTables(self.query_rows)
         self.statements: list[str] = []
 
     def table_columns(self, target):

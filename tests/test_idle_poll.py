@@ -1,0 +1,70 @@
+"""An idle poll against a server: a `run --once` with nothing new asks ClickHouse only what it must, each
+statement a round trip that a remote server makes the poll wait for."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import write_deltalake
+
+from tests.chserver import FaultProxy
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The 3 queries clickhouse-connect sends when it connects (version and time zone, the settings, the protocol
+# probe), 1 look at all cdc2ch tables of the database, the claim check before any work (1 read), health (1),
+# the control table that does not exist (1 look), layout (1), offset (1), the target's description (1), the
+# claim (3 reads, 1 write), once claimed the offset again and the layout again (2: a newer cdc2ch may have
+# written either meanwhile), an interrupted resync's tables (1), health written (1), the verify table that
+# does not exist (1 look) and the claim released (1 write).
+IDLE_STATEMENTS = 20
+
+
+PASSWORD = "test-password"
+
+
+def serve(directory: Path):
+    """tests/chserver.py on the chdb `directory` in a process of its own; (process, port)."""
+    code = (
+        "import time\n"
+        "from tests.chserver import ChServer\n"
+        f"server = ChServer({str(directory)!r}, password={PASSWORD!r}).__enter__()\n"
+        "print(server.port, flush=True)\n"
+        "time.sleep(10**9)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    return proc, int(proc.stdout.readline())
+
+
+def poll(args: list[str], env: dict) -> None:
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+
+
+def test_an_idle_poll_sends_only_the_statements_it_needs(tmp_path):
+    table, directory = str(tmp_path / "orders"), tmp_path / "clickhouse"
+    rows = pa.table({"id": pa.array(range(100), pa.int64()), "name": [f"n{i}" for i in range(100)]})
+    write_deltalake(table, rows, configuration={"delta.enableChangeDataFeed": "true"})
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CDC2CH_CLICKHOUSE_PASSWORD": PASSWORD}
+    env.pop("CDC2CH_CLICKHOUSE_PASSWORD_FILE", None)
+    run = [sys.executable, "-m", "cdc2ch", "run", "--once", "--table", table, "--primary-key", "id",
+           "--target", "idle_poll.orders", "--reader", "clickhouse", "--clickhouse"]  # fmt: skip
+    # The first poll replicates into the engine's directory, then served (a served engine reads no lake files).
+    poll([*run, f"chdb://{directory}"], env)
+    proc, port = serve(directory)
+    try:
+        with FaultProxy("127.0.0.1", port) as proxy:
+            poll([*run, proxy.url_for()], env)
+            sent = list(proxy.log)
+    finally:
+        proc.kill()
+        proc.wait()
+    listing = "\n".join(sent)
+    assert len(sent) <= IDLE_STATEMENTS, f"{len(sent)} statements:\n{listing}"
+    assert not [s for s in sent if s.startswith(("CREATE", "ALTER"))], listing  # every table is there
+    assert sum("FROM system.settings" in s for s in sent) == 1, listing  # the driver's own listing only
