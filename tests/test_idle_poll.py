@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from deltalake import write_deltalake
 
 from tests.chserver import FaultProxy
@@ -68,3 +69,26 @@ def test_an_idle_poll_sends_only_the_statements_it_needs(tmp_path):
     assert len(sent) <= IDLE_STATEMENTS, f"{len(sent)} statements:\n{listing}"
     assert not [s for s in sent if s.startswith(("CREATE", "ALTER"))], listing  # every table is there
     assert sum("FROM system.settings" in s for s in sent) == 1, listing  # the driver's own listing only
+
+
+def test_an_own_table_dropped_behind_a_running_process_is_created_again(sink, database, chdb_dsn):
+    """What a connection knows of cdc2ch's tables is dropped with the first statement that finds one gone."""
+    import clickhouse_connect
+
+    from cdc2ch.base.errors import SinkError
+
+    health = f"`{database}`.cdc2ch_health"
+
+    def ensure() -> None:
+        sink.ensure_state_table(
+            database, "cdc2ch_health", "create_health_table.sql", "create the health table"
+        )
+
+    ensure()
+    other = clickhouse_connect.get_client(dsn=chdb_dsn)  # by hand, on a connection of its own
+    other.command(f"DROP TABLE {health}")
+    other.close()
+    with pytest.raises(SinkError, match="UNKNOWN_TABLE|does not exist"):
+        sink.query_rows(f"SELECT count() FROM {health}")
+    ensure()
+    assert sink.query_rows(f"SELECT count() FROM {health}") == [(0,)]

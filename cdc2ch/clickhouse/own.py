@@ -72,3 +72,10 @@ class OwnTables:
             self._seen.pop(database, None)
             self._databases.discard(database)
             self._created = {(db, t) for db, t in self._created if db != database}
+
+    def forget_all(self) -> None:
+        """Everything known: a table or database was found missing, perhaps dropped by someone else."""
+        with self._lock:
+            self._seen.clear()
+            self._databases.clear()
+            self._created.clear()

@@ -100,6 +100,8 @@ class Sink:
                 max_wait=self._max_wait,
             )
         except ClickHouseError as exc:
+            if codes.error_code(exc) in (codes.UNKNOWN_TABLE, codes.UNKNOWN_DATABASE):
+                self.own.forget_all()  # dropped behind this process's back: look, and create, again
             raise SinkError(
                 f"ClickHouse at {self.display} failed to {what}: {self._short(exc)}. "
                 f"{self._advice(exc, replicating)}",
