@@ -81,6 +81,22 @@ def tree_rss(pid: int) -> int:
     return total
 
 
+def tree_cpu(pid: int) -> float:
+    """CPU seconds a process and its descendants have used so far."""
+    total, todo, tick = 0.0, [pid], os.sysconf("SC_CLK_TCK")
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            with open(f"/proc/{p}/task/{p}/children") as fh:
+                todo += [int(c) for c in fh.read().split()]
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
 class Service:
     """`cdc2ch run` as its own process, its JSON log lines kept, its peak RSS sampled."""
 
@@ -184,14 +200,16 @@ def without_load(args, lake: Path, names: list[str], rng: random.Random, work: P
     service, port = serve(lake, work, args.discover_interval, args.reader, *args.extra)
     service.wait_for(lambda: loaded(service) >= len(names), 3600, "the small tables' first loads")
     reader = clickhouse_connect.get_client(host="127.0.0.1", port=port, username="default")
-    until = time.time() + args.no_load
+    until, cpu0 = time.time() + args.no_load, tree_cpu(service.proc.pid)
     written = write_changes(lake, names, rng, lambda: time.time() < until and service.proc.poll() is None)
+    cores = (tree_cpu(service.proc.pid) - cpu0) / args.no_load  # what the stream of small changes costs
     lags = change_lags(service, reader, written)
     service.stop()
     turns = sum(1 for e in service.events if e["event"] == "committed")
     print(f"small tables' changes, no load ({len(lags)} commits to 20 tables a second for {args.no_load:.0f}s): "
           f"lag p50 {quantile(lags, 0.5):.2f}s, p95 {quantile(lags, 0.95):.2f}s, max {max(lags):.2f}s "
-          f"(goal p95 <= 3.0s); {turns} committed ranges in all; peak RSS {service.peak / 2**20:,.0f} MiB")  # fmt: skip
+          f"(goal p95 <= 3.0s); {turns} committed ranges in all; the service used {cores:.2f} of "
+          f"{os.cpu_count()} cores; peak RSS {service.peak / 2**20:,.0f} MiB")  # fmt: skip
 
 
 def main() -> None:
