@@ -97,3 +97,24 @@ def replace_reader(cfg):
     from dataclasses import replace
 
     return replace(cfg, reader="auto")
+
+
+def test_a_local_pattern_read_by_clickhouse_needs_no_java(tmp_path):
+    """Listing a local pattern, choosing the reader and replicating each table: no JVM anywhere."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from tests.test_no_java import cdc2ch, no_java_env, rows_of
+
+    env, lake, dsn = no_java_env(tmp_path), tmp_path / "lake", f"chdb://{tmp_path / 'clickhouse'}"
+    cdf = {"delta.enableChangeDataFeed": "true"}
+    for name, ids in (("orders", [1, 2, 3]), ("customers", [7, 8])):
+        rows = pa.table({"id": pa.array(ids, pa.int64()), "name": [f"{name}{i}" for i in ids]})
+        write_deltalake(str(lake / name), rows, configuration=cdf)
+        write_deltalake(str(lake / name), rows.slice(0, 1), mode="overwrite", configuration=cdf)
+    (lake / "notes").mkdir()  # not a Delta table: reported and skipped
+    ran = cdc2ch(env, "run", "--once", "--reader", "auto", "--table", f"{lake}/*", "--primary-key", "id",
+                 "--target", "shop.{table}", "--clickhouse", dsn, "--log-format", "json")  # fmt: skip
+    assert '"table_skipped"' in ran.stderr and ran.stderr.count('"reason": "ClickHouse reads this local') == 2
+    assert rows_of(env, dsn, "shop.orders") == [(1, "orders1")]
+    assert rows_of(env, dsn, "shop.customers") == [(7, "customers7")]

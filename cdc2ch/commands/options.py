@@ -35,7 +35,7 @@ from cdc2ch.commands.catalogue import (  # noqa: F401 - the catalogue's names, a
 from cdc2ch.fleet.patterns import TablePattern, is_pattern
 from cdc2ch.model import design
 from cdc2ch.model.config import ConfigFile, ProcessOptions, RunConfig, ServeOptions, SparkSettings, TargetName
-from cdc2ch.model.tableref import parse_table
+from cdc2ch.model.tableref import anchored, parse_table
 
 
 def click_options(command: str) -> Callable:
@@ -272,7 +272,11 @@ def resolve(
     """The RunConfigs of the pipelines to run (with --pipeline and a file: only that one), a TablePattern
     where `table` is a pattern (discovery expands it), and the process-wide options."""
     merged = merge(invocation, file)
-    configs = [TablePattern(m) if is_pattern(m.get("table")) else build_config(m) for m in merged]
+    # a pattern's local base is anchored now, as a RunConfig's table is: it is listed again and again later
+    configs = [
+        TablePattern({**m, "table": anchored(m["table"])}) if is_pattern(m.get("table")) else build_config(m)
+        for m in merged
+    ]
     process = process_options(merged[0])
     if file is None:
         return configs, process

@@ -1,13 +1,17 @@
-"""What a table pattern matches now, and which of those tables can be followed: storage is listed through
-Hadoop's FileSystem (with the credentials Spark reads with), catalog schemas through Spark's catalog, shares
-through the sharing server's listings. A table that cannot be followed is skipped with its reason."""
+"""What a table pattern matches now, and which of those tables can be followed: local directories are listed
+by Python, other storage through Hadoop's FileSystem (with the credentials Spark reads with), catalog schemas
+through Spark's catalog, shares through the sharing server's listings. A table that cannot be followed is
+skipped with its reason."""
 
 from __future__ import annotations
 
+import fnmatch
 import functools
+import os
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from cdc2ch.base.errors import ConfigError, SourceError
 from cdc2ch.fleet import patterns
@@ -49,6 +53,9 @@ def list_matches(pattern: Pattern, spark: Any) -> tuple[list[Match], list[Match]
 
 
 def _storage(pattern: Pattern, spark: Any) -> tuple[list[Match], list[Match]]:
+    local = _local(pattern)
+    if local is not None:
+        return local
     spark = session_of(spark, f"listing the tables --table {pattern.text!r} matches")
     jvm = spark._jvm
     text = normalize_uri(pattern.text)
@@ -66,6 +73,30 @@ def _storage(pattern: Pattern, spark: Any) -> tuple[list[Match], list[Match]]:
         match = Match(table, path.getName(), parent.getName() if parent is not None else "")
         delta = fs.exists(jvm.org.apache.hadoop.fs.Path(path, DELTA_LOG))
         (found if delta else others).append(match)
+    return sorted(found, key=lambda m: m.table), sorted(others, key=lambda m: m.table)
+
+
+def _local(pattern: Pattern) -> tuple[list[Match], list[Match]] | None:
+    """A local directory's pattern listed by Python, as Hadoop's glob lists it, without a JVM; None for
+    other storage, or a glob using Hadoop's own syntax ({a,b}, [^a], escapes), which Hadoop lists."""
+    if urlsplit(pattern.base[0]).scheme not in ("", "file") or any(
+        "{" in g or "[^" in g or "\\" in g for g in pattern.glob
+    ):
+        return None
+    level = [normalize_uri(pattern.base[0])]
+    for glob in pattern.glob:  # one path segment at a time, directories only
+        below = []
+        for directory in level:
+            try:
+                entries = list(os.scandir(directory))
+            except OSError:  # missing, not a directory, not readable: nothing matches there
+                continue
+            below += [e.path for e in entries if fnmatch.fnmatchcase(e.name, glob) and e.is_dir()]
+        level = below
+    found, others = [], []
+    for path in level:
+        match = Match(path, os.path.basename(path), os.path.basename(os.path.dirname(path)))
+        (found if os.path.isdir(os.path.join(path, DELTA_LOG)) else others).append(match)
     return sorted(found, key=lambda m: m.table), sorted(others, key=lambda m: m.table)
 
 
