@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pyarrow as pa
 from deltalake import write_deltalake
+from light_turn import tree_cpu  # this script's own directory: bench/
 
 ROOT = Path(__file__).resolve().parents[1]
 CDF = {"delta.enableChangeDataFeed": "true"}
@@ -77,22 +78,6 @@ def tree_rss(pid: int) -> int:
             with open(f"/proc/{p}/task/{p}/children") as fh:
                 todo += [int(c) for c in fh.read().split()]
         except (OSError, StopIteration):
-            pass
-    return total
-
-
-def tree_cpu(pid: int) -> float:
-    """CPU seconds a process and its descendants have used so far."""
-    total, todo, tick = 0.0, [pid], os.sysconf("SC_CLK_TCK")
-    while todo:
-        p = todo.pop()
-        try:
-            with open(f"/proc/{p}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-            with open(f"/proc/{p}/task/{p}/children") as fh:
-                todo += [int(c) for c in fh.read().split()]
-        except (OSError, IndexError, ValueError):
             pass
     return total
 
