@@ -159,6 +159,9 @@ class StateStore:
             looked_up = present is None
             if looked_up:
                 present = self.sink.own.columns(self.database, STATE_TABLE)
+                if present and not set(ADDED_STATE_COLUMNS) <= present:  # seen old: upgraded since, perhaps
+                    self.sink.own.forget(self.database)
+                    present = self.sink.own.columns(self.database, STATE_TABLE)
             if not present:
                 return None
             if looked_up and not self._layout_known:  # (a caller that looked the tables up checks it)
