@@ -49,3 +49,32 @@ def test_status_reads_the_delta_log_without_a_jvm(
     assert proc.wait(120) == 0, proc.stderr[-2000:]  # also waits for its output to be read
     (row,) = json.loads(proc.stdout)
     assert f"The Delta table path {path} does not exist" in row["error"], row
+
+
+def test_a_share_whose_server_does_not_answer_is_reported_at_once(cli, sink, database, tmp_path):
+    """`status` is a report: a sharing server that takes connections and never answers is that row's error
+    after one short attempt, not minutes of retries that hold back every row after it."""
+    import socket
+    import time
+    from datetime import datetime, timezone
+
+    from cdc2ch.clickhouse.state import StateStore
+    from cdc2ch.model.offset import PipelineState
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # connections wait in the backlog; nothing ever reads them
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}/sharing"
+        profile = tmp_path / "silent.share"
+        profile.write_text(
+            json.dumps({"shareCredentialsVersion": 1, "endpoint": endpoint, "bearerToken": "t"})
+        )
+        name = f"{database}.silent"
+        store = StateStore(sink, database)
+        store.ensure()
+        store.save(PipelineState(name, f"{profile}#s.sc.t", name, 3, 3, 1, datetime.now(timezone.utc)))
+        started = time.monotonic()
+        (row,) = json.loads(cli("status", "--json", "--pattern", name).stdout)
+        waited = time.monotonic() - started
+    assert row["pipeline"] == name and "could not be reached after 1 attempt" in json.dumps(row), row
+    assert waited < 30, f"status took {waited:.0f} s"  # 6 attempts of 60 s each before

@@ -261,7 +261,11 @@ def table_log(uri: str, spark_factory):
 def _jvm_or_sharing_log(uri: str, spark_factory):
     from cdc2ch.source import open_source
 
-    return open_source(None if is_shared(uri) else spark_factory, uri)
+    if not is_shared(uri):
+        return open_source(spark_factory, uri)
+    source = open_source(None, uri)
+    source.client.impatient()  # a report: a server that does not answer is this row's error, at once
+    return source
 
 
 def parse_lagging(text: str) -> float:

@@ -28,6 +28,7 @@ from cdc2ch.base.errors import ConfigError, SourceError, summarise
 ATTEMPTS = 6  # per request, for 429, 5xx and connection failures
 MAX_WAIT = 30.0  # seconds between attempts at most, whatever Retry-After asks
 TIMEOUT = 60.0  # seconds per request
+REPORT_TIMEOUT = 5.0  # seconds per request of a report (SharingClient.impatient)
 USER_AGENT = "cdc2ch"
 PAGE = 500  # tables per page of a share listing
 
@@ -157,8 +158,14 @@ class SharingClient:
         self.table_url = f"{profile.endpoint}/shares/{s}/schemas/{sc}/tables/{t}"
         self.name = f"{share}.{schema}.{table}"
         self.log = log
+        self.attempts, self.timeout = ATTEMPTS, TIMEOUT
         self._token: tuple[str, float] | None = None  # (access token, expires at) for OAuth profiles
         self._lock = threading.Lock()
+
+    def impatient(self) -> None:
+        """One attempt per call, answered within REPORT_TIMEOUT: for reports (`status`), where a server that
+        does not answer is one row's error, not minutes of waiting for every row after it."""
+        self.attempts, self.timeout = 1, REPORT_TIMEOUT
 
     # -- auth ---------------------------------------------------------------------------------------
     def _bearer(self) -> str:
@@ -210,7 +217,7 @@ class SharingClient:
     # -- transport ------------------------------------------------------------------------------------
     def _send(self, req: urllib.request.Request) -> tuple[dict, bytes]:
         try:
-            with urllib.request.urlopen(req, timeout=TIMEOUT) as resp:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 return {k.lower(): v for k, v in resp.headers.items()}, resp.read()
         except urllib.error.HTTPError as exc:
             body = exc.read() or b""
@@ -258,7 +265,7 @@ class SharingClient:
                                  error=summarise(self.redact(str(exc)), 200))  # fmt: skip
 
         try:
-            return retry.call(once, ATTEMPTS, transient, on_retry, base=0.5, max_wait=MAX_WAIT,
+            return retry.call(once, self.attempts, transient, on_retry, base=0.5, max_wait=MAX_WAIT,
                               hint=lambda e: getattr(e, "retry_after", None))  # fmt: skip
         except HttpError as exc:
             raise self.error(exc, suffix) from None
@@ -266,7 +273,7 @@ class SharingClient:
             reason = getattr(exc, "reason", exc)
             raise SourceError(
                 f"The Delta Sharing server {self.profile.endpoint} (profile {self.profile.path}) could not be "
-                f"reached after {ATTEMPTS} attempts: {summarise(self.redact(str(reason)), 300)}. Check the "
+                f"reached after {self.attempts} attempt(s): {summarise(self.redact(str(reason)), 300)}. Check the "
                 f"network and the endpoint; the pipeline resumes where it stopped."
             ) from None
 
@@ -283,7 +290,7 @@ class SharingClient:
         if exc.status == 429 or exc.status >= 500:
             return SourceError(
                 f"The Delta Sharing server {p.endpoint} kept failing for table {self.name} (HTTP {exc.status} "
-                f"after {ATTEMPTS} attempts: {summarise(exc.message, 300)}). Nothing was written for the "
+                f"after {self.attempts} attempt(s): {summarise(exc.message, 300)}). Nothing was written for the "
                 f"failed read; run again later, the pipeline resumes where it stopped."
             )
         return SharingRefused(exc.status, exc.code, exc.message, suffix, self.name, p.endpoint)
