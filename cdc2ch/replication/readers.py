@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
 from cdc2ch.base.errors import SourceError
 from cdc2ch.model import schema
 from cdc2ch.model.config import RunConfig
+from cdc2ch.model.tableref import is_local
 from cdc2ch.replication import plan
 from cdc2ch.replication.writers import pushdown
 
@@ -24,7 +24,7 @@ def place_needs_spark(location: str, remote_target: bool) -> str | None:
     """Why `auto` leaves a table to Spark for where it is and where it goes (None: ClickHouse may read it)."""
     if remote_target:
         return "the target is a ClickHouse server, which reads the lake with its own paths and credentials"
-    if urlsplit(location).scheme not in ("", "file"):
+    if not is_local(location):
         return "the table is not on a local path"
     return None
 
