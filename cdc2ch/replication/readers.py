@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Callable
 
 from cdc2ch.base.errors import SourceError
+from cdc2ch.clickhouse import versions
 from cdc2ch.model import schema
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.tableref import is_local
@@ -67,13 +68,22 @@ def resolved(
 
 
 def check_clickhouse_reads(
-    uri: str, schema_json: dict, protocol: dict | None = None, properties=None
+    source,
+    schema_json: dict,
+    protocol: dict | None = None,
+    properties=None,
+    has_setting: Callable[[str], bool] | None = None,
+    outcome: str = "nothing was written",
 ) -> None:
-    """Refuse, before anything is written, a table `--reader clickhouse` cannot read."""
-    pushdown.lake_function(uri)
+    """Refuse, before anything is written, a table `--reader clickhouse` cannot read: storage ClickHouse
+    does not reach, features of `protocol`, `properties` or `schema_json` its reader reads wrong, and, given
+    `has_setting`, a ClickHouse that cannot read a change data feed. `outcome`: what the refusal left."""
+    pushdown.lake_function(source.location)
+    if has_setting is not None and not has_setting(pushdown.CDF_SETTING):
+        raise versions.missing_setting("--reader clickhouse", pushdown.CDF_SETTING)
     found = plan.unsupported_by_clickhouse_reader(protocol or {}, properties or {}, schema_json)
     if found:
-        raise plan.clickhouse_reader_error(uri, found)
+        raise plan.clickhouse_reader_error(source.uri, found, outcome)
 
 
 def check_range(uri: str, changes, state, chosen: bool) -> None:
