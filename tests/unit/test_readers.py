@@ -29,6 +29,7 @@ def test_only_a_local_table_on_the_embedded_engine_may_be_read_by_clickhouse():
 
 def test_timestamps_at_any_depth_and_unreadable_features_go_to_spark():
     assert table_needs_spark(schema_of(("id", "long"), ("at", "timestamp_ntz")), {}, {}) is None
+    assert table_needs_spark(schema_of(("id", "long"), ("day", "date")), {}, {}) is None
     nested = {
         "type": "array",
         "elementType": {"type": "struct", "fields": [{"name": "t", "type": "timestamp"}]},
