@@ -18,6 +18,14 @@ def create_table(spark, path: str, columns: str, partitioned_by: str | None = No
     )
 
 
+def orders(spark, path: str) -> None:
+    """A small history in versions 0..3: created; rows 1, 2, 3 inserted; row 2 updated; row 3 deleted."""
+    create_table(spark, path, "id BIGINT, name STRING")
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    spark.sql(f"UPDATE delta.`{path}` SET name = 'x' WHERE id = 2")
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 3")
+
+
 def vacuum_everything(spark, path: str) -> None:
     """VACUUM with no retention: every file the table no longer references goes, change files included
     (Delta refuses a retention under 7 days unless its check is off, for this call only)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from cdc2ch.model.config import TargetName
-from tests.helpers import assert_replicated, committed_version, create_table, job_config
+from tests.helpers import assert_replicated, committed_version, job_config, orders
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,13 +51,6 @@ def rows_of(env: dict, dsn: str, target: str) -> list[tuple]:
     sql = f"SELECT id, name FROM {target} FINAL WHERE _is_deleted = 0 ORDER BY id"
     out = cdc2ch(env, "query", sql, "--format", "JSONEachRow", "--clickhouse", dsn).stdout
     return [(r["id"], r["name"]) for r in map(json.loads, out.splitlines())]
-
-
-def orders(spark, path: str) -> None:
-    create_table(spark, path, "id BIGINT, name STRING")
-    spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'a'), (2, 'b'), (3, 'c')")
-    spark.sql(f"UPDATE delta.`{path}` SET name = 'x' WHERE id = 2")
-    spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 3")
 
 
 def test_commands_that_read_no_rows_through_spark_need_no_java(spark, tmp_path):

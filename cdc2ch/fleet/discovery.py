@@ -11,7 +11,6 @@ import os
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from cdc2ch.base.errors import ConfigError, SourceError
 from cdc2ch.fleet import patterns
@@ -19,7 +18,7 @@ from cdc2ch.fleet.patterns import Match, Pattern
 from cdc2ch.model import schema
 from cdc2ch.model.config import RunConfig, TargetName
 from cdc2ch.model.design import names
-from cdc2ch.model.tableref import display_name, normalize_uri, quote_name
+from cdc2ch.model.tableref import display_name, is_local, normalize_uri, quote_name
 from cdc2ch.replication import plan
 from cdc2ch.replication.projection import designed
 from cdc2ch.source.lazy import session_of
@@ -79,9 +78,7 @@ def _storage(pattern: Pattern, spark: Any) -> tuple[list[Match], list[Match]]:
 def _local(pattern: Pattern) -> tuple[list[Match], list[Match]] | None:
     """A local directory's pattern listed by Python, as Hadoop's glob lists it, without a JVM; None for
     other storage, or a glob using Hadoop's own syntax ({a,b}, [^a], escapes), which Hadoop lists."""
-    if urlsplit(pattern.base[0]).scheme not in ("", "file") or any(
-        "{" in g or "[^" in g or "\\" in g for g in pattern.glob
-    ):
+    if not is_local(pattern.base[0]) or any("{" in g or "[^" in g or "\\" in g for g in pattern.glob):
         return None
     level = [normalize_uri(pattern.base[0])]
     for glob in pattern.glob:  # one path segment at a time, directories only

@@ -179,9 +179,14 @@ def split_name(text: str) -> list[str]:
         i += 1
 
 
+def is_local(location: str) -> bool:
+    """Whether a location is on this machine's file system: a path with no scheme, or a `file:` URI."""
+    return urlsplit(location).scheme in ("", "file")
+
+
 def normalize_uri(table: str) -> str:
     """Local paths become absolute (so the pipeline's identity does not depend on the cwd); URIs stay."""
-    if urlsplit(table).scheme in ("", "file"):
+    if is_local(table):
         path = table[len("file:") :] if table.startswith("file:") else table
         while path.startswith("//"):
             path = path[1:]
@@ -199,7 +204,7 @@ def anchored(text: str) -> str:
             return _shared(t).uri
         except ConfigError:
             return text
-    return normalize_uri(t) if t and is_path(t) and urlsplit(t).scheme in ("", "file") else text
+    return normalize_uri(t) if t and is_path(t) and is_local(t) else text
 
 
 def same_location(a: str, b: str) -> bool:

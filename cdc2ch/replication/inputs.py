@@ -5,15 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cdc2ch.clickhouse import versions
 from cdc2ch.model import schema
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.offset import PipelineState
-from cdc2ch.replication import follow, plan
+from cdc2ch.replication import follow, plan, readers
 from cdc2ch.replication.bootstrap import Bootstrap
 from cdc2ch.replication.initial import Choice
 from cdc2ch.replication.ports import ChangeSource, Ports
-from cdc2ch.replication.writers import pushdown
 
 
 @dataclass(frozen=True)
@@ -50,12 +48,14 @@ def check_inputs(cfg: RunConfig, source: ChangeSource, ports: Ports, bootstrap: 
     )
     writer = plan.choose_writer(cfg.reader, cfg.writer, ports.remote_target, ports.local_master)
     if writer == "clickhouse":  # refuse what ClickHouse cannot read, before any write
-        pushdown.lake_function(source.location)
-        if not ports.has_setting(pushdown.CDF_SETTING):
-            raise versions.missing_setting("--reader clickhouse", pushdown.CDF_SETTING)
-        found = plan.unsupported_by_clickhouse_reader(source.protocol(), source.properties(), latest_schema)
-        done = f"replication stopped with version {stored.committed_version} committed" if stored else ""
-        if found:
-            raise plan.clickhouse_reader_error(uri, found, done or "nothing was written")
+        outcome = (
+            f"replication stopped with version {stored.committed_version} committed"
+            if stored
+            else "nothing was written"
+        )
+        protocol, properties = source.protocol(), source.properties()
+        readers.check_clickhouse_reads(
+            source, latest_schema, protocol, properties, ports.has_setting, outcome
+        )
     initial = bootstrap.choose(stored, requested, start, latest)  # a new pipeline's first load
     return Inputs(start, stored, latest, writer, table_id, initial)

@@ -26,6 +26,7 @@ from cdc2ch.replication.ports import ChangeSource, Ports, RangeWriter
 from cdc2ch.replication.progress import Progress
 from cdc2ch.replication.projection import designed
 from cdc2ch.replication.readahead import ReadAhead
+from cdc2ch.replication.resume import resumed
 from cdc2ch.replication.resync import Resync
 
 log = get_logger("cdc2ch.pipeline")
@@ -56,9 +57,9 @@ class Replicator:
         # A snapshot (initial load or resync) is seen running in the metrics, so an alert can say it runs long.
         self.ports = dataclasses.replace(ports, load_snapshot=timed(ports.load_snapshot, self.metrics))
         self.log = log.bind(pipeline=cfg.pipeline)
-        # auto: ClickHouse reads while the table stays one it reads as Spark does (readers.check_range)
+        # auto: chosen by check_inputs; ClickHouse reads while the table stays one it reads as Spark does
+        # (readers.check_range)
         self.auto = cfg.reader == "auto"
-        self.cfg = cfg = readers.resolved(cfg, self.source, ports.remote_target, ports.has_setting, self.log)
         self.state: PipelineState | None = None
         self.started: PipelineState | None = None
         self.writer: RangeWriter | None = None
@@ -70,50 +71,31 @@ class Replicator:
         self.turn_over: Callable[[], bool] = lambda: False
         self.phases = Phases()  # where its time went (its `stopped` event says)
         self.gave_way = False
-        self.resync = Resync(
-            cfg, self.source, self.ports.tables, self.ports.store, self.ports.load_snapshot, self.log
-        )
-        self.bootstrap = Bootstrap(cfg, self.source, self.ports, self.log)
+        self._configure(cfg)
+
+    def _configure(self, cfg: RunConfig) -> None:
+        """Run with `cfg`: its snapshots (a new pipeline's first load, a resync) load with its reader."""
+        self.cfg, ports = cfg, self.ports
+        self.resync = Resync(cfg, self.source, ports.tables, ports.store, ports.load_snapshot, self.log)
+        self.bootstrap = Bootstrap(cfg, self.source, ports, self.log)
 
     # -- start-up ---------------------------------------------------------------------------------
     def check_inputs(self) -> Inputs:
-        """Check table, keys, change data feed, offsets and options, writing nothing (what `validate` runs)."""
+        """Check table, keys, change data feed, offsets and options, writing nothing (what `validate` runs).
+        `--reader auto` is decided first, from the table as it is now (its log, a ClickHouse setting)."""
+        if self.cfg.reader == "auto":
+            remote, has_setting = self.ports.remote_target, self.ports.has_setting
+            self._configure(readers.resolved(self.cfg, self.source, remote, has_setting, self.log))
         return check_inputs(self.cfg, self.source, self.ports, self.bootstrap)
 
     def initial_state(self, inputs: Inputs) -> PipelineState:
         """Where the pipeline stands: the stored offset (claimed now), or for a new pipeline an offset before
         `start` that is claimed and recorded only once the first range passed its checks (claim_first_range)."""
-        cfg, store = self.cfg, self.ports.store
         if inputs.stored is None:
             return self.bootstrap.begin(inputs.initial, inputs.start, inputs.table_id)
         self.ports.lock.acquire()  # inputs are fine: from here on this process writes
         self.claimed = True
-        stored = store.load(cfg.pipeline)  # again, now that nobody else can move it
-        store.ensure()
-        if stored is not None and not cfg.reset:
-            return self._relabelled(stored, inputs.table_id)
-        if stored is not None:
-            self.log.warning("state_reset", was=stored.committed_version, now=inputs.start - 1)
-        fresh = plan.repointed(
-            stored,
-            cfg.pipeline,
-            self.source.uri,
-            str(cfg.target),
-            inputs.start - 1,
-            location=self.source.location,
-            table_id=inputs.table_id,
-        )
-        store.save(fresh)
-        return fresh
-
-    def _relabelled(self, stored: PipelineState, table_id: str) -> PipelineState:
-        """The stored offset, recording the name, location and table id the table was reached by this time
-        (a path now named through the catalog, or a state from before these were recorded)."""
-        state = stored.relabelled(self.source.uri, self.source.location, table_id)
-        if state != stored:
-            self.ports.store.save(state)
-            self.log.info("source_recorded", source=state.source, location=state.location, was=stored.source)
-        return state
+        return resumed(self.cfg, self.source, self.ports.store, inputs.start, inputs.table_id, self.log)
 
     @phases.recorded
     def start(self) -> PipelineState:

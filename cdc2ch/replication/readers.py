@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
 from cdc2ch.base.errors import SourceError
+from cdc2ch.clickhouse import versions
 from cdc2ch.model import schema
 from cdc2ch.model.config import RunConfig
+from cdc2ch.model.tableref import is_local
 from cdc2ch.replication import plan
 from cdc2ch.replication.writers import pushdown
 
@@ -24,7 +25,7 @@ def place_needs_spark(location: str, remote_target: bool) -> str | None:
     """Why `auto` leaves a table to Spark for where it is and where it goes (None: ClickHouse may read it)."""
     if remote_target:
         return "the target is a ClickHouse server, which reads the lake with its own paths and credentials"
-    if urlsplit(location).scheme not in ("", "file"):
+    if not is_local(location):
         return "the table is not on a local path"
     return None
 
@@ -67,13 +68,22 @@ def resolved(
 
 
 def check_clickhouse_reads(
-    uri: str, schema_json: dict, protocol: dict | None = None, properties=None
+    source,
+    schema_json: dict,
+    protocol: dict | None = None,
+    properties=None,
+    has_setting: Callable[[str], bool] | None = None,
+    outcome: str = "nothing was written",
 ) -> None:
-    """Refuse, before anything is written, a table `--reader clickhouse` cannot read."""
-    pushdown.lake_function(uri)
+    """Refuse, before anything is written, a table `--reader clickhouse` cannot read: storage ClickHouse
+    does not reach, features of `protocol`, `properties` or `schema_json` its reader reads wrong, and, given
+    `has_setting`, a ClickHouse that cannot read a change data feed. `outcome`: what the refusal left."""
+    pushdown.lake_function(source.location)
+    if has_setting is not None and not has_setting(pushdown.CDF_SETTING):
+        raise versions.missing_setting("--reader clickhouse", pushdown.CDF_SETTING)
     found = plan.unsupported_by_clickhouse_reader(protocol or {}, properties or {}, schema_json)
     if found:
-        raise plan.clickhouse_reader_error(uri, found)
+        raise plan.clickhouse_reader_error(source.uri, found, outcome)
 
 
 def check_range(uri: str, changes, state, chosen: bool) -> None:

@@ -117,7 +117,7 @@ class Snapshotter:
         )
         if cfg.reader == "clickhouse":
             check_clickhouse_reads(
-                self.source.uri,
+                self.source,
                 self.source.schema_at(version),
                 self.source.protocol(),
                 self.source.properties(),
@@ -154,7 +154,7 @@ class Snapshotter:
         ts_ms = int(commit.timestamp.timestamp() * 1000)
         table, table_schema = _read_from(self.source, cfg.reader, version)
         if cfg.reader == "clickhouse":  # again for a resync, which comes here directly
-            check_clickhouse_reads(self.source.uri, table_schema)
+            check_clickhouse_reads(self.source, table_schema)
         types = schema.column_types(table_schema, cfg.design)
         stored = self.store.load(cfg.pipeline)
         self.tables.check(types, new=stored is None or stored.committed_version < 0)

@@ -88,6 +88,7 @@ def check_table(spark, location: str, name: str | None) -> None:
     """Refuse a location that holds no Delta table."""
     from delta.tables import DeltaTable
 
+    # A bare path only (not `is_local`): os.path reads the text as it is, and a `file:` URI is no path to it.
     if urlsplit(location).scheme == "" and not os.path.exists(location):
         raise missing_table(location, name)
     if not DeltaTable.isDeltaTable(spark, location):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import time
 from datetime import datetime, timezone
-from urllib.parse import urlsplit
 
 import pyarrow as pa
 
@@ -19,7 +18,7 @@ from cdc2ch.base.errors import (
     summarise,
 )
 from cdc2ch.model import contract
-from cdc2ch.model.tableref import normalize_uri, parse_table
+from cdc2ch.model.tableref import is_local, normalize_uri, parse_table
 from cdc2ch.source.cdfscan import StateSnapshots, check_table
 from cdc2ch.source.cdfscan import delta_log as _delta_log
 from cdc2ch.source.cdfscan import scanned_changes as _scanned_changes
@@ -80,7 +79,7 @@ class DeltaSource:
         else:
             self.name, self.uri = None, normalize_uri(table)
             self.location = self.uri
-        self.local = urlsplit(self.location).scheme in ("", "file")  # its log is read by Python
+        self.local = is_local(self.location)  # its log is read by Python
         self._checked = False
         self._log_reader: DeltaLog | None = None
         self._states = LogStates()  # metadata replayed from a local table's log

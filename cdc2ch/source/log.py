@@ -16,6 +16,7 @@ from urllib.parse import unquote, urlsplit
 
 from cdc2ch.base import phases
 from cdc2ch.base.errors import SourceError
+from cdc2ch.model.tableref import is_local
 
 # Bytes per row assumed for change files when a commit carries no statistics to learn it from. Small on
 # purpose: an over-estimate only makes read ranges smaller.
@@ -440,9 +441,7 @@ def python_log(uri: str, files=None, name: str | None = None) -> DeltaLog:
     try:
         log.latest_version()
     except FileNotFoundError:  # no commit file at all
-        if urlsplit(uri).scheme in ("", "file") and not os.path.exists(
-            files.dir[: -len("/_delta_log/")] or "/"
-        ):
+        if is_local(uri) and not os.path.exists(files.dir[: -len("/_delta_log/")] or "/"):
             raise missing_table(uri, name) from None
         raise not_a_delta_table(uri, name) from None
     return log

@@ -10,7 +10,7 @@ import pytest
 
 from cdc2ch.clickhouse.embedded import _FromRoot
 from cdc2ch.model.config import RunConfig, TargetName
-from cdc2ch.model.tableref import anchored
+from cdc2ch.model.tableref import anchored, is_local
 
 pytestmark = pytest.mark.unit
 
@@ -50,3 +50,10 @@ def test_overlapping_statements_from_root_move_back_once_the_last_ends(tmp_path,
         seen.append(os.getcwd())  # the first has ended; this one still runs from /
     thread.join(5)
     assert seen == ["/"] and os.getcwd() == str(tmp_path)
+
+
+def test_a_location_is_local_with_no_scheme_or_a_file_scheme():
+    for local in ("/lake/orders", "lake/orders", "./t", "~/t", "file:/lake/orders", "file:///lake/t"):
+        assert is_local(local), local
+    for remote in ("s3a://bucket/orders", "s3://b/t", "abfss://c@a.dfs.core.windows.net/t", "https://h/t"):
+        assert not is_local(remote), remote

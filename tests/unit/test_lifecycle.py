@@ -4,6 +4,7 @@ an in-memory one; the service itself is tested end to end in tests/test_lifecycl
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -98,13 +99,20 @@ def test_pause_and_resume_are_read_once_per_poll_interval(table):
     assert life.holds(a, metrics.pipeline("a"))
 
 
-def test_a_resync_runs_once_and_is_recorded_done_unless_a_newer_request_came(table):
+def _resync_read(table) -> tuple[dict, Callable, Clock, Lifecycle, RunConfig]:
+    """A service that has read one request, a resync of pipeline `a` for "suspect rows": the requests, `ask`,
+    its clock, its Lifecycle and `a`."""
     rows, _, _, ask = table
     clock = Clock()
     life = Lifecycle(None, 1.0, clock)
     a = _cfg("a")
     ask("db", "a", RESYNC, reason="suspect rows")
     life.refresh([a])
+    return rows, ask, clock, life, a
+
+
+def test_a_resync_runs_once_and_is_recorded_done_unless_a_newer_request_came(table):
+    rows, ask, clock, life, a = _resync_read(table)
     assert life.wants(a)  # a running catch-up ends after its range
     unclaimed = Job(claimed=False)
     life.resync(a, unclaimed)
@@ -130,12 +138,7 @@ def test_a_resync_runs_once_and_is_recorded_done_unless_a_newer_request_came(tab
 def test_a_read_that_began_before_a_resync_was_recorded_done_does_not_run_it_again(table):
     """The dispatcher reads the requests while a turn rebuilds: the read, older than the record of the
     resync done, brings the request back as pending."""
-    rows, _, _, ask = table
-    clock = Clock()
-    life = Lifecycle(None, 1.0, clock)
-    a = _cfg("a")
-    ask("db", "a", RESYNC, reason="suspect rows")
-    life.refresh([a])
+    rows, ask, clock, life, a = _resync_read(table)
     stale = dict(rows["db"])  # what a read that began now returns, whenever it ends
     job = Job()
     life.resync(a, job)

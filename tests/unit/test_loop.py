@@ -265,3 +265,16 @@ def test_the_pushdown_writer_sends_one_statement_and_names_null_keys_by_error_co
         writer(Sink(codes.CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN)).write(rng, state, 0)
     with pytest.raises(SinkError, match="refused"):  # any other refusal is ClickHouse's to explain
         writer(Sink(codes.TOO_MANY_PARTS)).write(rng, state, 0)
+
+
+def test_reader_auto_is_chosen_when_the_pipeline_starts_not_when_it_is_built():
+    """Building a Replicator reads nothing; its start chooses the reader, which a first snapshot loads with."""
+    h = Harness(history(), reader="auto", initial_load="snapshot")
+    asked, loaded_with, load = [], [], h._load_snapshot
+    h.source.latest = lambda latest=h.source.latest: asked.append("latest") or latest()
+    h._load_snapshot = lambda side, *args: loaded_with.append(side.reader) or load(side, *args)
+    replicator = h.replicator()
+    assert asked == [] and replicator.cfg.reader == "auto"
+    state = replicator.run()
+    assert asked and replicator.cfg.reader == "clickhouse" and loaded_with == ["clickhouse"]
+    assert state.committed_version == h.table.latest and h.final() == h.expected()

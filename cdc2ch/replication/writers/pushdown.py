@@ -17,6 +17,7 @@ from cdc2ch.clickhouse import codes
 from cdc2ch.model import contract, schema
 from cdc2ch.model.design import TableDesign
 from cdc2ch.model.offset import PipelineState
+from cdc2ch.model.tableref import is_local
 from cdc2ch.replication.ports import Changes, RangeResult
 from cdc2ch.replication.writers import Destination
 
@@ -28,7 +29,7 @@ RANGE_FACTOR = 10
 def lake_function(uri: str) -> str:
     """The ClickHouse table function that reads this Delta table itself."""
     parts = urlsplit(uri)
-    if parts.scheme in ("", "file"):
+    if is_local(uri):
         return f"deltaLakeLocal({schema.literal(unquote(parts.path))})"
     if parts.scheme in ("s3", "s3a"):
         url = f"https://{parts.netloc}.s3.amazonaws.com{parts.path.rstrip('/')}/"
