@@ -25,9 +25,9 @@ from cdc2ch.model.config import default_data_dir
 HOLDER_FILE = "cdc2ch-holder.json"  # who has the directory open, written by cdc2ch
 STATUS_FILE = "status"  # the engine's own lock file in the directory
 METADATA_DIR = "metadata"  # the engine's catalogue, once a database was created
-# The engine compiles an expression to machine code (LLVM) once it has run it three times in the process,
-# which costs an idle poll ~16 MiB of peak RSS (the compiler's code and memory) and some milliseconds, for
-# statements on a few rows that it runs four times (the claim check) and then exits: those run interpreted.
+# The engine compiles an expression to machine code (LLVM) once it has run it three times in the process.
+# Statements on a few rows (lookups, claims) gain nothing from it, and a cron poll, which runs its claim
+# check four times and exits, paid ~16 MiB of peak RSS and ~60 ms for it: those statements run interpreted.
 NO_JIT = {"compile_expressions": 0, "compile_aggregate_expressions": 0, "compile_sort_description": 0}
 
 
