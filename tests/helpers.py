@@ -164,6 +164,10 @@ class SinkTap:
         self.after_insert(table_sql)
         return n
 
+    def insert_row(self, table_sql, values):
+        self.inner.insert_row(table_sql, values)
+        self.after_insert(table_sql)
+
     def command(self, sql, what="run a statement", settings=None):
         out = self.inner.command(sql, what=what, settings=settings)
         self.after_command(what)

@@ -1,8 +1,9 @@
-"""An idle poll against a server: a `run --once` with nothing new asks ClickHouse only what it must, each
-statement a round trip that a remote server makes the poll wait for."""
+"""An idle poll (`run --once` with nothing new) pays only for what it must: against a server, the statements
+it needs (each a round trip the poll waits for); on the embedded engine, no JIT compiler and no Arrow."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -47,20 +48,27 @@ def poll(args: list[str], env: dict) -> None:
     assert proc.returncode == 0, proc.stderr[-5000:]
 
 
-def test_an_idle_poll_sends_only_the_statements_it_needs(tmp_path):
+def replicated(tmp_path: Path) -> tuple[list[str], Path, dict]:
+    """A small Delta table replicated into an embedded directory by a first poll: (the poll's arguments but
+    the --clickhouse DSN, the directory, the environment)."""
     table, directory = str(tmp_path / "orders"), tmp_path / "clickhouse"
     rows = pa.table({"id": pa.array(range(100), pa.int64()), "name": [f"n{i}" for i in range(100)]})
     write_deltalake(table, rows, configuration={"delta.enableChangeDataFeed": "true"})
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CDC2CH_CLICKHOUSE_PASSWORD": PASSWORD}
     env.pop("CDC2CH_CLICKHOUSE_PASSWORD_FILE", None)
-    run = [sys.executable, "-m", "cdc2ch", "run", "--once", "--table", table, "--primary-key", "id",
-           "--target", "idle_poll.orders", "--reader", "clickhouse", "--clickhouse"]  # fmt: skip
-    # The first poll replicates into the engine's directory, then served (a served engine reads no lake files).
-    poll([*run, f"chdb://{directory}"], env)
+    run = ["run", "--once", "--table", table, "--primary-key", "id", "--target", "idle_poll.orders",
+           "--reader", "clickhouse", "--clickhouse"]  # fmt: skip
+    poll([sys.executable, "-m", "cdc2ch", *run, f"chdb://{directory}"], env)
+    return run, directory, env
+
+
+def test_an_idle_poll_sends_only_the_statements_it_needs(tmp_path):
+    run, directory, env = replicated(tmp_path)
+    # A served engine reads no lake files: the poll finds nothing new the same way.
     proc, port = serve(directory)
     try:
         with FaultProxy("127.0.0.1", port) as proxy:
-            poll([*run, proxy.url_for()], env)
+            poll([sys.executable, "-m", "cdc2ch", *run, proxy.url_for()], env)
             sent = list(proxy.log)
     finally:
         proc.kill()
@@ -69,6 +77,38 @@ def test_an_idle_poll_sends_only_the_statements_it_needs(tmp_path):
     assert len(sent) <= IDLE_STATEMENTS, f"{len(sent)} statements:\n{listing}"
     assert not [s for s in sent if s.startswith(("CREATE", "ALTER"))], listing  # every table is there
     assert sum("FROM system.settings" in s for s in sent) == 1, listing  # the driver's own listing only
+
+
+# The poll's own process, asked afterwards what its engine compiled and what it imported.
+IN_PROCESS_POLL = """
+import json, sys
+import clickhouse_connect
+from cdc2ch.cli import main
+sys.argv = ["cdc2ch", *json.loads(sys.argv[1])]
+try:
+    main()
+except SystemExit as exc:
+    assert not exc.code, exc.code
+engine = clickhouse_connect.get_client(dsn=sys.argv[-1])
+compiled = engine.query("SELECT sum(value) FROM system.events WHERE event = 'CompileFunction'").result_rows
+print(json.dumps({"compiled": compiled[0][0], "modules": sorted(sys.modules)}))
+"""
+
+
+def test_an_embedded_idle_poll_compiles_no_expression_and_builds_no_arrow_row(tmp_path):
+    """What an idle poll on the embedded engine keeps out of its peak RSS: the engine's JIT compiler, which
+    its bookkeeping statements would reach by their fourth run (the claim check), and an Arrow table per
+    row it records (pyarrow's JSON reader and the engine's Arrow input)."""
+    run, directory, env = replicated(tmp_path)
+    args = [a for a in run if a not in ("--reader", "clickhouse")]  # the default reader: nothing new
+    proc = subprocess.run(
+        [sys.executable, "-c", IN_PROCESS_POLL, json.dumps([*args, f"chdb://{directory}"])],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["compiled"] == 0
+    assert "pyarrow.json" not in seen["modules"] and "pyspark" not in seen["modules"]
 
 
 def test_an_own_table_dropped_behind_a_running_process_is_created_again(sink, database, chdb_dsn):

@@ -6,27 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-import pyarrow as pa
-
-from cdc2ch.clickhouse.rows import one_row
 from cdc2ch.clickhouse.state import COMPACT_TABLE, _utc, read_records
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName
 from cdc2ch.model.offset import stamp_after
-
-_FIELDS = [
-    ("target", pa.string()),
-    ("finished_at", pa.timestamp("ms", tz="UTC")),
-    ("cutoff", pa.timestamp("ms", tz="UTC")),
-    ("removed", pa.uint64()),
-    ("kept", pa.uint64()),
-    ("rows_before", pa.uint64()),
-    ("rows_after", pa.uint64()),
-    ("recovered", pa.uint64()),
-    ("seconds", pa.float64()),
-    ("removed_total", pa.uint64()),
-]
 
 
 @dataclass(frozen=True)
@@ -67,7 +51,7 @@ class CompactStore:
             "seconds": float(result.seconds),
             "removed_total": total,
         }
-        self.sink.insert_arrow(self._table, one_row(pa.schema(_FIELDS), values))
+        self.sink.insert_row(self._table, values)
         return Compacted(result.target, now, result.dropped, result.kept, float(result.seconds), total)
 
     def load_all(self, exists: bool | None = None) -> dict[str, Compacted]:

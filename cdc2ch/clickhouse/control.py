@@ -8,9 +8,6 @@ import socket
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-import pyarrow as pa
-
-from cdc2ch.clickhouse.rows import one_row
 from cdc2ch.clickhouse.state import CONTROL_TABLE, _utc, read_records
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model import schema
@@ -20,14 +17,6 @@ from cdc2ch.model.offset import stamp_after
 PAUSE, RESUME, RESYNC = "pause", "resume", "resync"
 RESYNCED = "resynced"  # written by the service once a requested resync is done: the pipeline runs
 ACTIONS = (PAUSE, RESUME, RESYNC, RESYNCED)
-
-_FIELDS = [
-    ("pipeline", pa.string()),
-    ("action", pa.string()),
-    ("reason", pa.string()),
-    ("requested_by", pa.string()),
-    ("requested_at", pa.timestamp("ms", tz="UTC")),
-]
 
 
 def requester() -> str:
@@ -74,7 +63,7 @@ class ControlStore:
         made = Request(pipeline, action, reason, by or requester(), at)
         values = {"pipeline": pipeline, "action": action, "reason": reason, "requested_by": made.by,
                   "requested_at": at}  # fmt: skip
-        self.sink.insert_arrow(self._table, one_row(pa.schema(_FIELDS), values))
+        self.sink.insert_row(self._table, values)
         return made
 
     def load_all(self, exists: bool | None = None) -> dict[str, Request]:

@@ -7,11 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timezone
 
-import pyarrow as pa
-
 from cdc2ch.base.errors import StateError
 from cdc2ch.base.version import __version__
-from cdc2ch.clickhouse.rows import one_row
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model import schema
 
@@ -19,9 +16,6 @@ LAYOUT_TABLE = "cdc2ch_layout"
 # 1: the tables of releases that recorded no layout (the offsets table may lack later columns);
 # 2: every column of state.ADDED_STATE_COLUMNS present, and the layout recorded.
 LAYOUT = 2
-_LAYOUT_SCHEMA = pa.schema(
-    [("layout", pa.uint32()), ("written_by", pa.string()), ("written_at", pa.timestamp("ms", tz="UTC"))]
-)
 UNRECORDED = 1
 
 
@@ -62,14 +56,11 @@ class Layout:
         self.sink.ensure_state_table(
             self.database, LAYOUT_TABLE, "create_layout_table.sql", what="create the layout table"
         )
-        self.sink.insert_arrow(
+        self.sink.insert_row(
             self._table,
-            one_row(
-                _LAYOUT_SCHEMA,
-                {
-                    "layout": LAYOUT,
-                    "written_by": f"cdc2ch {__version__}",
-                    "written_at": datetime.now(timezone.utc),
-                },
-            ),
+            {
+                "layout": LAYOUT,
+                "written_by": f"cdc2ch {__version__}",
+                "written_at": datetime.now(timezone.utc),
+            },
         )

@@ -118,7 +118,7 @@ class PipelineLock:
             f"ifNull((SELECT minOrNull(claimed_at) FROM {self.table} WHERE pipeline = {schema.literal(self.pipeline)} "
             f"AND token = {schema.literal(token)}), now64(3)), now64(3), {int(released)}",
             what="record the pipeline claim",
-            settings={"insert_deduplicate": 0},
+            settings={"insert_deduplicate": 0, **self.sink.small_settings},
         )
 
     def check(self) -> None:

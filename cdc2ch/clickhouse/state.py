@@ -13,11 +13,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
-import pyarrow as pa
-
 from cdc2ch.base import phases
 from cdc2ch.clickhouse.layout import LAYOUT_TABLE, Layout
-from cdc2ch.clickhouse.rows import one_row
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName
@@ -36,30 +33,18 @@ def _utc(ts: datetime | None) -> datetime | None:
     return ts.replace(tzinfo=timezone.utc) if ts is not None and ts.tzinfo is None else ts
 
 
-_ARROW_SCHEMA = pa.schema(
-    [
-        ("pipeline", pa.string()),
-        ("source", pa.string()),
-        ("target", pa.string()),
-        ("committed_version", pa.int64()),
-        ("pending_version", pa.int64()),
-        ("rows_written", pa.uint64()),
-        ("updated_at", pa.timestamp("ms", tz="UTC")),
-        ("location", pa.string()),
-        ("table_id", pa.string()),
-        ("initial_load", pa.string()),
-        ("initial_reason", pa.string()),
-    ]
-)
-_PROGRESS_SCHEMA = pa.schema(
-    [
-        ("pipeline", pa.string()),
-        ("version", pa.int64()),
-        ("plan", pa.string()),
-        ("chunk", pa.uint32()),
-        ("rows", pa.uint64()),
-        ("done_at", pa.timestamp("ms", tz="UTC")),
-    ]
+_STATE_FIELDS = (
+    "pipeline",
+    "source",
+    "target",
+    "committed_version",
+    "pending_version",
+    "rows_written",
+    "updated_at",
+    "location",
+    "table_id",
+    "initial_load",
+    "initial_reason",
 )
 _COLUMNS = "pipeline, source, target, committed_version, pending_version, rows_written, updated_at"
 
@@ -114,8 +99,7 @@ class ChunkStore:
     def record(self, pipeline: str, version: int, plan: str, chunk: int, rows: int) -> None:
         """Chunk `chunk` of the plan has landed with `rows` rows."""
         values = {"pipeline": pipeline, "version": version, "plan": plan, "chunk": chunk, "rows": rows}
-        row = one_row(_PROGRESS_SCHEMA, {**values, "done_at": datetime.now(timezone.utc)})
-        self.sink.insert_arrow(self._table, row)
+        self.sink.insert_row(self._table, {**values, "done_at": datetime.now(timezone.utc)})
 
 
 class StateStore:
@@ -212,8 +196,7 @@ class StateStore:
             self._save(state)
 
     def _save(self, state: PipelineState) -> None:
-        row = one_row(_ARROW_SCHEMA, {name: getattr(state, name) for name in _ARROW_SCHEMA.names})
-        self.sink.insert_arrow(self._table, row)
+        self.sink.insert_row(self._table, {name: getattr(state, name) for name in _STATE_FIELDS})
 
 
 def _state(row: tuple) -> PipelineState:
@@ -277,16 +260,16 @@ class Health:
         )
 
 
-_HEALTH_FIELDS = [
-    ("pipeline", pa.string()),
-    ("source", pa.string()),
-    ("target", pa.string()),
-    ("last_success_at", pa.timestamp("ms", tz="UTC")),
-    ("last_error", pa.string()),
-    ("last_error_kind", pa.string()),
-    ("last_error_at", pa.timestamp("ms", tz="UTC")),
-    ("failures", pa.uint32()),
-]
+_HEALTH_FIELDS = (
+    "pipeline",
+    "source",
+    "target",
+    "last_success_at",
+    "last_error",
+    "last_error_kind",
+    "last_error_at",
+    "failures",
+)
 
 
 class HealthStore:
@@ -304,7 +287,7 @@ class HealthStore:
     def load_all(self, exists: bool | None = None) -> dict[str, Health]:
         """Every pipeline's health, in one query. `exists`: whether the table exists, when the caller knows
         (None: looked up)."""
-        names = [n for n, _ in _HEALTH_FIELDS]
+        names = list(_HEALTH_FIELDS)
         rows = read_records(
             self.sink,
             TargetName(self.database, HEALTH_TABLE),
@@ -322,11 +305,10 @@ class HealthStore:
         return out
 
     def save(self, health: Health) -> None:
-        row = {n: getattr(health, n) for n, _ in _HEALTH_FIELDS}
         self._last = stamp_after(self._last)
-        row["updated_at"] = self._last
-        fields = [*_HEALTH_FIELDS, ("updated_at", pa.timestamp("ms", tz="UTC"))]
-        self.sink.insert_arrow(self._table, one_row(pa.schema(fields), row))
+        self.sink.insert_row(
+            self._table, {**{n: getattr(health, n) for n in _HEALTH_FIELDS}, "updated_at": self._last}
+        )
 
 
 def read_records(sink: Sink, table: TargetName, exists: bool | None, select: str, what: str) -> list[tuple]:
@@ -337,17 +319,17 @@ def read_records(sink: Sink, table: TargetName, exists: bool | None, select: str
     return sink.query_rows(select, what=what) if exists else []
 
 
-_VERIFY_FIELDS = [
-    ("pipeline", pa.string()),
-    ("version", pa.int64()),
-    ("ok", pa.uint8()),
-    ("missing", pa.uint64()),
-    ("extra", pa.uint64()),
-    ("differing", pa.uint64()),
-    ("repaired", pa.uint64()),
-    ("summary", pa.string()),
-    ("finished_at", pa.timestamp("ms", tz="UTC")),
-]
+_VERIFY_FIELDS = (
+    "pipeline",
+    "version",
+    "ok",
+    "missing",
+    "extra",
+    "differing",
+    "repaired",
+    "summary",
+    "finished_at",
+)
 
 
 @dataclass(frozen=True)
@@ -374,10 +356,7 @@ class VerifyStore:
         values = {**report.counts, "pipeline": report.pipeline, "version": report.version, "ok": int(report.ok),
                   "repaired": report.repaired, "summary": report.summary(),
                   "finished_at": datetime.now(timezone.utc)}  # fmt: skip
-        self.sink.insert_arrow(
-            self._table,
-            one_row(pa.schema(_VERIFY_FIELDS), {n: values[n] for n, _ in _VERIFY_FIELDS}),
-        )
+        self.sink.insert_row(self._table, {n: values[n] for n in _VERIFY_FIELDS})
 
     def load_all(self, exists: bool | None = None) -> dict[str, Verified]:
         """Every pipeline's last verify, in one query. `exists` as HealthStore.load_all's."""

@@ -23,6 +23,7 @@ from cdc2ch.clickhouse import codes
 from cdc2ch.clickhouse.clients import Clients
 from cdc2ch.clickhouse.own import OwnTables
 from cdc2ch.clickhouse.placement import OneServer
+from cdc2ch.clickhouse.rows import json_row
 from cdc2ch.model.config import TargetName
 
 log = get_logger("cdc2ch.clickhouse")
@@ -51,6 +52,7 @@ class Sink:
         wait_base: float = 0.5,
         placement: OneServer | None = None,
         opener: Callable[[], Any] | None = None,
+        small_settings: dict | None = None,
     ):
         # Each call leases a client: threads (pipelines run side by side, lock heartbeats) never share one
         # mid-call, and with `opener` their calls overlap (widen() sets how many at once).
@@ -65,6 +67,8 @@ class Sink:
         # holds the password, so it is never logged)
         self.task_client = task_client
         self.reads_files = reads_files  # context for statements that read lake files (table functions)
+        # settings of statements on a few rows (lookups answered as Python rows, cdc2ch's claims)
+        self.small_settings = small_settings or {}
         self.display = display  # the DSN without secrets, for messages
         self._retries = max(1, retries)
         self._max_wait = max_wait
@@ -154,6 +158,7 @@ class Sink:
         what: str = "run a query",
         settings: dict | None = None,
     ) -> list[tuple]:
+        settings = {**self.small_settings, **(settings or {})} or None
         return self._call(what, lambda c: c.query(sql, parameters=parameters, settings=settings).result_rows)
 
     def query_arrow(self, sql: str, what: str = "run a query", settings: dict | None = None) -> pa.Table:
@@ -174,6 +179,16 @@ class Sink:
         )
         self._call(f"insert into {table_sql}", lambda c: c.insert_arrow(table_sql, data, settings=settings))
         return data.num_rows
+
+    def insert_row(self, table_sql: str, values: dict) -> None:
+        """Insert one row of cdc2ch's own tables ({column: value}; columns left out take their defaults) into
+        a quoted table name, without deduplication (a record written again is a newer record)."""
+        self._call(
+            f"insert into {table_sql}",
+            lambda c: c.raw_insert(
+                table_sql, None, json_row(values), settings={"insert_deduplicate": 0}, fmt="JSONEachRow"
+            ),
+        )
 
     def row_count(self, table_sql: str) -> int:
         """Rows stored in a table, as written: no FINAL, so tombstones and not yet merged versions count."""

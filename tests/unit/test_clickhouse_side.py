@@ -8,6 +8,7 @@ import fcntl
 import json
 import os
 import pickle
+from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
 import pyarrow as pa
@@ -152,6 +153,9 @@ class FakeClient:
     def raw_query(self, sql, fmt=None):
         return self._next(("raw_query", sql, fmt))
 
+    def raw_insert(self, table, column_names=None, insert_block=None, settings=None, fmt=None):
+        return self._next(("raw_insert", table, insert_block, settings, fmt))
+
     def close(self):
         self.closed = True
 
@@ -199,6 +203,23 @@ def test_a_transient_failure_then_success_returns_the_result():
     client = FakeClient(OperationalError("connection reset"), [(1, "a")])
     assert sink_on(client).query_rows("SELECT", {"p": 1}) == [(1, "a")]
     assert client.calls == [("query", "SELECT", {"p": 1}, None)] * 2
+
+
+def test_a_record_is_one_json_line_and_small_statements_carry_the_small_settings():
+    client = FakeClient(None)
+    sink = Sink(client, "chdb:///x", small_settings=embedded.NO_JIT)
+    at = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=timezone(timedelta(hours=2)))
+    sink.insert_row("`d`.`t`", {"p": "é", "n": 7, "at": at, "naive": datetime(2026, 1, 2), "none": None})
+    _, table, line, settings, fmt = client.calls[-1]
+    assert (table, settings, fmt) == ("`d`.`t`", {"insert_deduplicate": 0}, "JSONEachRow")
+    assert json.loads(line) == {
+        "p": "é", "n": 7, "at": "2026-01-02 01:04:05.678", "naive": "2026-01-02 00:00:00.000", "none": None
+    }  # fmt: skip
+    sink.query_rows("SELECT 1", settings={"max_threads": 1})
+    sink.command("INSERT 1")  # bulk statements keep the engine's defaults
+    assert client.calls[-2][3] == {**embedded.NO_JIT, "max_threads": 1} and client.calls[-1][2] is None
+    sink_on(client).query_rows("SELECT 1")  # a server's: as they were
+    assert client.calls[-1][3] is None
 
 
 def test_errors_that_are_not_clickhouses_pass_through_untouched():
