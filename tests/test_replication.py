@@ -385,3 +385,54 @@ def test_a_table_seen_while_it_was_being_created_is_found_once_it_exists(
     write_deltalake(str(path), data, configuration={"delta.enableChangeDataFeed": "true"})
     cli.replicate("run", str(path), target, "--once")
     assert_replicated(spark, sink, str(path), target)
+
+
+def test_a_streamed_range_is_inserted_as_spark_scans_and_a_replay_drops_what_landed(
+    spark, sink, cli, database, tmp_path
+):
+    """A range above --max-rows-per-read reaches the inserts a Spark Arrow batch at a time (here batches of
+    150 rows), each ranked on its own. Stopped after two inserts, the range is replayed whole: the batches
+    that landed come back with the same tokens and are dropped, and FINAL equals Delta."""
+    import threading
+
+    from cdc2ch.replication.pipeline import Replicator
+    from cdc2ch.source.delta import DeltaSource
+
+    path = str(tmp_path / "streamed")
+    create_table(spark, path, COLS)
+    _append(spark, path, [(i, "a", "x", 1.0) for i in range(100)])
+    target = TargetName(database, "streamed")
+    options = ("--max-rows-per-read", "150", "--batch-size", "100")  # streamed ranges of up to 1,200 rows
+    cli.replicate("run", path, target, "--once", *options)  # claimed, at version 1
+    for v in range(3):
+        _append(spark, path, [(1000 * (v + 1) + i, "b", "y", 2.0) for i in range(300)])
+    spark.sql(f"UPDATE delta.`{path}` SET amount = 3.0 WHERE id < 50")
+    sink.command(f"SYSTEM STOP MERGES {database}.streamed")
+    before = sink.query_rows(f"SELECT count() FROM {database}.streamed")[0][0]
+    stop, landed = threading.Event(), []
+
+    def after_insert(table_sql):
+        if "streamed" in table_sql:
+            landed.append(1)
+            if len(landed) == 2:
+                stop.set()
+
+    cfg = job_config(path, target, cli.dsn, max_rows_per_read=150, batch_size=100)
+    batch_rows = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "150")
+    try:
+        state = Replicator(cfg, DeltaSource(spark, path), SinkTap(sink, after_insert), stop).run()
+        assert state.committed_version == 1 and state.interrupted_range == (2, 5)
+        first = sink.query_rows(f"SELECT count() FROM {database}.streamed")[0][0] - before
+        assert 0 < first <= 200
+        result = cli.replicate("run", path, target, "--once", *options)
+    finally:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", batch_rows)
+    batches = cli.events(result, "batch")
+    assert cli.events(result, "resuming_interrupted_range")[0]["end"] == 5 and len(batches) > 3
+    # the landed batches were dropped by their tokens: the table holds each batch once
+    assert sink.query_rows(f"SELECT count() FROM {database}.streamed")[0][0] == before + sum(
+        b["rows"] for b in batches
+    )
+    assert committed_version(sink, database, str(target)) == 5
+    assert_replicated(spark, sink, path, target)

@@ -129,7 +129,9 @@ class Replicator:
                 "resuming_interrupted_range", start=state.interrupted_range[0], end=state.interrupted_range[1]
             )
         max_rows = cfg.max_rows_per_read * self.writer.range_factor
-        ranges = plan.catch_up_ranges(commits, max_rows, state.interrupted_range)
+        # a new pipeline's first range is read whole and checked before the claim: within the plain bound
+        first = None if self.claimed else cfg.max_rows_per_read
+        ranges = plan.catch_up_ranges(commits, max_rows, state.interrupted_range, first)
         breaks = plan.schema_breaks(commits)
         by_version = {c.version: c for c in commits}
         estimates = plan.range_estimates(commits, ranges)
@@ -140,7 +142,11 @@ class Replicator:
             progress = Progress(f"catch-up {cfg.pipeline}", total, len(ranges), unit="range")
         broken = None
         self.gave_way = False
-        held = [n if self.writer.collects else 0 for n in estimates]  # rows this process holds per range
+        streams = self.source.streams
+        held = [  # rows this process holds per range (a streamed one: a chunk at a time)
+            n if self.writer.collects and not plan.streamed(n, cfg.max_rows_per_read, streams) else 0
+            for n in estimates
+        ]
         with (
             Leases(self.budget, self.stop) as leases,
             ReadAhead(self.source.changes, cfg.immutable_keys, self.writer.collects) as reads,
@@ -152,12 +158,12 @@ class Replicator:
                 if self.writer.kind == "clickhouse":
                     readers.check_range(self.source.uri, changes, state, chosen=self.auto)
                 if not self.claimed:
-                    self.writer.check(changes)  # a new pipeline writes nothing before its rows are checked
+                    self.writer.check(changes, estimates[i])  # a new pipeline writes nothing before the check
                 # decided before the next range is read ahead: a range read for nothing would be wasted
                 self.gave_way = i + 1 < len(ranges) and self.turn_over()
                 if (
                     not self.gave_way
-                    and plan.reads_ahead(estimates, i, max_rows)
+                    and plan.reads_ahead(estimates, i, cfg.max_rows_per_read)
                     and leases.ahead(i + 1, held[i + 1])
                 ):  # meanwhile: DDL, claim, write
                     reads.read(*ranges[i + 1])

@@ -51,21 +51,36 @@ def schema_breaks(commits: list[Commit]) -> set[int]:
 
 
 def catch_up_ranges(
-    commits: list[Commit], max_rows: int, interrupted: tuple[int, int] | None
+    commits: list[Commit],
+    max_rows: int,
+    interrupted: tuple[int, int] | None,
+    first_rows: int | None = None,
 ) -> list[tuple[int, int]]:
     """The ranges of a catch-up. An interrupted range is replayed first exactly as it was (same batches,
-    same tokens); the rest is planned after it."""
+    same tokens); the rest is planned after it. `first_rows`: a lower bound for the first range (a new
+    pipeline's, which is read whole and checked before anything is written)."""
     breaks = schema_breaks(commits)
-    if interrupted is None:
+    if interrupted is not None:
+        s0, e0 = interrupted
+        return [(s0, e0)] + plan_ranges([c for c in commits if c.version > e0], max_rows, breaks=breaks)
+    if first_rows is None or not commits:
         return plan_ranges(commits, max_rows, breaks=breaks)
-    s0, e0 = interrupted
-    return [(s0, e0)] + plan_ranges([c for c in commits if c.version > e0], max_rows, breaks=breaks)
+    first = plan_ranges(commits, first_rows, breaks=breaks)[0]
+    return [first] + plan_ranges([c for c in commits if c.version > first[1]], max_rows, breaks=breaks)
 
 
 def range_estimates(commits: list[Commit], ranges: list[tuple[int, int]]) -> list[int]:
     """The estimated change rows of each range, from its commits' log entries."""
     rows = {c.version: c.estimated_rows for c in commits}
     return [sum(rows.get(v, 0) for v in range(s, e + 1)) for s, e in ranges]
+
+
+def streamed(estimate: int, max_rows_per_read: int, streams: bool) -> bool:
+    """Whether a range's rows go from the source into inserts a chunk at a time, each chunk ranked on its
+    own: a source that streams (ChangeSource.streams), a range above --max-rows-per-read. Other ranges are
+    collected whole and ranked together. A replay of a range is the same range, with the same estimate: it
+    is read the same way and cuts the same batches."""
+    return streams and estimate > max_rows_per_read
 
 
 def reads_ahead(estimates: list[int], i: int, max_rows: int) -> bool:

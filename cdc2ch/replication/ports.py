@@ -16,7 +16,7 @@ or a ClickHouse engine.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -55,6 +55,11 @@ class Changes(Protocol):
         """The rows in the target layout (contract.WRITTEN_META after the user columns), read into this
         process. SourceError with advice when they cannot be read."""
 
+    def arrow_chunks(self, immutable_keys: bool) -> Iterator[pa.Table]:
+        """The same rows in chunks. A source that streams (ChangeSource.streams) yields each chunk as its
+        read makes it, in an order that may vary from read to read, each chunk's rows not; others yield
+        arrow_rows whole. Closing the iterator early ends the read."""
+
     def spark_rows(self, immutable_keys: bool) -> Any:
         """The same rows as a lazy Spark DataFrame, for writers that run in Spark tasks."""
 
@@ -88,6 +93,7 @@ class RangeResult:
 class ChangeSource(Protocol):
     uri: str  # the table's identity, recorded with the offset: its catalog name or its path
     location: str  # where its files are, recorded too (a name's location may change)
+    streams: bool  # its Changes' arrow_chunks yields while the read runs: one chunk held at a time
 
     def table_id(self) -> str:
         """The Delta table's id, recorded with the offset: another table under the same name or path has
@@ -151,7 +157,7 @@ class RangeWriter(Protocol):
     range_factor: int  # how many times --max-rows-per-read one range may hold (streaming writers: more)
     collects: bool  # write() reads the rows in (arrow_rows): the loop may read the next range meanwhile
 
-    def check(self, changes: Changes) -> None:
+    def check(self, changes: Changes, estimate: int) -> None:
         """Refuse, before anything is written, rows the target must not take (null keys): run on a new
         pipeline's first range, so that refused input leaves no table and no offset behind. Writes nothing;
         a write() of the same range right after may reuse what was read."""

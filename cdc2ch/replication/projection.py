@@ -81,6 +81,9 @@ class DesignedChanges:
     def arrow_rows(self, immutable_keys: bool) -> pa.Table:
         return arrow(self.changes.arrow_rows(immutable_keys), self.design)
 
+    def arrow_chunks(self, immutable_keys: bool):
+        return (arrow(rows, self.design) for rows in self.changes.arrow_chunks(immutable_keys))
+
     def spark_rows(self, immutable_keys: bool):
         return spark(self.changes.spark_rows(immutable_keys), self.design)
 

@@ -13,7 +13,7 @@ schema break, a refused claim) costs only the read.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import pyarrow as pa
@@ -79,6 +79,9 @@ class Prefetched:
         if rows is None or immutable_keys != self._immutable:
             return self.changes.arrow_rows(immutable_keys)  # read again: the same rows (the Changes contract)
         return rows.result()  # raises what the read raised
+
+    def arrow_chunks(self, immutable_keys: bool) -> Iterator[pa.Table]:
+        yield self.arrow_rows(immutable_keys)
 
     def spark_rows(self, immutable_keys: bool):
         return self.changes.spark_rows(immutable_keys)

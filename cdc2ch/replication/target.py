@@ -34,7 +34,11 @@ def clickhouse_ports(
 ) -> Ports:
     tables = TargetTables(sink, cfg.target, cfg.design)
     to = Destination(cfg, sink, tables.table_sql, stop, metrics, log.bind(pipeline=cfg.pipeline))
-    writers = {"clickhouse": PushdownWriter, "executors": ExecutorWriter, "driver": DriverWriter}
+    writers = {
+        "clickhouse": PushdownWriter,
+        "executors": ExecutorWriter,
+        "driver": lambda to: DriverWriter(to, streams=source.streams),
+    }
 
     return Ports(
         store=StateStore(sink, cfg.target.database),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 
 import pyarrow as pa
@@ -34,7 +35,7 @@ from cdc2ch.source.log import (
 )
 from cdc2ch.source.logstate import LocalLogFiles, LogStates, TableState, cdf_schema, live_paths
 from cdc2ch.source.sessionconf import session_conf
-from cdc2ch.source.threads import to_arrow
+from cdc2ch.source.threads import arrow_batches, to_arrow
 from cdc2ch.source.variants import variants_as_json
 
 __all__ = ["Commit", "DeltaSource", "normalize_uri", "session_conf"]
@@ -67,6 +68,8 @@ class DeltaSource:
 
     `spark` is a session or a LazySpark: a local table's log, schema, properties and protocol are read by
     Python, so Spark starts only when rows are read (or a name looked up, or storage only Spark reaches)."""
+
+    streams = True  # its change feed reaches this process a Spark task's rows at a time (SparkChanges)
 
     def __init__(self, spark, table: str):
         self._spark = spark
@@ -412,6 +415,17 @@ class SparkChanges:
         rows = self.source.collect(self.feed(immutable_keys), CHANGE_FEED, self.start, self.end)
         with phases.timed("arrow"):
             return contract.arrow_rows(rows)
+
+    def arrow_chunks(self, immutable_keys: bool) -> Iterator[pa.Table]:
+        """The rows of arrow_rows, one Spark Arrow batch at a time, as the scan's tasks end."""
+        feed = self.feed(immutable_keys)  # planning translates its own failures
+        try:
+            for batch in arrow_batches(feed):
+                with phases.timed("arrow"):
+                    rows = contract.arrow_rows(pa.Table.from_batches([batch]))
+                yield rows
+        except Exception as exc:  # py4j / pyspark errors carry the Java message
+            raise self.read_error(exc) from exc
 
     def read_error(self, exc: Exception) -> Exception:
         return self.source.translate(exc, CHANGE_FEED, self.start, self.end)

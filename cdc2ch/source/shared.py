@@ -10,6 +10,7 @@ download their files and hand Arrow on (source/sharefiles.py), then the same row
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 
 import pyarrow as pa
@@ -20,6 +21,7 @@ from cdc2ch.model import contract
 from cdc2ch.model.tableref import parse_table
 from cdc2ch.source import sharefiles
 from cdc2ch.source.log import Commit, estimate_rows
+from cdc2ch.source.shareanswer import check_served, metadata_of, schema_of, sliced, version_of
 from cdc2ch.source.sharing import SharingClient, SharingRefused, load_profile
 from cdc2ch.source.threads import to_arrow
 
@@ -44,6 +46,8 @@ def _ms(ms: int) -> datetime:
 class SharedSource:
     """One shared table. `spark`: a session, a function returning one (called on the first read), or None
     where nothing is read (status)."""
+
+    streams = False  # a range is read whole: its files' URLs may expire and be asked for again
 
     def __init__(self, spark, table: str, log=None):
         ref = parse_table(table)
@@ -83,7 +87,7 @@ class SharedSource:
                 (a.get("expirationTimestamp") or now_ms * 2) > now_ms + URL_MARGIN_MS
                 for _, a in sharefiles.file_actions(cached[3])
             ):
-                return _slice(cached[3], start, end)
+                return sliced(cached[3], start, end)
         try:
             lines = self.client.changes(start, end)
         except SharingRefused as exc:
@@ -124,7 +128,7 @@ class SharedSource:
             slot[kind].append({**a, "path": a.get("id") or a.get("url")})
             slot["ts"] = max(slot["ts"] or 0, int(a.get("timestamp") or 0)) or None
         for line in lines:
-            v = _version_of(line)
+            v = version_of(line)
             if "metaData" in line and v in by_version:
                 by_version[v]["meta"] = line["metaData"]
         commits, last = [], None
@@ -206,8 +210,8 @@ class SharedSource:
     def schema_at(self, version: int) -> dict:
         meta = self._metadata()[1]
         if meta.get("version") is not None and int(meta["version"]) != version:
-            meta = _metadata_of(self._query(version))
-        return _schema(meta)
+            meta = metadata_of(self._query(version))
+        return schema_of(meta)
 
     def mapped_schema(self, version: int) -> dict | None:
         """The shared schema as served: column mapping metadata included where the server keeps it."""
@@ -237,7 +241,7 @@ class SharedSource:
 
     def snapshot(self, version: int):
         lines = self._query(version)
-        return self.frame(sharefiles.plan_files(lines, snapshot=True), _schema(_metadata_of(lines)), True)
+        return self.frame(sharefiles.plan_files(lines, snapshot=True), schema_of(metadata_of(lines)), True)
 
     def frame(self, files: list[dict], schema_json: dict, snapshot: bool):
         """The DataFrame of these files' rows: `schema_json`'s columns, then the CDF columns unless
@@ -279,7 +283,7 @@ class SharedChanges:
         self._lines = source._lines(start, end)
         self.schema = {
             "type": "struct",
-            "fields": _schema(_metadata_of(self._lines, end))["fields"] + CDF_FIELDS,
+            "fields": schema_of(metadata_of(self._lines, end))["fields"] + CDF_FIELDS,
         }
         self._frame = None
 
@@ -298,6 +302,9 @@ class SharedChanges:
             for _, a in sharefiles.file_actions(self._lines)
         )
         return contract.spark_rows(self._cdf(fresh=soon), immutable_keys)
+
+    def arrow_chunks(self, immutable_keys: bool) -> Iterator[pa.Table]:
+        yield self.arrow_rows(immutable_keys)  # a share's files are read whole (SharedSource.streams)
 
     def arrow_rows(self, immutable_keys: bool) -> pa.Table:
         """The rows, read again with fresh URLs from the server when the storage refuses the old ones."""
@@ -324,33 +331,6 @@ def no_history_advice(uri: str, span: str, why: str) -> str:
         f"delta.enableChangeDataFeed = true on it. Until then `cdc2ch snapshot` loads the table as it is now "
         f"(the way in without history); once the changes are shared, `cdc2ch run` continues from that snapshot."
     )
-
-
-def check_served(uri: str, lines: list[dict]) -> None:
-    """Refuse what the parquet response format cannot serve right, naming the feature."""
-    protocol = next((ln["protocol"] for ln in lines if "protocol" in ln), {}) or {}
-    metas = [ln["metaData"] for ln in lines if "metaData" in ln]
-    conf: dict = {}
-    for m in metas:
-        conf.update(m.get("configuration") or {})
-    feature = None
-    if "deltaProtocol" in protocol:
-        feature = "the delta response format (the server answered a parquet-format request in it)"
-    elif str(conf.get("delta.enableDeletionVectors", "")).lower() == "true":
-        feature = "deletion vectors (delta.enableDeletionVectors)"
-    elif str(conf.get("delta.columnMapping.mode", "none")).lower() != "none":
-        feature = f"column mapping (delta.columnMapping.mode = {conf['delta.columnMapping.mode']})"
-    elif int(protocol.get("minReaderVersion", 1)) > 1:
-        feature = f"reader protocol version {protocol['minReaderVersion']}"
-    elif any((m.get("format") or {}).get("provider", "parquet") != "parquet" for m in metas):
-        feature = "a file format other than parquet"
-    if feature:
-        raise SourceError(
-            f"{uri} uses {feature}, which cdc2ch cannot read through Delta Sharing's parquet "
-            f"response format: files would be read without the rows they no longer hold or under the "
-            f"wrong column names. Nothing was written. Ask the data provider to share a table without "
-            f"it, or replicate the Delta table itself with cdc2ch where you can reach its storage."
-        )
 
 
 def advice(uri: str, client, exc: Exception, what: str, start: int | None, end: int | None) -> Exception:
@@ -404,44 +384,3 @@ def _bytes_per_task(spark) -> int:
         return int(spark._jsparkSession.sessionState().conf().filesMaxPartitionBytes())
     except Exception:
         return 128 << 20
-
-
-def _version_of(line: dict) -> int | None:
-    for key in ("add", "remove", "cdf", "metaData"):
-        if key in line and line[key].get("version") is not None:
-            return int(line[key]["version"])
-    return None
-
-
-def _slice(lines: list[dict], start: int, end: int) -> list[dict]:
-    """The lines of a wider /changes answer that answer [start, end] alone: the undated ones, those of
-    versions in the range, and the metaData in force at `start` (a range that changes no schema still
-    needs the one it is read under)."""
-    dated = [(v, m) for m in lines if "metaData" in m and (v := _version_of(m)) is not None]
-    in_force = max(((v, m) for v, m in dated if v < start), key=lambda p: p[0], default=(None, None))[1]
-    return [
-        ln for ln in lines
-        if ln is in_force or _version_of(ln) is None or start <= _version_of(ln) <= end
-    ]  # fmt: skip
-
-
-def _metadata_of(lines: list[dict], version: int | None = None) -> dict:
-    """The metaData in force at `version` (default: the answer's own): the newest historical one at or
-    before it, else the answer's table metaData."""
-    metas = [ln["metaData"] for ln in lines if "metaData" in ln]
-    dated = [
-        m for m in metas if m.get("version") is not None and (version is None or int(m["version"]) <= version)
-    ]
-    if version is not None and dated:
-        return max(dated, key=lambda m: int(m["version"]))
-    return metas[0] if metas else {}
-
-
-def _schema(meta: dict) -> dict:
-    import json
-
-    if not meta.get("schemaString"):
-        raise SourceError(
-            "The Delta Sharing server answered without the table's schema (metaData.schemaString)."
-        )
-    return json.loads(meta["schemaString"])

@@ -40,6 +40,9 @@ LOCAL_CONF = {
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.driver.memory": "1g",  # ranges are bounded (--max-rows-per-read): enough, and the tree stays < 2 GiB
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "80000",
+    # Streamed reads (threads.arrow_batches) hold a task's rows until the task ends: smaller tasks, less held.
+    "spark.sql.files.maxPartitionBytes": "16m",
 }
 
 

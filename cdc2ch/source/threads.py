@@ -91,7 +91,55 @@ def to_arrow(df):
         table = df.toArrow()
     finally:
         sc.removeJobTag(tag)
-    t1 = time.time()
+    _timed_jobs(sc, tag, t0, time.time())
+    return table
+
+
+def arrow_batches(df) -> Iterator:
+    """df's rows as Arrow record batches, each as soon as the Spark task that made it has ended (in the order
+    tasks end, not the frame's): what df.toArrow() reads, without holding it whole. Each batch is the same on
+    every read of the same plan (one task's rows, cut at spark.sql.execution.arrow.maxRecordsPerBatch).
+    Leaving the loop early cancels the job; its failure is raised when the stream ends. Timed into phases as
+    to_arrow is."""
+    import pyarrow as pa
+    from pyspark.errors.exceptions.captured import unwrap_spark_exception
+    from pyspark.sql.pandas.serializers import ArrowCollectSerializer
+    from pyspark.util import _create_local_socket
+
+    sc = df.sparkSession.sparkContext
+    tag = f"cdc2ch-read-{next(_tags)}"
+    t0 = time.time()
+    sc.addJobTag(tag)  # the job runs on a thread the call starts, which takes this thread's tags
+    try:
+        port, secret, server = df._jdf.collectAsArrowToPython()
+    finally:
+        sc.removeJobTag(tag)
+    sockfile = _create_local_socket((port, secret))
+    try:
+        for item in ArrowCollectSerializer().load_stream(sockfile):
+            if isinstance(item, pa.RecordBatch):  # the last item is the tasks' order: not needed here
+                yield item
+    except GeneratorExit:  # the reader stopped early: so does the job
+        try:
+            sc.cancelJobsWithTag(tag)
+        except Exception:  # best effort (the JVM may be gone)
+            pass
+        raise
+    except Exception:  # the stream broke: the job's own failure says why (or that the JVM is gone)
+        with unwrap_spark_exception():
+            server.getResult()
+        raise
+    finally:
+        sockfile.close()
+    with unwrap_spark_exception():
+        server.getResult()  # the job's failure, if any
+    if phases.recording_now():
+        _timed_jobs(sc, tag, t0, time.time())
+
+
+def _timed_jobs(sc, tag: str, t0: float, t1: float) -> None:
+    """Phases of the jobs tagged `tag` between t0 and t1: planning until the first was submitted, the scan
+    while they ran, the rest of the transfer after the last one ended."""
     first = last = None
     try:  # from Spark's status store (kept with the UI off too); a job not yet seen ended just now
         store = sc._jsc.sc().statusStore()
@@ -104,9 +152,8 @@ def to_arrow(df):
         first = last = None
     if first is None:
         phases.add("scan", t1 - t0)
-        return table
+        return
     first, last = min(max(first, t0), t1), min(max(last, t0), t1)
     phases.add("plan", first - t0)
     phases.add("scan", last - first)
     phases.add("transfer", t1 - last)
-    return table

@@ -113,6 +113,8 @@ class FakeTable:
 class FakeSource:
     """The ChangeSource port over a FakeTable."""
 
+    streams = False
+
     def __init__(self, table: FakeTable, uri: str = "/lake/t"):
         self.table, self.uri, self.location = table, uri, uri
         self.reads: list[tuple[int, int]] = []
@@ -180,6 +182,9 @@ class FakeChanges:
                    ("_commit_timestamp", pa.timestamp("us", tz="UTC"))]  # fmt: skip
         cdf = pa.Table.from_pylist([{n: r.get(n) for n, _ in fields} for r in self.rows], pa.schema(fields))
         return contract.arrow_rows(cdf, immutable_keys)
+
+    def arrow_chunks(self, immutable_keys: bool):
+        yield self.arrow_rows(immutable_keys)
 
     def spark_rows(self, immutable_keys: bool):
         raise NotImplementedError("no Spark in the unit layer")
@@ -274,7 +279,7 @@ class MemoryWriter:
         self.fail_after: int | None = None
         self.checked: list[tuple[int, int]] = []  # ranges check() was asked about
 
-    def check(self, rng) -> None:
+    def check(self, rng, estimate: int) -> None:
         self.checked.append((rng.start, rng.end))
         rows = rng.arrow_rows(self.cfg.immutable_keys)
         contract.check_keys(rows, self.cfg.primary_key, f"versions {rng.start}..{rng.end}")

@@ -153,3 +153,11 @@ def test_clickhouse_reader_refuses_variant_at_any_depth():
     message = str(clickhouse_reader_error("/lake/t", found))
     assert "/lake/t uses VARIANT columns (j, arr, st)" in message and "--reader spark" in message
     assert "nothing was written" in message
+
+
+def test_a_new_pipelines_first_range_keeps_the_plain_bound():
+    history = commits(10, 10, 10, 10, 10, 10)  # versions 3..8
+    assert plan.catch_up_ranges(history, 40, None) == [(3, 6), (7, 8)]
+    assert plan.catch_up_ranges(history, 40, None, first_rows=20) == [(3, 4), (5, 8)]
+    assert plan.catch_up_ranges(history, 40, (3, 3), first_rows=20) == [(3, 3), (4, 7), (8, 8)]
+    assert plan.catch_up_ranges([], 40, None, first_rows=20) == []

@@ -156,7 +156,7 @@ def test_retry_after_is_honoured_up_to_the_cap():
 def test_a_range_cut_from_a_wider_answer_keeps_the_schema_it_is_read_under():
     """One /changes answer for [0, 3] serves the later range [2, 3] too; that range changes no schema,
     so it is read under the metaData of version 1 (the head line of the answer is version 0's)."""
-    from cdc2ch.source.shared import _metadata_of, _slice
+    from cdc2ch.source.shareanswer import metadata_of, sliced
 
     def meta(v, cols):
         return {"metaData": {"version": v, "schemaString": json.dumps({"type": "struct", "fields": cols})}}
@@ -166,10 +166,10 @@ def test_a_range_cut_from_a_wider_answer_keeps_the_schema_it_is_read_under():
 
     a, b = [{"name": "id"}], [{"name": "id"}, {"name": "x"}]
     lines = [{"protocol": {"minReaderVersion": 1}}, meta(0, a), add(0), meta(1, b), add(1), add(2), add(3)]
-    part = _slice(lines, 2, 3)
+    part = sliced(lines, 2, 3)
     assert [ln for ln in part if "add" in ln] == [add(2), add(3)]
-    assert json.loads(_metadata_of(part, 3)["schemaString"])["fields"] == b
-    assert _metadata_of(_slice(lines, 0, 0), 0)["version"] == 0
-    assert _metadata_of(_slice(lines, 1, 1), 1)["version"] == 1
-    assert _metadata_of(_slice(lines[:3] + [add(1)], 1, 1), 1)["version"] == 0
-    assert _slice(lines, 0, 3) == lines
+    assert json.loads(metadata_of(part, 3)["schemaString"])["fields"] == b
+    assert metadata_of(sliced(lines, 0, 0), 0)["version"] == 0
+    assert metadata_of(sliced(lines, 1, 1), 1)["version"] == 1
+    assert metadata_of(sliced(lines[:3] + [add(1)], 1, 1), 1)["version"] == 0
+    assert sliced(lines, 0, 3) == lines

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
@@ -19,7 +19,7 @@ from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model import contract
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.offset import PipelineState
-from cdc2ch.replication import changes
+from cdc2ch.replication import changes, plan
 from cdc2ch.replication.ports import Changes, RangeResult
 from cdc2ch.replication.writers import Destination
 
@@ -65,65 +65,109 @@ def insert_rows(
     return written, batches, True
 
 
+# How many times --max-rows-per-read one range may hold when the source streams its rows (ChangeSource.streams):
+# a range above the bound is streamed (plan.streamed), the process holding a chunk at a time, so its size costs
+# time to plan, not memory. Eight takes each of the benchmarks' backlogs (2-4M change rows) in one read:
+# planned once, its inserts beside its scan.
+STREAMED_RANGE_FACTOR = 8
+
+
 class DriverWriter:
+    """Writes a range's rows from this process: collected whole and ranked together (the loop reads the next
+    range meanwhile), or, for a range plan.streamed says, handed over a chunk at a time while Spark still
+    scans, each chunk inserted as it comes."""
+
     kind = "driver"
-    range_factor = 1  # a range is collected whole: --max-rows-per-read bounds memory
-    collects = True  # and the next is read meanwhile: two ranges at most
+    collects = True
 
-    def __init__(self, to: Destination):
-        self.to, self.cfg = to, to.cfg
-        # the range check() read, for write(), with the seconds its read took
-        self._checked: tuple[int, int, pa.Table, float] | None = None
+    def __init__(self, to: Destination, streams: bool = False):
+        self.to, self.cfg, self.streams = to, to.cfg, streams
+        self.range_factor = STREAMED_RANGE_FACTOR if streams else 1
+        # the range check() read, for write(): its chunks and the seconds reading them took
+        self._checked: tuple[int, int, list[pa.Table], float] | None = None
 
-    def check(self, rng: Changes) -> None:
-        """Read the range (kept for the write that follows) and refuse its null keys."""
+    def _streamed(self, estimate: int) -> bool:
+        return plan.streamed(estimate, self.cfg.max_rows_per_read, self.streams)
+
+    def _read(self, rng: Changes, estimate: int) -> Iterator[pa.Table]:
+        if self._streamed(estimate):
+            yield from rng.arrow_chunks(self.cfg.immutable_keys)
+        else:
+            yield rng.arrow_rows(self.cfg.immutable_keys)
+
+    def check(self, rng: Changes, estimate: int) -> None:
+        """Read the range (kept for the write that follows, in the chunks the write would read: a replay
+        cuts the same batches) and refuse its null keys."""
         t0 = time.monotonic()
-        rows = rng.arrow_rows(self.cfg.immutable_keys)
+        chunks = list(self._read(rng, estimate))
         seconds = time.monotonic() - t0
-        contract.check_keys(
-            rows, self.cfg.identity.primary_key, f"versions {rng.start}..{rng.end} of {rng.uri}"
-        )
-        self._checked = (rng.start, rng.end, rows, seconds)
+        for rows in chunks:
+            contract.check_keys(
+                rows, self.cfg.identity.primary_key, f"versions {rng.start}..{rng.end} of {rng.uri}"
+            )
+        self._checked = (rng.start, rng.end, chunks, seconds)
 
-    def _read(self, rng: Changes) -> tuple[pa.Table, float]:
-        """The range's rows and the seconds reading them took (by check(), when it read this range)."""
+    def _chunks(self, rng: Changes, estimate: int) -> Iterator[pa.Table]:
+        """The range's rows: as check() read them, when it read this range; else read now."""
         checked, self._checked = self._checked, None
         if checked is not None and checked[:2] == (rng.start, rng.end):
-            return checked[2], checked[3]
-        t0 = time.monotonic()
-        rows = rng.arrow_rows(self.cfg.immutable_keys)
-        return rows, time.monotonic() - t0
+            while checked[2]:
+                yield checked[2].pop(0)  # handed over: the writer holds a chunk while it inserts it
+        else:
+            yield from self._read(rng, estimate)
 
     def write(self, rng: Changes, state: PipelineState, estimate: int) -> RangeResult:
+        """Each chunk is checked, ranked and inserted on its own: the rows a later row of their key outranks
+        in the same chunk are left out (a streamed chunk is one Spark task's rows, read from whole change
+        files: an update's pre-image meets its post-image there), and a replay cuts the same chunks, batches
+        and tokens."""
         cfg, start, end = self.cfg, rng.start, rng.end
-        rows, seconds = self._read(rng)
-        self.to.log.info("range_read", start=start, end=end, rows=rows.num_rows, seconds=round(seconds, 3))
+        where = f"versions {start}..{end} of {rng.uri}"
+        read = seconds = written = batches = 0
+        checked = self._checked[3] if self._checked is not None and self._checked[:2] == (start, end) else 0.0
+        chunks = self._chunks(rng, estimate)
+        while True:
+            t0 = time.monotonic()
+            rows = next(chunks, None)  # the wait for the source: its read
+            seconds += time.monotonic() - t0
+            if rows is None:
+                break
+            read += rows.num_rows
 
-        def batch_done(i: int, batch: pa.Table, seconds: float) -> None:
-            self.to.metrics.batch(batch.num_rows, batch.nbytes, seconds)
-            self.to.log.info(
-                "batch", start=start, end=end, batch=i, rows=batch.num_rows, seconds=round(seconds, 3)
-            )
+            def batch_done(i: int, batch: pa.Table, took: float, first: int = batches) -> None:
+                self.to.metrics.batch(batch.num_rows, batch.nbytes, took)
+                self.to.log.info(
+                    "batch",
+                    start=start,
+                    end=end,
+                    batch=first + i,
+                    rows=batch.num_rows,
+                    seconds=round(took, 3),
+                )
 
-        written, batches, complete = insert_rows(
-            self.to.sink,
-            self.to.table_sql,
-            rows,
-            cfg,
-            f"versions {start}..{end} of {rng.uri}",
-            lambda i, batch: contract.driver_batch_token(cfg.pipeline, start, end, i, batch),
-            self.to.log,
-            self.to.stop,
-            batch_done,
-        )
-        if not complete:
-            self.to.log.warning(
-                "range_abandoned",
-                start=start,
-                end=end,
-                reason="stop requested",
-                batches_written=batches,
-                committed=state.committed_version,
+            done, sent, complete = insert_rows(
+                self.to.sink,
+                self.to.table_sql,
+                rows,
+                cfg,
+                where,
+                lambda i, batch: contract.driver_batch_token(cfg.pipeline, start, end, i, batch),
+                self.to.log,
+                self.to.stop,
+                batch_done,
             )
-            return RangeResult(start, end, written, False)
+            del rows
+            written, batches = written + done, batches + sent
+            if not complete:
+                chunks.close()  # the source's read ends here (its Spark job is cancelled)
+                self.to.log.warning(
+                    "range_abandoned",
+                    start=start,
+                    end=end,
+                    reason="stop requested",
+                    batches_written=batches,
+                    committed=state.committed_version,
+                )
+                return RangeResult(start, end, written, False)
+        self.to.log.info("range_read", start=start, end=end, rows=read, seconds=round(seconds + checked, 3))
         return RangeResult(start, end, written, True)

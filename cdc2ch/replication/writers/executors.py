@@ -112,7 +112,7 @@ class ExecutorWriter:
     def __init__(self, to: Destination):
         self.to, self.cfg = to, to.cfg
 
-    def check(self, rng: Changes) -> None:
+    def check(self, rng: Changes, estimate: int) -> None:
         """One Spark aggregate counting the range's null keys (a new pipeline's first range only)."""
         from pyspark.sql import functions as F
 

@@ -81,7 +81,7 @@ class PushdownWriter:
     def __init__(self, to: Destination):
         self.to, self.cfg = to, to.cfg
 
-    def check(self, rng: Changes) -> None:
+    def check(self, rng: Changes, estimate: int) -> None:
         """ClickHouse counts the range's null keys (one read of it, on a new pipeline's first range only)."""
         found = self._null_keys_in_lake(rng)
         if found is not None:
