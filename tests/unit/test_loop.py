@@ -286,6 +286,7 @@ def test_a_streamed_range_is_inserted_chunk_by_chunk_with_tokens_that_ignore_chu
     import pyarrow.compute as pc
     import structlog
 
+    from cdc2ch.base.errors import SinkError
     from cdc2ch.replication.metrics import Metrics
     from cdc2ch.replication.plan import repointed
     from cdc2ch.replication.writers import Destination
@@ -334,3 +335,14 @@ def test_a_streamed_range_is_inserted_chunk_by_chunk_with_tokens_that_ignore_chu
     assert sorted(t for _, t in replayed) == sorted(t for _, t in inserts)  # the same tokens, in any order
     result, inserts, changes = write([0, 1, 2, 3, 4], stop_after=2)
     assert not result.committed and len(inserts) == 2 and changes.closed  # the read ended with the write
+
+    class Refused(Sink):
+        def insert_arrow(self, table_sql, data, token=None):
+            raise SinkError("refused")
+
+    stop.clear()
+    to = Destination(h.cfg, Refused(), "`db`.`t`", stop, Metrics().pipeline("p"), structlog.get_logger())
+    changes = Streamed(h.source.changes(0, 4), [0, 1])
+    with pytest.raises(SinkError):
+        DriverWriter(to, streams=True).write(changes, state, h.cfg.max_rows_per_read + 1)
+    assert changes.closed  # a failed insert ends the read too (no Spark job left running)

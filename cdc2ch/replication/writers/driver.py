@@ -126,48 +126,50 @@ class DriverWriter:
         read = seconds = written = batches = 0
         checked = self._checked[3] if self._checked is not None and self._checked[:2] == (start, end) else 0.0
         chunks = self._chunks(rng, estimate)
-        while True:
-            t0 = time.monotonic()
-            rows = next(chunks, None)  # the wait for the source: its read
-            seconds += time.monotonic() - t0
-            if rows is None:
-                break
-            read += rows.num_rows
+        try:  # however the write ends, the source's read ends with it (a streamed read's Spark job is cancelled)
+            while True:
+                t0 = time.monotonic()
+                rows = next(chunks, None)  # the wait for the source: its read
+                seconds += time.monotonic() - t0
+                if rows is None:
+                    break
+                read += rows.num_rows
 
-            def batch_done(i: int, batch: pa.Table, took: float, first: int = batches) -> None:
-                self.to.metrics.batch(batch.num_rows, batch.nbytes, took)
-                self.to.log.info(
-                    "batch",
-                    start=start,
-                    end=end,
-                    batch=first + i,
-                    rows=batch.num_rows,
-                    seconds=round(took, 3),
-                )
+                def batch_done(i: int, batch: pa.Table, took: float, first: int = batches) -> None:
+                    self.to.metrics.batch(batch.num_rows, batch.nbytes, took)
+                    self.to.log.info(
+                        "batch",
+                        start=start,
+                        end=end,
+                        batch=first + i,
+                        rows=batch.num_rows,
+                        seconds=round(took, 3),
+                    )
 
-            done, sent, complete = insert_rows(
-                self.to.sink,
-                self.to.table_sql,
-                rows,
-                cfg,
-                where,
-                lambda i, batch: contract.driver_batch_token(cfg.pipeline, start, end, i, batch),
-                self.to.log,
-                self.to.stop,
-                batch_done,
-            )
-            del rows
-            written, batches = written + done, batches + sent
-            if not complete:
-                chunks.close()  # the source's read ends here (its Spark job is cancelled)
-                self.to.log.warning(
-                    "range_abandoned",
-                    start=start,
-                    end=end,
-                    reason="stop requested",
-                    batches_written=batches,
-                    committed=state.committed_version,
+                done, sent, complete = insert_rows(
+                    self.to.sink,
+                    self.to.table_sql,
+                    rows,
+                    cfg,
+                    where,
+                    lambda i, batch: contract.driver_batch_token(cfg.pipeline, start, end, i, batch),
+                    self.to.log,
+                    self.to.stop,
+                    batch_done,
                 )
-                return RangeResult(start, end, written, False)
+                del rows
+                written, batches = written + done, batches + sent
+                if not complete:
+                    self.to.log.warning(
+                        "range_abandoned",
+                        start=start,
+                        end=end,
+                        reason="stop requested",
+                        batches_written=batches,
+                        committed=state.committed_version,
+                    )
+                    return RangeResult(start, end, written, False)
+        finally:
+            chunks.close()
         self.to.log.info("range_read", start=start, end=end, rows=read, seconds=round(seconds + checked, 3))
         return RangeResult(start, end, written, True)
