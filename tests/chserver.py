@@ -109,6 +109,19 @@ class Request:
         except pa.ArrowInvalid:
             return pa.ipc.open_file(rows).read_all()
 
+    def rows(self) -> list[dict] | None:
+        """The rows of an Arrow or JSONEachRow insert, as dicts (None for anything else)."""
+        import json
+
+        table = self.arrow()
+        if table is not None:
+            return table.to_pylist()
+        data = decompress(self.body, self.headers.get("Content-Encoding"))
+        _, rows, fmt = split_insert(self.params.get("query", "").encode(), data)
+        if not rows or not fmt or fmt.lower() != "jsoneachrow":
+            return None
+        return [json.loads(line) for line in rows.decode().splitlines() if line.strip()]
+
     @property
     def brief(self) -> str:
         return " ".join(self.sql.split())[:80]

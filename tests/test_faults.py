@@ -94,7 +94,7 @@ def _state_insert(req):
     """The offset row a state insert writes, or None."""
     if not (req.is_insert and "cdc2ch_state" in req.sql):
         return None
-    return req.arrow().to_pylist()[0]
+    return req.rows()[0]
 
 
 def test_transient_faults_are_retried_without_duplicates(
