@@ -316,15 +316,15 @@ def _scrape_or_none(port: int):
 
 def test_long_catch_up_reports_progress(spark, cli, database, tmp_path):
     path = _table(
-        spark, str(tmp_path / "long"), *[f"INSERT INTO {{t}} VALUES ({i}, 'r{i}')" for i in range(4)]
-    )
+        spark, str(tmp_path / "long"), *[f"INSERT INTO {{t}} VALUES ({i}, 'r{i}')" for i in range(12)]
+    )  # a new pipeline's first range within the bound, then streamed ranges of up to 8 versions
     result = cli.replicate(
         "run", path, TargetName(database, "long"), "--once", "--batch-size", "1", "--max-rows-per-read", "1"
     )
     done = cli.events(result, "progress_done")
     assert len(done) == 1, done
     assert done[0]["what"] == f"catch-up {database}.long"
-    assert done[0]["ranges"] == done[0]["total_ranges"] >= 3 and done[0]["rows"] == 4
+    assert done[0]["ranges"] == done[0]["total_ranges"] >= 3 and done[0]["rows"] == 12
     assert done[0]["rows_per_s"] > 0 and done[0]["eta_s"] == 0
 
 
