@@ -48,10 +48,10 @@ def _big_table(spark, path: str, versions: int, rows: int) -> tuple[int, int]:
 def test_a_small_tables_change_is_not_held_back_by_another_tables_load(
     spark, sink, chdb_dsn, database, tmp_path
 ):
-    """While one pipeline loads 2.4M rows, a commit to a small table reaches ClickHouse within a few seconds,
+    """While one pipeline loads 4M rows, a commit to a small table reaches ClickHouse within a few seconds,
     before the load ends (one thread taking turns would hold it for the whole load)."""
     big, small = str(tmp_path / "big"), str(tmp_path / "small")
-    expected_big = _big_table(spark, big, versions=6, rows=400_000)
+    expected_big = _big_table(spark, big, versions=10, rows=400_000)  # long enough to stream beside a commit
     create_table(spark, small, "id BIGINT, name STRING")
     _append(spark, small, 0, 5)
     targets = {big: TargetName(database, "big"), small: TargetName(database, "small")}
