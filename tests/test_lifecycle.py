@@ -37,7 +37,7 @@ def test_pause_resume_resync_a_running_service(spark, http_sink, clickhouse_http
         tmp_path,
         f'clickhouse = "{clickhouse_http.dsn}"\npoll-interval = 0.5\nmax-parallel = 2\n'
         f'[[pipelines]]\nname = "a"\ntable = "{paths["a"]}"\nprimary-key = "id"\ntarget = "{database}.a"\n'
-        f"batch-size = 1\nmax-rows-per-read = 1\n"  # a catch-up of a: ranges of up to 8 versions
+        f"batch-size = 1\nmax-rows-per-read = 1\n"  # a catch-up of a: slow, in many ranges
         f'[[pipelines]]\nname = "b"\ntable = "{paths["b"]}"\nprimary-key = "id"\ntarget = "{database}.b"\n'
         f'[[pipelines]]\ntable = "{tmp_path}/lake/*"\nprimary-key = "id"\ntarget = "{database}.{{table}}"\n',
     )
@@ -111,8 +111,10 @@ def test_pause_resume_resync_a_running_service(spark, http_sink, clickhouse_http
         requests.request("a", PAUSE, "backlog", "test@here")
         _wait(lambda: _pauses(service, "a") == 2, 60, service, "a paused")
         held = recorded_version(http_sink, database, "a")
-        for k in range(40):  # five ranges of a catch-up
-            spark.sql(f"INSERT INTO delta.`{paths['a']}` VALUES ({200 + k}, {k})")
+        for k in range(20):  # versions of 5 rows: a range each, 5 inserts of one row each
+            spark.sql(
+                f"INSERT INTO delta.`{paths['a']}` SELECT id, {k} FROM range({200 + 5 * k}, {205 + 5 * k})"
+            )
         latest = latest_version(spark, paths["a"])
         requests.request("a", RESUME, "", "test@here")
         _wait(lambda: recorded_version(http_sink, database, "a") > held, 60, service, "a catching up")
