@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextvars
 import itertools
+import queue
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -114,20 +116,33 @@ def arrow_batches(df) -> Iterator:
         port, secret, server = df._jdf.collectAsArrowToPython()
     finally:
         sc.removeJobTag(tag)
-    sockfile = _create_local_socket((port, secret))
+    # Spark writes each task's batches from its scheduler's event loop: were that write to wait for this
+    # process to insert, every other pipeline's jobs would wait too. A reader thread takes them at once.
+    sockfile, items, done = _create_local_socket((port, secret)), queue.SimpleQueue(), object()
+
+    def drain() -> None:
+        try:
+            for item in ArrowCollectSerializer().load_stream(sockfile):
+                if isinstance(item, pa.RecordBatch):  # the last item is the tasks' order: not needed here
+                    items.put(item)
+            items.put(done)
+        except BaseException as exc:  # the stream broke: the job's own failure says why (below)
+            items.put(exc)
+
+    reader = threading.Thread(target=drain, name="cdc2ch-arrow-stream", daemon=True)
+    reader.start()
     try:
-        for item in ArrowCollectSerializer().load_stream(sockfile):
-            if isinstance(item, pa.RecordBatch):  # the last item is the tasks' order: not needed here
-                yield item
+        while (item := items.get()) is not done:
+            if isinstance(item, BaseException):
+                with unwrap_spark_exception():
+                    server.getResult()  # the job's failure, or that the JVM is gone
+                raise item
+            yield item
     except GeneratorExit:  # the reader stopped early: so does the job
         try:
             sc.cancelJobsWithTag(tag)
         except Exception:  # best effort (the JVM may be gone)
             pass
-        raise
-    except Exception:  # the stream broke: the job's own failure says why (or that the JVM is gone)
-        with unwrap_spark_exception():
-            server.getResult()
         raise
     finally:
         sockfile.close()
