@@ -99,7 +99,8 @@ def to_arrow(df):
 
 def arrow_batches(df) -> Iterator:
     """df's rows as Arrow record batches, each as soon as the Spark task that made it has ended (in the order
-    tasks end, not the frame's): what df.toArrow() reads, without holding it whole. Each batch is the same on
+    tasks end, not the frame's): what df.toArrow() reads, handed over while the scan still runs (batches
+    not yet taken wait in a queue without a bound: a reader slower than the scan holds them). Each batch is the same on
     every read of the same plan (one task's rows, cut at spark.sql.execution.arrow.maxRecordsPerBatch).
     Leaving the loop early cancels the job; its failure is raised when the stream ends. Timed into phases as
     to_arrow is."""

@@ -66,9 +66,10 @@ def insert_rows(
 
 
 # How many times --max-rows-per-read one range may hold when the source streams its rows (ChangeSource.streams):
-# a range above the bound is streamed (plan.streamed), the process holding a chunk at a time, so its size costs
-# time to plan, not memory. Eight takes each of the benchmarks' backlogs (2-4M change rows) in one read:
-# planned once, its inserts beside its scan.
+# a range above the bound is streamed (plan.streamed), inserted chunk by chunk while Spark scans; batches the
+# inserts have not taken yet wait in memory (threads.arrow_batches), so a writer slower than the scan holds more.
+# Eight takes each of the benchmarks' backlogs (2-4M change rows) in one read: planned once, its inserts beside
+# its scan.
 STREAMED_RANGE_FACTOR = 8
 
 
