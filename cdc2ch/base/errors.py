@@ -61,7 +61,7 @@ def error_text(exc: BaseException) -> str:
         Py4JError = Py4JNetworkError = ()
     if (
         isinstance(exc, Py4JNetworkError)
-        or (type(exc) is Py4JError and _lost_mid_call(exc))
+        or (type(exc) is Py4JError and (_lost_mid_call(exc) or _own_class_missing(exc)))
         or (isinstance(exc, ConnectionRefusedError) and _raised_by_py4j(exc))
     ):
         return JVM_STOPPED
@@ -108,6 +108,14 @@ def _lost_mid_call(exc: BaseException) -> bool:
     back carries its trace, or is a Py4JJavaError."""
     text = str(exc)
     return text.startswith("An error occurred while calling ") and "Trace:" not in text
+
+
+def _own_class_missing(exc: BaseException) -> bool:
+    """Whether a Py4JError says one of py4j's own classes "does not exist in the JVM". A working gateway
+    always has them; a JVM failing on OutOfMemoryError answers so while PySpark describes the job's error
+    (`py4j.reflection.TypeUtil`), before it exits."""
+    text = str(exc)
+    return text.startswith("py4j.") and text.endswith(" does not exist in the JVM")
 
 
 def _raised_by_py4j(exc: BaseException) -> bool:
