@@ -387,6 +387,34 @@ def test_a_table_seen_while_it_was_being_created_is_found_once_it_exists(
     assert_replicated(spark, sink, str(path), target)
 
 
+def test_a_streamed_read_holds_at_most_its_rows_for_inserts_that_lag(spark, monkeypatch):
+    """Spark's batches wait for slow inserts up to the rows the read may hold; beyond that Spark waits, and
+    every row still arrives once."""
+    import time
+
+    from cdc2ch.source import threads
+
+    most = []
+
+    class Recorded(threads.RowQueue):
+        def put(self, item, rows=0):
+            super().put(item, rows)
+            most.append(self._rows)
+
+    monkeypatch.setattr(threads, "RowQueue", Recorded)
+    batch_rows = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "150")
+    try:
+        seen = []
+        for batch in threads.arrow_batches(spark.range(0, 3000, 1, 4), 300):
+            seen.extend(batch.column(0).to_pylist())
+            time.sleep(0.05)  # an insert slower than the scan
+    finally:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", batch_rows)
+    assert sorted(seen) == list(range(3000))
+    assert max(most) == 300  # the scan ran ahead as far as it may, and no further
+
+
 def test_a_streamed_range_is_inserted_as_spark_scans_and_a_replay_drops_what_landed(
     spark, sink, cli, database, tmp_path
 ):

@@ -143,8 +143,10 @@ class Replicator:
         broken = None
         self.gave_way = False
         streams = self.source.streams
-        held = [  # rows this process holds per range (a streamed one: a chunk at a time)
-            n if self.writer.collects and not plan.streamed(n, cfg.max_rows_per_read, streams) else 0
+        held = [  # rows this process holds per range (a streamed one: the rows waiting for its inserts)
+            (cfg.max_rows_per_read if plan.streamed(n, cfg.max_rows_per_read, streams) else n)
+            if self.writer.collects
+            else 0
             for n in estimates
         ]
         with (

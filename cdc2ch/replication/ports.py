@@ -55,10 +55,11 @@ class Changes(Protocol):
         """The rows in the target layout (contract.WRITTEN_META after the user columns), read into this
         process. SourceError with advice when they cannot be read."""
 
-    def arrow_chunks(self, immutable_keys: bool) -> Iterator[pa.Table]:
+    def arrow_chunks(self, immutable_keys: bool, held_rows: int) -> Iterator[pa.Table]:
         """The same rows in chunks. A source that streams (ChangeSource.streams) yields each chunk as its
-        read makes it, in an order that may vary from read to read, each chunk's rows not; others yield
-        arrow_rows whole. Closing the iterator early ends the read."""
+        read makes it, in an order that may vary from read to read, each chunk's rows not, and holds at most
+        `held_rows` rows of chunks not yet taken (at least one chunk); others yield arrow_rows whole.
+        Closing the iterator early ends the read."""
 
     def spark_rows(self, immutable_keys: bool) -> Any:
         """The same rows as a lazy Spark DataFrame, for writers that run in Spark tasks."""

@@ -81,8 +81,8 @@ class DesignedChanges:
     def arrow_rows(self, immutable_keys: bool) -> pa.Table:
         return arrow(self.changes.arrow_rows(immutable_keys), self.design)
 
-    def arrow_chunks(self, immutable_keys: bool):
-        return (arrow(rows, self.design) for rows in self.changes.arrow_chunks(immutable_keys))
+    def arrow_chunks(self, immutable_keys: bool, held_rows: int):
+        return (arrow(rows, self.design) for rows in self.changes.arrow_chunks(immutable_keys, held_rows))
 
     def spark_rows(self, immutable_keys: bool):
         return spark(self.changes.spark_rows(immutable_keys), self.design)

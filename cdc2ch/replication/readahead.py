@@ -80,7 +80,7 @@ class Prefetched:
             return self.changes.arrow_rows(immutable_keys)  # read again: the same rows (the Changes contract)
         return rows.result()  # raises what the read raised
 
-    def arrow_chunks(self, immutable_keys: bool) -> Iterator[pa.Table]:
+    def arrow_chunks(self, immutable_keys: bool, held_rows: int) -> Iterator[pa.Table]:
         yield self.arrow_rows(immutable_keys)
 
     def spark_rows(self, immutable_keys: bool):

@@ -416,11 +416,11 @@ class SparkChanges:
         with phases.timed("arrow"):
             return contract.arrow_rows(rows)
 
-    def arrow_chunks(self, immutable_keys: bool) -> Iterator[pa.Table]:
+    def arrow_chunks(self, immutable_keys: bool, held_rows: int) -> Iterator[pa.Table]:
         """The rows of arrow_rows, one Spark Arrow batch at a time, as the scan's tasks end."""
         feed = self.feed(immutable_keys)  # planning translates its own failures
         try:
-            for batch in arrow_batches(feed):
+            for batch in arrow_batches(feed, held_rows):
                 with phases.timed("arrow"):
                     rows = contract.arrow_rows(pa.Table.from_batches([batch]))
                 yield rows

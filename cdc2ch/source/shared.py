@@ -303,7 +303,7 @@ class SharedChanges:
         )
         return contract.spark_rows(self._cdf(fresh=soon), immutable_keys)
 
-    def arrow_chunks(self, immutable_keys: bool) -> Iterator[pa.Table]:
+    def arrow_chunks(self, immutable_keys: bool, held_rows: int) -> Iterator[pa.Table]:
         yield self.arrow_rows(immutable_keys)  # a share's files are read whole (SharedSource.streams)
 
     def arrow_rows(self, immutable_keys: bool) -> pa.Table:

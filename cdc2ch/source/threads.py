@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import contextvars
 import itertools
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -97,13 +97,50 @@ def to_arrow(df):
     return table
 
 
-def arrow_batches(df) -> Iterator:
+class RowQueue:
+    """Items handed from one thread to another, at most `limit` rows of them waiting: put() waits while a
+    batch would take more (a batch is let in whatever its size when nothing waits; an item of no rows, such
+    as the end of a stream, always is). After close(), put() drops what it is given and no longer waits."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._cond = threading.Condition()
+        self._items: deque = deque()
+        self._rows = 0
+        self._closed = False
+
+    def put(self, item, rows: int = 0) -> None:
+        with self._cond:
+            self._cond.wait_for(
+                lambda: self._closed or not rows or not self._items or self._rows + rows <= self.limit
+            )
+            if not self._closed:
+                self._items.append((item, rows))
+                self._rows += rows
+                self._cond.notify_all()
+
+    def get(self):
+        with self._cond:
+            self._cond.wait_for(lambda: self._items)
+            item, rows = self._items.popleft()
+            self._rows -= rows
+            self._cond.notify_all()
+            return item
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._items.clear()
+            self._cond.notify_all()
+
+
+def arrow_batches(df, held_rows: int) -> Iterator:
     """df's rows as Arrow record batches, each as soon as the Spark task that made it has ended (in the order
-    tasks end, not the frame's): what df.toArrow() reads, handed over while the scan still runs (batches
-    not yet taken wait in a queue without a bound: a reader slower than the scan holds them). Each batch is the same on
-    every read of the same plan (one task's rows, cut at spark.sql.execution.arrow.maxRecordsPerBatch).
-    Leaving the loop early cancels the job; its failure is raised when the stream ends. Timed into phases as
-    to_arrow is."""
+    tasks end, not the frame's): what df.toArrow() reads, handed over while the scan still runs. Each batch
+    is the same on every read of the same plan (one task's rows, cut at
+    spark.sql.execution.arrow.maxRecordsPerBatch). Batches not yet taken hold at most `held_rows` rows (and
+    at least one batch); beyond that Spark waits for this process. Leaving the loop early cancels the job;
+    its failure is raised when the stream ends. Timed into phases as to_arrow is."""
     import pyarrow as pa
     from pyspark.errors.exceptions.captured import unwrap_spark_exception
     from pyspark.sql.pandas.serializers import ArrowCollectSerializer
@@ -117,15 +154,16 @@ def arrow_batches(df) -> Iterator:
         port, secret, server = df._jdf.collectAsArrowToPython()
     finally:
         sc.removeJobTag(tag)
-    # Spark writes each task's batches from its scheduler's event loop: were that write to wait for this
-    # process to insert, every other pipeline's jobs would wait too. A reader thread takes them at once.
-    sockfile, items, done = _create_local_socket((port, secret)), queue.SimpleQueue(), object()
+    # Spark writes each task's batches from its scheduler's event loop: while that write waits for this
+    # process, every other pipeline's jobs wait too. A reader thread takes them as they come, and makes
+    # Spark wait only when `held_rows` rows are waiting for the inserts.
+    sockfile, items, done = _create_local_socket((port, secret)), RowQueue(held_rows), object()
 
     def drain() -> None:
         try:
             for item in ArrowCollectSerializer().load_stream(sockfile):
                 if isinstance(item, pa.RecordBatch):  # the last item is the tasks' order: not needed here
-                    items.put(item)
+                    items.put(item, item.num_rows)
             items.put(done)
         except BaseException as exc:  # the stream broke: the job's own failure says why (below)
             items.put(exc)
@@ -146,6 +184,7 @@ def arrow_batches(df) -> Iterator:
             pass
         raise
     finally:
+        items.close()  # a reader waiting to put lets go, and the closed socket ends it
         sockfile.close()
     with unwrap_spark_exception():
         server.getResult()  # the job's failure, if any

@@ -183,7 +183,7 @@ class FakeChanges:
         cdf = pa.Table.from_pylist([{n: r.get(n) for n, _ in fields} for r in self.rows], pa.schema(fields))
         return contract.arrow_rows(cdf, immutable_keys)
 
-    def arrow_chunks(self, immutable_keys: bool):
+    def arrow_chunks(self, immutable_keys: bool, held_rows: int):
         yield self.arrow_rows(immutable_keys)
 
     def spark_rows(self, immutable_keys: bool):

@@ -307,7 +307,7 @@ def test_a_streamed_range_is_inserted_chunk_by_chunk_with_tokens_that_ignore_chu
             self.changes, self.order, self.closed = changes, order, False
             self.start, self.end, self.uri = changes.start, changes.end, changes.uri
 
-        def arrow_chunks(self, immutable_keys):
+        def arrow_chunks(self, immutable_keys, held_rows):
             rows = self.changes.arrow_rows(immutable_keys)
             try:
                 for v in self.order:

@@ -66,10 +66,10 @@ def insert_rows(
 
 
 # How many times --max-rows-per-read one range may hold when the source streams its rows (ChangeSource.streams):
-# a range above the bound is streamed (plan.streamed), inserted chunk by chunk while Spark scans; batches the
-# inserts have not taken yet wait in memory (threads.arrow_batches), so a writer slower than the scan holds more.
-# Eight takes each of the benchmarks' backlogs (2-4M change rows) in one read: planned once, its inserts beside
-# its scan.
+# a range above the bound is streamed (plan.streamed), inserted chunk by chunk while Spark scans, and at most
+# --max-rows-per-read of its rows wait for the inserts (threads.arrow_batches), so its size costs time to plan,
+# not memory. Eight takes each of the benchmarks' backlogs (2-4M change rows) in one read: planned once, its
+# inserts beside its scan.
 STREAMED_RANGE_FACTOR = 8
 
 
@@ -92,7 +92,7 @@ class DriverWriter:
 
     def _read(self, rng: Changes, estimate: int) -> Iterator[pa.Table]:
         if self._streamed(estimate):
-            yield from rng.arrow_chunks(self.cfg.immutable_keys)
+            yield from rng.arrow_chunks(self.cfg.immutable_keys, self.cfg.max_rows_per_read)
         else:
             yield rng.arrow_rows(self.cfg.immutable_keys)
 
