@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -387,32 +388,79 @@ def test_a_table_seen_while_it_was_being_created_is_found_once_it_exists(
     assert_replicated(spark, sink, str(path), target)
 
 
-def test_a_streamed_read_holds_at_most_its_rows_for_inserts_that_lag(spark, monkeypatch):
-    """Spark's batches wait for slow inserts up to the rows the read may hold; beyond that Spark waits, and
-    every row still arrives once."""
+def _recorded_queues(spark, monkeypatch, rows_per_batch: int) -> tuple[list, list, set, str]:
+    """A recording RowQueue in place: its queues, the rows each held in memory after each put and the
+    directories it spilled to; and Spark batches of `rows_per_batch` rows, returning the setting to restore."""
+    from cdc2ch.source import spill
+
+    queues, in_memory, spill_dirs = [], [], set()
+
+    class Recorded(spill.RowQueue):
+        def __init__(self, limit):
+            super().__init__(limit)
+            queues.append(self)
+
+        def put(self, item, rows=0):
+            super().put(item, rows)
+            in_memory.append(self._rows)
+            if self._dir is not None:
+                spill_dirs.add(self._dir)
+
+    monkeypatch.setattr(spill, "RowQueue", Recorded)
+    previous = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(rows_per_batch))
+    return queues, in_memory, spill_dirs, previous
+
+
+def test_a_streamed_read_keeps_its_rows_in_memory_up_to_a_bound_and_the_rest_on_disk(spark, monkeypatch):
+    """Spark's batches wait for slow inserts in memory up to the rows the read may hold, and on local disk
+    beyond that: Spark never waits for this process, and every row still arrives once."""
     import time
 
     from cdc2ch.source import threads
 
-    most = []
-
-    class Recorded(threads.RowQueue):
-        def put(self, item, rows=0):
-            super().put(item, rows)
-            most.append(self._rows)
-
-    monkeypatch.setattr(threads, "RowQueue", Recorded)
-    batch_rows = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
-    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "150")
+    queues, in_memory, spill_dirs, previous = _recorded_queues(spark, monkeypatch, 150)
     try:
         seen = []
         for batch in threads.arrow_batches(spark.range(0, 3000, 1, 4), 300):
             seen.extend(batch.column(0).to_pylist())
             time.sleep(0.05)  # an insert slower than the scan
     finally:
-        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", batch_rows)
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", previous)
     assert sorted(seen) == list(range(3000))
-    assert max(most) == 300  # the scan ran ahead as far as it may, and no further
+    # the scan ran ahead as far as memory may hold, and what passed the bound waited on disk
+    assert max(in_memory) == 300 and queues[0].spilled > 0
+    assert spill_dirs and not any(os.path.exists(d) for d in spill_dirs)
+
+
+def test_a_streamed_read_left_early_cancels_its_job_and_removes_what_it_spilled(spark, monkeypatch):
+    """Leaving a read whose batches passed to disk ends its job and its reader thread and removes the
+    spilled batches; Spark goes on."""
+    import threading
+    import time
+
+    from cdc2ch.source import threads
+
+    queues, _, spill_dirs, previous = _recorded_queues(spark, monkeypatch, 100)
+    try:
+        read = threads.arrow_batches(spark.range(0, 5000, 1, 2), 100)
+        first = next(read)
+        deadline = time.monotonic() + 30
+        while not queues[0].spilled and time.monotonic() < deadline:
+            time.sleep(0.05)  # the job's other batches pass the bound meanwhile
+        read.close()
+    finally:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", previous)
+    assert first.num_rows == 100 and spill_dirs and not any(os.path.exists(d) for d in spill_dirs)
+    assert spark.range(10).count() == 10
+
+    def streaming() -> bool:
+        return any(t.name == "cdc2ch-arrow-stream" and t.is_alive() for t in threading.enumerate())
+
+    deadline = time.monotonic() + 30
+    while streaming() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not streaming()
 
 
 def test_a_streamed_range_is_inserted_as_spark_scans_and_a_replay_drops_what_landed(

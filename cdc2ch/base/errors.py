@@ -111,11 +111,15 @@ def _lost_mid_call(exc: BaseException) -> bool:
 
 
 def _own_class_missing(exc: BaseException) -> bool:
-    """Whether a Py4JError says one of py4j's own classes "does not exist in the JVM". A working gateway
+    """Whether a Py4JError says one of py4j's own classes (not a member) "does not exist in the JVM". A working gateway
     always has them; a JVM failing on OutOfMemoryError answers so while PySpark describes the job's error
     (`py4j.reflection.TypeUtil`), before it exits."""
-    text = str(exc)
-    return text.startswith("py4j.") and text.endswith(" does not exist in the JVM")
+    name, _, rest = str(exc).partition(" ")
+    return (
+        name.startswith("py4j.")
+        and name.rsplit(".", 1)[-1][:1].isupper()
+        and rest == "does not exist in the JVM"
+    )
 
 
 def _raised_by_py4j(exc: BaseException) -> bool:

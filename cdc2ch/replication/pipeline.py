@@ -142,13 +142,7 @@ class Replicator:
             progress = Progress(f"catch-up {cfg.pipeline}", total, len(ranges), unit="range")
         broken = None
         self.gave_way = False
-        streams = self.source.streams
-        held = [  # rows this process holds per range (a streamed one: the rows waiting for its inserts)
-            (cfg.max_rows_per_read if plan.streamed(n, cfg.max_rows_per_read, streams) else n)
-            if self.writer.collects
-            else 0
-            for n in estimates
-        ]
+        held = [self._held(i == 0, n) for i, n in enumerate(estimates)]
         with (
             Leases(self.budget, self.stop) as leases,
             ReadAhead(self.source.changes, cfg.immutable_keys, self.writer.collects) as reads,
@@ -200,6 +194,17 @@ class Replicator:
         if progress is not None:
             progress.done()
         return state
+
+    def _held(self, first: bool, rows: int) -> int:
+        """The rows this process holds while it reads and writes a range of `rows` estimated rows: none when
+        ClickHouse or Spark's executors write it; --max-rows-per-read for a streamed range (the rest waits on
+        disk), unless it is a new pipeline's first, which its check reads whole."""
+        if not self.writer.collects:
+            return 0
+        bound = self.cfg.max_rows_per_read
+        if plan.streamed(rows, bound, self.source.streams) and (self.claimed or not first):
+            return bound
+        return rows
 
     def warm_up(self) -> None:
         """A service's first change should be visible as quickly as the rest: let the source pay its first

@@ -94,7 +94,7 @@ class RangeResult:
 class ChangeSource(Protocol):
     uri: str  # the table's identity, recorded with the offset: its catalog name or its path
     location: str  # where its files are, recorded too (a name's location may change)
-    streams: bool  # its Changes' arrow_chunks yields while the read runs: one chunk held at a time
+    streams: bool  # its Changes' arrow_chunks yields while the read runs, holding at most held_rows in memory
 
     def table_id(self) -> str:
         """The Delta table's id, recorded with the offset: another table under the same name or path has

@@ -3,6 +3,8 @@ names. Everything downstream (types, rows, identity, verify) then speaks the tar
 
 from __future__ import annotations
 
+from contextlib import closing
+
 import pyarrow as pa
 
 from cdc2ch.model.design import TableDesign
@@ -82,7 +84,9 @@ class DesignedChanges:
         return arrow(self.changes.arrow_rows(immutable_keys), self.design)
 
     def arrow_chunks(self, immutable_keys: bool, held_rows: int):
-        return (arrow(rows, self.design) for rows in self.changes.arrow_chunks(immutable_keys, held_rows))
+        with closing(self.changes.arrow_chunks(immutable_keys, held_rows)) as chunks:  # closed with this one
+            for rows in chunks:
+                yield arrow(rows, self.design)
 
     def spark_rows(self, immutable_keys: bool):
         return spark(self.changes.spark_rows(immutable_keys), self.design)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from datetime import datetime, timezone
 
 import pyarrow as pa
@@ -420,10 +421,11 @@ class SparkChanges:
         """The rows of arrow_rows, one Spark Arrow batch at a time, as the scan's tasks end."""
         feed = self.feed(immutable_keys)  # planning translates its own failures
         try:
-            for batch in arrow_batches(feed, held_rows):
-                with phases.timed("arrow"):
-                    rows = contract.arrow_rows(pa.Table.from_batches([batch]))
-                yield rows
+            with closing(arrow_batches(feed, held_rows)) as batches:  # closed with this generator, not later
+                for batch in batches:
+                    with phases.timed("arrow"):
+                        rows = contract.arrow_rows(pa.Table.from_batches([batch]))
+                    yield rows
         except Exception as exc:  # py4j / pyspark errors carry the Java message
             raise self.read_error(exc) from exc
 

@@ -7,9 +7,9 @@ import contextvars
 import itertools
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from cdc2ch.base import phases
 
@@ -97,54 +97,26 @@ def to_arrow(df):
     return table
 
 
-class RowQueue:
-    """Items handed from one thread to another, at most `limit` rows of them waiting: put() waits while a
-    batch would take more (a batch is let in whatever its size when nothing waits; an item of no rows, such
-    as the end of a stream, always is). After close(), put() drops what it is given and no longer waits."""
+@dataclass(frozen=True)
+class _Failed:
+    """The reader thread's own failure (not the stream's): raised as it is."""
 
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._cond = threading.Condition()
-        self._items: deque = deque()
-        self._rows = 0
-        self._closed = False
-
-    def put(self, item, rows: int = 0) -> None:
-        with self._cond:
-            self._cond.wait_for(
-                lambda: self._closed or not rows or not self._items or self._rows + rows <= self.limit
-            )
-            if not self._closed:
-                self._items.append((item, rows))
-                self._rows += rows
-                self._cond.notify_all()
-
-    def get(self):
-        with self._cond:
-            self._cond.wait_for(lambda: self._items)
-            item, rows = self._items.popleft()
-            self._rows -= rows
-            self._cond.notify_all()
-            return item
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._items.clear()
-            self._cond.notify_all()
+    exc: BaseException
 
 
 def arrow_batches(df, held_rows: int) -> Iterator:
     """df's rows as Arrow record batches, each as soon as the Spark task that made it has ended (in the order
     tasks end, not the frame's): what df.toArrow() reads, handed over while the scan still runs. Each batch
     is the same on every read of the same plan (one task's rows, cut at
-    spark.sql.execution.arrow.maxRecordsPerBatch). Batches not yet taken hold at most `held_rows` rows (and
-    at least one batch); beyond that Spark waits for this process. Leaving the loop early cancels the job;
-    its failure is raised when the stream ends. Timed into phases as to_arrow is."""
+    spark.sql.execution.arrow.maxRecordsPerBatch). Batches not yet taken hold at most `held_rows` rows in
+    memory (and at least one batch); those beyond wait on local disk (spill.RowQueue). Leaving the loop
+    early cancels the job; its failure is raised when the stream ends. Timed into phases as to_arrow is."""
     import pyarrow as pa
     from pyspark.errors.exceptions.captured import unwrap_spark_exception
     from pyspark.sql.pandas.serializers import ArrowCollectSerializer
     from pyspark.util import _create_local_socket
+
+    from cdc2ch.source.spill import RowQueue
 
     sc = df.sparkSession.sparkContext
     tag = f"cdc2ch-read-{next(_tags)}"
@@ -155,37 +127,47 @@ def arrow_batches(df, held_rows: int) -> Iterator:
     finally:
         sc.removeJobTag(tag)
     # Spark writes each task's batches from its scheduler's event loop: while that write waits for this
-    # process, every other pipeline's jobs wait too. A reader thread takes them as they come, and makes
-    # Spark wait only when `held_rows` rows are waiting for the inserts.
+    # process, every other pipeline's jobs wait too. A reader thread takes them as they come, never waiting.
     sockfile, items, done = _create_local_socket((port, secret)), RowQueue(held_rows), object()
 
     def drain() -> None:
-        try:
-            for item in ArrowCollectSerializer().load_stream(sockfile):
-                if isinstance(item, pa.RecordBatch):  # the last item is the tasks' order: not needed here
-                    items.put(item, item.num_rows)
-            items.put(done)
-        except BaseException as exc:  # the stream broke: the job's own failure says why (below)
-            items.put(exc)
+        stream = ArrowCollectSerializer().load_stream(sockfile)
+        while True:
+            try:
+                item = next(stream, done)
+            except BaseException as exc:  # the stream broke: the job's own failure says why (below)
+                items.put(exc)
+                return
+            try:
+                if item is done or isinstance(item, pa.RecordBatch):  # the last item is the tasks' order
+                    items.put(item, 0 if item is done else item.num_rows)
+            except BaseException as exc:  # this side's own failure (a spill to a full disk)
+                items.put(_Failed(exc))
+                return
+            if item is done:
+                return
 
     reader = threading.Thread(target=drain, name="cdc2ch-arrow-stream", daemon=True)
     reader.start()
     try:
         while (item := items.get()) is not done:
+            if isinstance(item, _Failed):
+                raise item.exc
             if isinstance(item, BaseException):
+                sockfile.close()  # nothing reads on: the JVM must not wait for it
                 with unwrap_spark_exception():
                     server.getResult()  # the job's failure, or that the JVM is gone
                 raise item
             yield item
-    except GeneratorExit:  # the reader stopped early: so does the job
+    except BaseException:  # stopped early, or failed here: so does the job
         try:
             sc.cancelJobsWithTag(tag)
         except Exception:  # best effort (the JVM may be gone)
             pass
         raise
     finally:
-        items.close()  # a reader waiting to put lets go, and the closed socket ends it
-        sockfile.close()
+        sockfile.close()  # ends the reader thread, if still reading
+        items.close()  # and drops what waits, spilled batches too
     with unwrap_spark_exception():
         server.getResult()  # the job's failure, if any
     if phases.recording_now():

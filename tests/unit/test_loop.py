@@ -346,3 +346,30 @@ def test_a_streamed_range_is_inserted_chunk_by_chunk_with_tokens_that_ignore_chu
     with pytest.raises(SinkError):
         DriverWriter(to, streams=True).write(changes, state, h.cfg.max_rows_per_read + 1)
     assert changes.closed  # a failed insert ends the read too (no Spark job left running)
+
+
+def test_a_streamed_range_leases_the_bound_and_a_new_pipelines_first_its_whole_estimate():
+    """What a range leases from the process's row budget is what it holds in memory: a streamed range (one
+    above --max-rows-per-read from a source that streams) keeps the bound and spills the rest, but a new
+    pipeline's first range is read whole for its check before the claim."""
+    from cdc2ch.replication.budget import RowBudget
+
+    class Recording(RowBudget):
+        def __init__(self, total):
+            super().__init__(total)
+            self.leases = []
+
+        def take(self, rows, stop=None):
+            self.leases.append(rows)
+            return super().take(rows, stop)
+
+        def try_take(self, rows):
+            self.leases.append(rows)
+            return super().try_take(rows)
+
+    h = Harness(history())
+    h.source.streams = True
+    budget = Recording(1000)
+    h.run(budget=budget, from_version=1, max_rows_per_read=2)
+    # estimated rows per version: 5, 3, 3, 2; the first is the new pipeline's, checked whole
+    assert budget.leases == [5, 2, 2, 2] and h.final() == h.expected()

@@ -175,6 +175,10 @@ def test_an_error_from_a_jvm_that_is_gone_is_told_as_such():
     # py4j's own class cannot be missing from a working gateway: a JVM out of memory answers so
     assert error_text(Py4JError("py4j.reflection.TypeUtil does not exist in the JVM")) == JVM_STOPPED
     assert error_text(Py4JError("org.example.Nothing does not exist in the JVM")) != JVM_STOPPED
+    assert (
+        error_text(Py4JError("py4j.reflection.TypeUtil.isInstanceOf does not exist in the JVM"))
+        != JVM_STOPPED
+    )
 
     # the next call cannot reach the gateway
     assert error_text(_refused_at(PY4J_CLIENT)) == JVM_STOPPED

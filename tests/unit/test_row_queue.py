@@ -1,69 +1,72 @@
-"""source/threads.RowQueue: what a streamed Spark read holds for inserts that lag behind its scan."""
+"""source/spill.RowQueue: what a streamed Spark read holds for inserts that lag behind its scan."""
 
 from __future__ import annotations
 
+import os
 import threading
 
+import pyarrow as pa
 import pytest
 
-from cdc2ch.source.threads import RowQueue
+from cdc2ch.source.spill import RowQueue
 
 pytestmark = pytest.mark.unit
 
 
-def _producer(queue: RowQueue, batches: list[int], accepted: list[int]) -> threading.Thread:
-    def run() -> None:
-        for i, rows in enumerate(batches):
-            queue.put(i, rows)
-            accepted.append(i)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
+def _batch(first: int, rows: int) -> pa.RecordBatch:
+    return pa.record_batch({"id": pa.array(range(first, first + rows), pa.int64()), "s": ["x"] * rows})
 
 
-def test_a_producer_waits_once_the_limit_would_be_passed_and_goes_on_as_rows_are_taken():
-    queue, accepted = RowQueue(250), []
-    producer = _producer(queue, [100] * 5, accepted)
-    producer.join(0.3)
-    assert producer.is_alive() and accepted == [0, 1]  # a third batch would hold 300 rows
-    assert queue.get() == 0
-    producer.join(0.3)
-    assert accepted == [0, 1, 2]  # 200 wait again
-    assert [queue.get() for _ in range(4)] == [1, 2, 3, 4]
-    producer.join(1)
-    assert not producer.is_alive()
+def _spilled_files(queue: RowQueue) -> list[str]:
+    return sorted(os.listdir(queue._dir)) if queue._dir else []
 
 
-def test_a_batch_larger_than_the_limit_is_let_in_alone_and_the_end_of_a_stream_always_is():
-    queue, accepted = RowQueue(50), []
-    producer = _producer(queue, [80, 10], accepted)
-    producer.join(0.3)
-    assert accepted == [0]  # one batch whatever its size; the next waits for it to be taken
-    queue.put("end")  # no rows: never waits
-    assert queue.get() == 0 and queue.get() == "end"
-    producer.join(1)
-    assert accepted == [0, 1] and queue.get() == 1
-
-
-def test_close_lets_a_waiting_producer_go_and_drops_what_it_puts():
-    queue, accepted = RowQueue(100), []
-    producer = _producer(queue, [100, 100, 100], accepted)
-    producer.join(0.3)
-    assert accepted == [0] and producer.is_alive()
+def test_batches_beyond_the_limit_wait_on_disk_and_come_back_in_order():
+    queue = RowQueue(250)
+    for i in range(5):
+        queue.put(_batch(100 * i, 100), 100)
+    assert (
+        queue.spilled == 3 and len(_spilled_files(queue)) == 3
+    )  # 200 rows in memory, a third would pass 250
+    assert queue.get().column(0)[0].as_py() == 0  # 100 rows in memory now: the next batch fits there
+    queue.put(_batch(500, 100), 100)
+    assert queue.spilled == 3
+    got = [queue.get() for _ in range(5)]
+    assert [b.column(0)[0].as_py() for b in got] == [100, 200, 300, 400, 500]
+    assert got[2].equals(_batch(300, 100))  # read back whole
+    assert _spilled_files(queue) == []  # each file removed as it is read
     queue.close()
-    producer.join(1)
-    assert not producer.is_alive() and accepted == [0, 1, 2]
-    queue.put("after", 0)
-    with pytest.raises(TimeoutError):
-        _get_within(queue, 0.2)  # nothing was kept
 
 
-def _get_within(queue: RowQueue, seconds: float):
-    got: list = []
-    reader = threading.Thread(target=lambda: got.append(queue.get()), daemon=True)
-    reader.start()
-    reader.join(seconds)
-    if not got:
-        raise TimeoutError
-    return got[0]
+def test_a_batch_larger_than_the_limit_stays_in_memory_alone_and_items_of_no_rows_never_spill():
+    queue = RowQueue(50)
+    queue.put(_batch(0, 80), 80)  # nothing else waits
+    queue.put("end")
+    queue.put(_batch(80, 10), 10)
+    assert queue.spilled == 1
+    assert [queue.get().num_rows, queue.get(), queue.get().num_rows] == [80, "end", 10]
+    queue.close()
+
+
+def test_close_removes_what_waits_on_disk_and_drops_later_items():
+    queue = RowQueue(100)
+    for i in range(3):
+        queue.put(_batch(100 * i, 100), 100)
+    spill_dir = queue._dir
+    assert spill_dir and len(os.listdir(spill_dir)) == 2
+    queue.close()
+    assert not os.path.exists(spill_dir)
+    queue.put(_batch(0, 10), 10)
+    queue.put("end")
+    assert not queue._items
+
+
+def test_a_taker_waits_for_the_next_item():
+    queue, got = RowQueue(10), []
+    taker = threading.Thread(target=lambda: got.append(queue.get()), daemon=True)
+    taker.start()
+    taker.join(0.1)
+    assert taker.is_alive() and not got
+    queue.put("end")
+    taker.join(10)
+    assert got == ["end"]
