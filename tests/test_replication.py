@@ -417,19 +417,26 @@ def test_a_streamed_read_keeps_its_rows_in_memory_up_to_a_bound_and_the_rest_on_
     beyond that: Spark never waits for this process, and every row still arrives once."""
     import time
 
+    from structlog.testing import capture_logs
+
     from cdc2ch.source import threads
 
     queues, in_memory, spill_dirs, previous = _recorded_queues(spark, monkeypatch, 150)
     try:
         seen = []
-        for batch in threads.arrow_batches(spark.range(0, 3000, 1, 4), 300):
-            seen.extend(batch.column(0).to_pylist())
-            time.sleep(0.05)  # an insert slower than the scan
+        with capture_logs() as logs:
+            for batch in threads.arrow_batches(spark.range(0, 3000, 1, 4), 300):
+                seen.extend(batch.column(0).to_pylist())
+                time.sleep(0.05)  # an insert slower than the scan
     finally:
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", previous)
     assert sorted(seen) == list(range(3000))
     # the scan ran ahead as far as memory may hold, and what passed the bound waited on disk
     assert max(in_memory) == 300 and queues[0].spilled > 0
+    spilled = [e for e in logs if e["event"] == "read_spilled"]
+    assert spilled == [
+        {"event": "read_spilled", "batches": queues[0].spilled, "held_rows": 300, "log_level": "info"}
+    ]
     assert spill_dirs and not any(os.path.exists(d) for d in spill_dirs)
 
 

@@ -130,7 +130,8 @@ class Replicator:
             )
         max_rows = cfg.max_rows_per_read * self.writer.range_factor
         # a new pipeline's first range is read whole and checked before the claim: within the plain bound
-        first = None if self.claimed else cfg.max_rows_per_read
+        checks_first = not self.claimed
+        first = cfg.max_rows_per_read if checks_first else None
         ranges = plan.catch_up_ranges(commits, max_rows, state.interrupted_range, first)
         breaks = plan.schema_breaks(commits)
         by_version = {c.version: c for c in commits}
@@ -142,7 +143,7 @@ class Replicator:
             progress = Progress(f"catch-up {cfg.pipeline}", total, len(ranges), unit="range")
         broken = None
         self.gave_way = False
-        held = [self._held(i == 0, n) for i, n in enumerate(estimates)]
+        held = [self._held(n, whole=checks_first and i == 0) for i, n in enumerate(estimates)]
         with (
             Leases(self.budget, self.stop) as leases,
             ReadAhead(self.source.changes, cfg.immutable_keys, self.writer.collects) as reads,
@@ -153,7 +154,7 @@ class Replicator:
                 changes = reads.open(s, e)
                 if self.writer.kind == "clickhouse":
                     readers.check_range(self.source.uri, changes, state, chosen=self.auto)
-                if not self.claimed:
+                if checks_first and i == 0:
                     self.writer.check(changes, estimates[i])  # a new pipeline writes nothing before the check
                 # decided before the next range is read ahead: a range read for nothing would be wasted
                 self.gave_way = i + 1 < len(ranges) and self.turn_over()
@@ -195,14 +196,14 @@ class Replicator:
             progress.done()
         return state
 
-    def _held(self, first: bool, rows: int) -> int:
+    def _held(self, rows: int, whole: bool) -> int:
         """The rows this process holds while it reads and writes a range of `rows` estimated rows: none when
         ClickHouse or Spark's executors write it; --max-rows-per-read for a streamed range (the rest waits on
-        disk), unless it is a new pipeline's first, which its check reads whole."""
+        disk), unless it is read `whole` (a new pipeline's first, for its check)."""
         if not self.writer.collects:
             return 0
         bound = self.cfg.max_rows_per_read
-        if plan.streamed(rows, bound, self.source.streams) and (self.claimed or not first):
+        if plan.streamed(rows, bound, self.source.streams) and not whole:
             return bound
         return rows
 

@@ -131,21 +131,18 @@ def arrow_batches(df, held_rows: int) -> Iterator:
     sockfile, items, done = _create_local_socket((port, secret)), RowQueue(held_rows), object()
 
     def drain() -> None:
-        stream = ArrowCollectSerializer().load_stream(sockfile)
-        while True:
-            try:
-                item = next(stream, done)
-            except BaseException as exc:  # the stream broke: the job's own failure says why (below)
-                items.put(exc)
-                return
-            try:
-                if item is done or isinstance(item, pa.RecordBatch):  # the last item is the tasks' order
-                    items.put(item, 0 if item is done else item.num_rows)
-            except BaseException as exc:  # this side's own failure (a spill to a full disk)
-                items.put(_Failed(exc))
-                return
-            if item is done:
-                return
+        try:
+            for item in ArrowCollectSerializer().load_stream(sockfile):
+                if isinstance(item, pa.RecordBatch):  # the last item is the tasks' order
+                    try:
+                        items.put(item, item.num_rows)
+                    except BaseException as exc:  # this side's own failure (a spill to a full disk)
+                        items.put(_Failed(exc))
+                        return
+        except BaseException as exc:  # the stream broke: the job's own failure says why (below)
+            items.put(exc)
+            return
+        items.put(done)
 
     reader = threading.Thread(target=drain, name="cdc2ch-arrow-stream", daemon=True)
     reader.start()
@@ -168,6 +165,10 @@ def arrow_batches(df, held_rows: int) -> Iterator:
     finally:
         sockfile.close()  # ends the reader thread, if still reading
         items.close()  # and drops what waits, spilled batches too
+        if items.spilled:  # the inserts lagged behind the scan by more than `held_rows`
+            from cdc2ch.base.log import get_logger
+
+            get_logger("cdc2ch.read").info("read_spilled", batches=items.spilled, held_rows=held_rows)
     with unwrap_spark_exception():
         server.getResult()  # the job's failure, if any
     if phases.recording_now():
