@@ -19,7 +19,8 @@ Contenders, each into its own ReplacingMergeTree table of the same layout on the
              Trigger.AvailableNow and foreachBatch inserting Arrow (bench/streaming_peer.py, own process,
              Spark start-up excluded)
   native     ClickHouse reading the CDF itself: INSERT ... SELECT FROM deltaLakeLocal(path) SETTINGS
-             delta_lake_snapshot_start_version/end_version (the physical limit here)
+             delta_lake_snapshot_start_version/end_version (the physical limit here; bench/native_peer.py,
+             own process, as cdc2ch's ClickHouse reader runs)
 Prints one line per figure, with each cdc2ch run's time split (read, inserts, the rest) and its CPU by
 thread group (JIT compilers, collector, Spark tasks, driver threads, Python), and writes bench/results.md
 and bench/results.png.
@@ -376,20 +377,18 @@ def run_streaming(path: str, start: int, dsn: str, table: str) -> dict:
     return json.loads(found[-1])
 
 
-def run_native(sink, path: str, start: int, end: int, table_sql: str) -> dict:
-    cols = "id, tenant, name, amount, at"
-    rank = "multiIf(_change_type = 'update_preimage', 1, _change_type = 'delete', 2, 3)"
-    t0 = time.monotonic()
-    with sink.reads_files():
-        sink.command(
-            f"INSERT INTO {table_sql} ({cols}, _commit_version, _commit_timestamp, _change_type, _is_deleted, "
-            f"_version) SELECT {cols}, _commit_version, _commit_timestamp, _change_type, "
-            f"_change_type IN ('delete', 'update_preimage'), _commit_version * 4 + {rank} "
-            f"FROM deltaLakeLocal({schema.literal(path)})",
-            settings={"delta_lake_snapshot_start_version": start, "delta_lake_snapshot_end_version": end},
-        )
-    rows = sink.query_rows(f"SELECT count() FROM {table_sql}")[0][0]
-    return {"seconds": time.monotonic() - t0, "rows": rows}
+def run_native(path: str, start: int, end: int, dsn: str, table: str, shape) -> dict:
+    """bench/native_peer.py in its own process, as cdc2ch and the streaming peer run (each pays the engine's
+    or the JVM's first read in a fresh process; start-ups and table creation excluded for all)."""
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "native_peer.py"), path, str(start), str(end), dsn, table, shape.json()],
+        capture_output=True,
+        text=True,
+    )
+    found = [ln for ln in proc.stdout.splitlines() if ln.startswith('{"seconds"')]
+    if proc.returncode != 0 or not found:
+        raise SystemExit(f"native peer failed:\n{proc.stderr[-3000:]}")
+    return json.loads(found[-1])
 
 
 # -- W3, W4 ------------------------------------------------------------------------------------------
@@ -543,7 +542,9 @@ def main(size: str) -> None:
                 if name == "W1" or p["w2_push"]:
                     push = run_cdc2ch(path, start, cdc_dsn, name.lower() + "_ch", "--reader", "clickhouse")
                 ref = run_reference(sink, path, start, end, _target(sink, f"ref_{name.lower()}", shape))
-                nat = run_native(sink, path, start, end, _target(sink, f"native_{name.lower()}", shape))
+                nat = run_native(
+                    path, start, end, f"chdb://{tmp / 'ch-native'}", f"native_{name.lower()}", shape
+                )
                 stream = run_streaming(
                     path, start, f"chdb://{tmp / 'ch-streaming'}", f"stream_{name.lower()}"
                 )

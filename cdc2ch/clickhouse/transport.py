@@ -53,6 +53,7 @@ class Sink:
         placement: OneServer | None = None,
         opener: Callable[[], Any] | None = None,
         small_settings: dict | None = None,
+        before_insert: Callable[[], None] | None = None,
     ):
         # Each call leases a client: threads (pipelines run side by side, lock heartbeats) never share one
         # mid-call, and with `opener` their calls overlap (widen() sets how many at once).
@@ -69,6 +70,7 @@ class Sink:
         self.reads_files = reads_files  # context for statements that read lake files (table functions)
         # settings of statements on a few rows (lookups answered as Python rows, cdc2ch's claims)
         self.small_settings = small_settings or {}
+        self._before_insert = before_insert or (lambda: None)  # embedded: its merges yield (embedded.py)
         self.display = display  # the DSN without secrets, for messages
         self._retries = max(1, retries)
         self._max_wait = max_wait
@@ -169,14 +171,21 @@ class Sink:
         unless None: then the statement's own FORMAT clause, or none)."""
         return self._call("run the query", lambda c: c.raw_query(sql, fmt=fmt), replicating=False)
 
-    def insert_arrow(self, table_sql: str, data: pa.Table, token: str | None = None) -> int:
+    def insert_arrow(
+        self, table_sql: str, data: pa.Table, token: str | None = None, ranked: bool = False
+    ) -> int:
         """Insert Arrow rows into a quoted table name. A replay with the same token is dropped by
-        ClickHouse's insert deduplication; without a token, deduplication is off for this insert."""
+        ClickHouse's insert deduplication; without a token, deduplication is off for this insert. Rows
+        already `ranked` (the outranked ones left out) skip the replacing pass ClickHouse would run over them
+        as it writes the part: it would find nothing to replace (FINAL replaces either way)."""
         settings = (
             {"insert_deduplicate": 1, "insert_deduplication_token": token}
             if token
             else {"insert_deduplicate": 0}
         )
+        if ranked:
+            settings["optimize_on_insert"] = 0
+        self._before_insert()
         self._call(f"insert into {table_sql}", lambda c: c.insert_arrow(table_sql, data, settings=settings))
         return data.num_rows
 

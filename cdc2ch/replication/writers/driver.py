@@ -57,7 +57,7 @@ def insert_rows(
         if stop is not None and stop.is_set():
             return written, batches, False
         t0 = time.monotonic()
-        written += sink.insert_arrow(table_sql, batch, token(i, batch))
+        written += sink.insert_arrow(table_sql, batch, token(i, batch), ranked=True)
         batches += 1
         seconds = time.monotonic() - t0
         phases.add("insert", seconds)
