@@ -519,29 +519,3 @@ def test_a_streamed_range_is_inserted_as_spark_scans_and_a_replay_drops_what_lan
     )
     assert committed_version(sink, database, str(target)) == 5
     assert_replicated(spark, sink, path, target)
-
-
-def test_the_embedded_engines_merges_yield_the_cpu_to_inserts(sink, database):
-    """Before an Arrow insert, the embedded engine's merge threads in this process are given a lower
-    priority (they merge what the replication leaves of the CPU); the insert itself is unchanged."""
-    import pyarrow as pa
-
-    from cdc2ch.clickhouse.embedded import MERGE_NICENESS, MERGE_THREADS
-
-    sink.ensure_database(database)
-    sink.command(f"CREATE TABLE {database}.t (id Int64) ENGINE = MergeTree ORDER BY id")
-    sink.command(f"INSERT INTO {database}.t VALUES (0)")  # the merge pool exists once a MergeTree is written
-    mine = os.getpriority(os.PRIO_PROCESS, 0)  # this thread's
-    assert sink.insert_arrow(f"{database}.t", pa.table({"id": [1, 2]}), ranked=True) == 2
-
-    def niceness(name: str) -> list[int]:
-        found = []
-        for tid in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                if f.read().strip() == name:
-                    found.append(os.getpriority(os.PRIO_PROCESS, int(tid)))
-        return found
-
-    assert niceness(MERGE_THREADS) and set(niceness(MERGE_THREADS)) == {min(19, mine + MERGE_NICENESS)}
-    assert os.getpriority(os.PRIO_PROCESS, 0) == mine  # only the merges yield
-    assert sink.row_count(f"{database}.t") == 3

@@ -29,10 +29,6 @@ METADATA_DIR = "metadata"  # the engine's catalogue, once a database was created
 # Statements on a few rows (lookups, claims) gain nothing from it, and a cron poll, which runs its claim
 # check four times and exits, paid ~16 MiB of peak RSS and ~60 ms for it: those statements run interpreted.
 NO_JIT = {"compile_expressions": 0, "compile_aggregate_expressions": 0, "compile_sort_description": 0}
-# The engine merges parts on threads of this name. Beside a Spark scan and the inserts on the same cores, merges
-# at their normal priority slowed a backlog's catch-up by about a twentieth; at this niceness they take the CPU
-# the replication leaves (and about a tenth of it when none is left), so parts merge a little later instead.
-MERGE_THREADS, MERGE_NICENESS = "MergeMutate", 10
 
 
 def data_path(dsn: str) -> Path:
@@ -95,32 +91,8 @@ def connect(dsn: str, retries: int, create: bool = True, via_service: bool = Fal
     # More clients of the same engine open at once (calls of pipelines that run side by side overlap).
     opener = lambda: clickhouse_connect.get_client(dsn=f"chdb://{path}")  # noqa: E731
     return Sink(
-        client,
-        f"chdb://{path}",
-        retries,
-        reads_files=_from_root,
-        opener=opener,
-        small_settings=NO_JIT,
-        before_insert=merges_yield,
+        client, f"chdb://{path}", retries, reads_files=_from_root, opener=opener, small_settings=NO_JIT
     )
-
-
-def merges_yield() -> None:
-    """Make the engine's merge threads in this process MERGE_NICENESS steps nicer than the calling thread
-    (they are made when first needed, so looked for before each insert; Linux only, elsewhere nothing
-    happens)."""
-    try:
-        tasks = os.listdir("/proc/self/task")
-        niceness = min(19, os.getpriority(os.PRIO_PROCESS, 0) + MERGE_NICENESS)
-    except OSError:
-        return
-    for tid in tasks:
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                if f.read().strip() == MERGE_THREADS:
-                    os.setpriority(os.PRIO_PROCESS, int(tid), niceness)
-        except OSError:  # the thread ended meanwhile
-            continue
 
 
 # Why the engine refused to start cannot be told by an error code: clickhouse-connect raises a

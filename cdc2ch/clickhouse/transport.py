@@ -53,7 +53,6 @@ class Sink:
         placement: OneServer | None = None,
         opener: Callable[[], Any] | None = None,
         small_settings: dict | None = None,
-        before_insert: Callable[[], None] | None = None,
     ):
         # Each call leases a client: threads (pipelines run side by side, lock heartbeats) never share one
         # mid-call, and with `opener` their calls overlap (widen() sets how many at once).
@@ -70,7 +69,6 @@ class Sink:
         self.reads_files = reads_files  # context for statements that read lake files (table functions)
         # settings of statements on a few rows (lookups answered as Python rows, cdc2ch's claims)
         self.small_settings = small_settings or {}
-        self._before_insert = before_insert or (lambda: None)  # embedded: its merges yield (embedded.py)
         self.display = display  # the DSN without secrets, for messages
         self._retries = max(1, retries)
         self._max_wait = max_wait
@@ -185,7 +183,6 @@ class Sink:
         )
         if ranked:
             settings["optimize_on_insert"] = 0
-        self._before_insert()
         self._call(f"insert into {table_sql}", lambda c: c.insert_arrow(table_sql, data, settings=settings))
         return data.num_rows
 
