@@ -364,31 +364,24 @@ def run_reference(sink, path: str, start: int, end: int, table_sql: str) -> dict
     return {"seconds": time.monotonic() - t0, "rows": out.num_rows}
 
 
-def run_streaming(path: str, start: int, dsn: str, table: str) -> dict:
-    """bench/streaming_peer.py in its own process (its Spark start-up excluded, as for cdc2ch)."""
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "streaming_peer.py"), path, str(start), dsn, table],
-        capture_output=True,
-        text=True,
-    )
+def _peer(script: str, *args: str) -> dict:
+    """One peer script in its own process: the JSON line it prints ({"seconds": ..., "rows": ...})."""
+    proc = subprocess.run([sys.executable, str(HERE / script), *args], capture_output=True, text=True)
     found = [ln for ln in proc.stdout.splitlines() if ln.startswith('{"seconds"')]
     if proc.returncode != 0 or not found:
-        raise SystemExit(f"streaming peer failed:\n{proc.stderr[-3000:]}")
+        raise SystemExit(f"{script} failed:\n{proc.stderr[-3000:]}")
     return json.loads(found[-1])
+
+
+def run_streaming(path: str, start: int, dsn: str, table: str) -> dict:
+    """bench/streaming_peer.py in its own process (its Spark start-up excluded, as for cdc2ch)."""
+    return _peer("streaming_peer.py", path, str(start), dsn, table)
 
 
 def run_native(path: str, start: int, end: int, dsn: str, table: str, shape) -> dict:
     """bench/native_peer.py in its own process, as cdc2ch and the streaming peer run (each pays the engine's
     or the JVM's first read in a fresh process; start-ups and table creation excluded for all)."""
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "native_peer.py"), path, str(start), str(end), dsn, table, shape.json()],
-        capture_output=True,
-        text=True,
-    )
-    found = [ln for ln in proc.stdout.splitlines() if ln.startswith('{"seconds"')]
-    if proc.returncode != 0 or not found:
-        raise SystemExit(f"native peer failed:\n{proc.stderr[-3000:]}")
-    return json.loads(found[-1])
+    return _peer("native_peer.py", path, str(start), str(end), dsn, table, shape.json())
 
 
 # -- W3, W4 ------------------------------------------------------------------------------------------
