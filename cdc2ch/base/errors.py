@@ -61,7 +61,7 @@ def error_text(exc: BaseException) -> str:
         Py4JError = Py4JNetworkError = ()
     if (
         isinstance(exc, Py4JNetworkError)
-        or (type(exc) is Py4JError and (_lost_mid_call(exc) or _own_class_missing(exc)))
+        or (type(exc) is Py4JError and (_lost_mid_call(exc) or _own_name_missing(exc)))
         or (isinstance(exc, ConnectionRefusedError) and _raised_by_py4j(exc))
     ):
         return JVM_STOPPED
@@ -110,16 +110,12 @@ def _lost_mid_call(exc: BaseException) -> bool:
     return text.startswith("An error occurred while calling ") and "Trace:" not in text
 
 
-def _own_class_missing(exc: BaseException) -> bool:
-    """Whether a Py4JError says one of py4j's own classes (not a member) "does not exist in the JVM". A working gateway
-    always has them; a JVM failing on OutOfMemoryError answers so while PySpark describes the job's error
-    (`py4j.reflection.TypeUtil`), before it exits."""
+def _own_name_missing(exc: BaseException) -> bool:
+    """Whether a Py4JError says a name in py4j's own namespace "does not exist in the JVM". A working gateway
+    always has them; a JVM failing on OutOfMemoryError answers so for whichever name PySpark looks up while
+    it describes the job's error (`py4j.reflection`, `py4j.reflection.TypeUtil`, ...), before it exits."""
     name, _, rest = str(exc).partition(" ")
-    return (
-        name.startswith("py4j.")
-        and name.rsplit(".", 1)[-1][:1].isupper()
-        and rest == "does not exist in the JVM"
-    )
+    return name.startswith("py4j.") and rest == "does not exist in the JVM"
 
 
 def _raised_by_py4j(exc: BaseException) -> bool:
