@@ -159,8 +159,8 @@ class SinkTap:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def insert_arrow(self, table_sql, data, token=None, ranked=False):
-        n = self.inner.insert_arrow(table_sql, data, token, ranked)
+    def insert_arrow(self, table_sql, data, token=None):
+        n = self.inner.insert_arrow(table_sql, data, token)
         self.after_insert(table_sql)
         return n
 

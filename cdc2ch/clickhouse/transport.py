@@ -24,6 +24,7 @@ from cdc2ch.clickhouse.clients import Clients
 from cdc2ch.clickhouse.own import OwnTables
 from cdc2ch.clickhouse.placement import OneServer
 from cdc2ch.clickhouse.rows import json_row
+from cdc2ch.model import contract
 from cdc2ch.model.config import TargetName
 
 log = get_logger("cdc2ch.clickhouse")
@@ -169,20 +170,9 @@ class Sink:
         unless None: then the statement's own FORMAT clause, or none)."""
         return self._call("run the query", lambda c: c.raw_query(sql, fmt=fmt), replicating=False)
 
-    def insert_arrow(
-        self, table_sql: str, data: pa.Table, token: str | None = None, ranked: bool = False
-    ) -> int:
-        """Insert Arrow rows into a quoted table name. A replay with the same token is dropped by
-        ClickHouse's insert deduplication; without a token, deduplication is off for this insert. Rows
-        already `ranked` (the outranked ones left out) skip the replacing pass ClickHouse would run over them
-        as it writes the part: it would find nothing to replace (FINAL replaces either way)."""
-        settings = (
-            {"insert_deduplicate": 1, "insert_deduplication_token": token}
-            if token
-            else {"insert_deduplicate": 0}
-        )
-        if ranked:
-            settings["optimize_on_insert"] = 0
+    def insert_arrow(self, table_sql: str, data: pa.Table, token: str | None = None) -> int:
+        """Insert Arrow rows into a quoted table name, with the settings of `contract.target_insert(token)`."""
+        settings = contract.target_insert(token)
         self._call(f"insert into {table_sql}", lambda c: c.insert_arrow(table_sql, data, settings=settings))
         return data.num_rows
 

@@ -296,10 +296,7 @@ class Snapshotter:
             f"INSERT INTO {self.table_sql} ({cols}, {', '.join(contract.WRITTEN_META)}) SELECT {cols}, "
             f"{', '.join(meta)} FROM {self.table_sql} FINAL WHERE {contract.sql_before(version)}",
             what="tombstone keys missing from the snapshot",
-            settings={
-                "insert_deduplicate": 1,
-                "insert_deduplication_token": contract.sweep_token(self.cfg.pipeline, version),
-            },
+            settings=contract.target_insert(contract.sweep_token(self.cfg.pipeline, version)),
         )
 
     def _hand_over(self, stored: PipelineState | None, version: int, rows: int) -> PipelineState:

@@ -235,11 +235,9 @@ def test_insert_settings_and_long_messages_are_cut():
     sink = sink_on(client)
     assert sink.insert_arrow("`d`.`t`", data, token="tok") == 3
     assert sink.insert_arrow("`d`.`t`", data) == 3
-    assert sink.insert_arrow("`d`.`t`", data, token="tok", ranked=True) == 3
     assert [c[3] for c in client.calls] == [
-        {"insert_deduplicate": 1, "insert_deduplication_token": "tok"},
-        {"insert_deduplicate": 0},
         {"insert_deduplicate": 1, "insert_deduplication_token": "tok", "optimize_on_insert": 0},
+        {"insert_deduplicate": 0, "optimize_on_insert": 0},
     ]
     long = FakeClient(DatabaseError("xyz " * 1250, code=60))
     with pytest.raises(SinkError) as err:

@@ -181,7 +181,7 @@ def test_the_driver_writer_cuts_replayable_batches_and_stops_between_them():
         def __init__(self):
             self.inserts = []
 
-        def insert_arrow(self, table_sql, data, token=None, ranked=False):
+        def insert_arrow(self, table_sql, data, token=None):
             self.inserts.append((table_sql, data.num_rows, token))
             if len(self.inserts) == stop_after:
                 stop.set()
@@ -296,7 +296,7 @@ def test_a_streamed_range_is_inserted_chunk_by_chunk_with_tokens_that_ignore_chu
         def __init__(self, stop_after=None):
             self.inserts, self.stop_after = [], stop_after
 
-        def insert_arrow(self, table_sql, data, token=None, ranked=False):
+        def insert_arrow(self, table_sql, data, token=None):
             self.inserts.append((data.num_rows, token))
             if len(self.inserts) == self.stop_after:
                 stop.set()
@@ -337,7 +337,7 @@ def test_a_streamed_range_is_inserted_chunk_by_chunk_with_tokens_that_ignore_chu
     assert not result.committed and len(inserts) == 2 and changes.closed  # the read ended with the write
 
     class Refused(Sink):
-        def insert_arrow(self, table_sql, data, token=None, ranked=False):
+        def insert_arrow(self, table_sql, data, token=None):
             raise SinkError("refused")
 
     stop.clear()

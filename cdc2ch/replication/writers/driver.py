@@ -19,7 +19,7 @@ from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model import contract
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.offset import PipelineState
-from cdc2ch.replication import changes, plan
+from cdc2ch.replication import plan
 from cdc2ch.replication.ports import Changes, RangeResult
 from cdc2ch.replication.writers import Destination
 
@@ -43,6 +43,8 @@ def insert_rows(
 ) -> tuple[int, int, bool]:
     """Insert `rows` (target layout) in batches of cfg.batch_size, without the outranked ones. Returns (rows
     written, batches written, complete): complete is False when `stop` was set before the last batch."""
+    from cdc2ch.replication import changes  # pyarrow.compute: loaded once there are rows (contract.py)
+
     contract.check_keys(rows, cfg.identity.primary_key, where)
     with phases.timed("rank"):
         ready = changes.prepare(rows, cfg.identity.columns, across_commits=not cfg.immutable_keys)
@@ -57,7 +59,7 @@ def insert_rows(
         if stop is not None and stop.is_set():
             return written, batches, False
         t0 = time.monotonic()
-        written += sink.insert_arrow(table_sql, batch, token(i, batch), ranked=True)
+        written += sink.insert_arrow(table_sql, batch, token(i, batch))
         batches += 1
         seconds = time.monotonic() - t0
         phases.add("insert", seconds)

@@ -16,7 +16,6 @@ from cdc2ch.base import retry
 from cdc2ch.base.errors import SinkError
 from cdc2ch.model import contract
 from cdc2ch.model.offset import PipelineState
-from cdc2ch.replication import changes
 from cdc2ch.replication.ports import Changes, RangeResult
 from cdc2ch.replication.writers import Destination
 
@@ -44,6 +43,7 @@ def write_partitions(
     `identity`: (primary key, identity columns) as plain tuples, which ship to the tasks by value."""
     from pyspark.sql import functions as F
 
+    from cdc2ch.replication import changes
     from cdc2ch.source.spark import positional_columns, shipped_by_value
 
     safe, names = positional_columns(df)
@@ -52,6 +52,7 @@ def write_partitions(
     version = f"_c{names.index('_version')}"
     safe = safe.repartition(partitions, *[F.col(k) for k in keys]).sortWithinPartitions(version, *keys)
     null_keys, batch_token, call = contract.null_keys, contract.executor_batch_token, retry.call
+    insert_settings = contract.target_insert
     latest = changes.latest_in_place
 
     def write(batches):  # runs in a Spark task; nested so it ships by value
@@ -84,10 +85,7 @@ def write_partitions(
         try:
             for offset in range(0, table.num_rows, batch_size):
                 batch = table.slice(offset, batch_size)
-                settings = {
-                    "insert_deduplicate": 1,
-                    "insert_deduplication_token": batch_token(token_prefix, part, count, batch),
-                }
+                settings = insert_settings(batch_token(token_prefix, part, count, batch))
                 insert = functools.partial(client.insert_arrow, table_sql, batch, settings=settings)
                 call(insert, attempts, lambda exc: True)  # any failure: the same token makes a retry safe
                 written += batch.num_rows

@@ -69,8 +69,9 @@ def cdf_settings(start: int, end: int) -> dict[str, int]:
 
 
 def insert_settings(token: str) -> dict:
-    """A lake read inserted once: a null key fails it (instead of becoming 0 or ''), a replay is dropped."""
-    return {"insert_null_as_default": 0, "insert_deduplicate": 1, "insert_deduplication_token": token}
+    """A lake read inserted as every target insert is (a replay dropped), and a null key fails it instead of
+    becoming 0 or ''."""
+    return {"insert_null_as_default": 0, **contract.target_insert(token)}
 
 
 class PushdownWriter:
