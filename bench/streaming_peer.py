@@ -59,8 +59,11 @@ def main(path: str, start: int, dsn: str, table: str) -> None:
                     "_version": version,
                 }
             )
-            for offset in range(0, out.num_rows, BATCH):
-                sink.insert_arrow(table_sql, out.slice(offset, BATCH))
+            with sink.clients.lease() as client:  # clickhouse-connect as is, deduplication off
+                for offset in range(0, out.num_rows, BATCH):
+                    client.insert_arrow(
+                        table_sql, out.slice(offset, BATCH), settings={"insert_deduplicate": 0}
+                    )
             written[0] += out.num_rows
 
         query = (
