@@ -183,17 +183,17 @@ class PeakRss:
         self._thread.start()
 
     def _tree(self) -> list[int]:
-        parents: dict[int, int] = {}
-        for d in os.listdir("/proc"):
-            if d.isdigit():
-                try:
-                    parents[int(d)] = int(Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[1])
-                except (OSError, IndexError, ValueError):
-                    pass
-        tree, frontier = [self.pid], [self.pid]
-        while frontier:
-            frontier = [p for p, pp in parents.items() if pp in frontier]
-            tree += frontier
+        """The process and its descendants, from each thread's /proc children list (not a scan of all of
+        /proc, whose cost on these 2 cores would fall on whichever contender is being sampled)."""
+        tree, todo = [], [self.pid]
+        while todo:
+            p = todo.pop()
+            tree.append(p)
+            try:
+                for task in os.listdir(f"/proc/{p}/task"):
+                    todo += [int(c) for c in Path(f"/proc/{p}/task/{task}/children").read_text().split()]
+            except OSError:
+                continue
         return tree
 
     def _run(self) -> None:
@@ -366,12 +366,18 @@ def run_reference(sink, path: str, start: int, end: int, table_sql: str) -> dict
 
 
 def _peer(script: str, *args: str) -> dict:
-    """One peer script in its own process: the JSON line it prints ({"seconds": ..., "rows": ...})."""
-    proc = subprocess.run([sys.executable, str(HERE / script), *args], capture_output=True, text=True)
-    found = [ln for ln in proc.stdout.splitlines() if ln.startswith('{"seconds"')]
+    """One peer script in its own process, sampled as cdc2ch's runs are: the JSON line it prints
+    ({"seconds": ..., "rows": ...}) and its peak RSS ("rss")."""
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    rss = PeakRss(proc.pid)
+    out, err = proc.communicate()
+    peak = rss.stop()
+    found = [ln for ln in out.splitlines() if ln.startswith('{"seconds"')]
     if proc.returncode != 0 or not found:
-        raise SystemExit(f"{script} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(found[-1])
+        raise SystemExit(f"{script} failed:\n{err[-3000:]}")
+    return {**json.loads(found[-1]), "rss": peak}
 
 
 def run_streaming(path: str, start: int, dsn: str, table: str) -> dict:
@@ -558,10 +564,11 @@ def main(size: str) -> None:
                 say(
                     f"{name} reference loop (delta-rs): {rate['reference']:,.0f} rows/s ({ref['seconds']:.2f} s)"
                 )
-                say(f"{name} ClickHouse native: {rate['native']:,.0f} rows/s ({nat['seconds']:.2f} s)")
+                say(f"{name} ClickHouse native: {rate['native']:,.0f} rows/s ({nat['seconds']:.2f} s); peak RSS "
+                    f"{nat['rss'] >> 20:,} MiB")  # fmt: skip
                 say(f"{name} Spark streaming peer (readChangeFeed, AvailableNow, foreachBatch): "
                     f"{rate['streaming']:,.0f} rows/s ({stream['seconds']:.2f} s, Spark start-up "
-                    f"{stream['startup']:.1f} s excluded)")  # fmt: skip
+                    f"{stream['startup']:.1f} s excluded); peak RSS {stream['rss'] >> 20:,} MiB")  # fmt: skip
                 if name == "W1":  # what a new pipeline adds over the same backlog, once
                     for label, extra in (
                         ("cdc2ch", ()),
