@@ -90,6 +90,18 @@ def test_token_formats_and_their_batch_number():
     assert [contract.batch_index(t) for t in [*others, contract.sweep_token("p", 9), ""]] == [None] * 4
 
 
+def test_every_insert_into_a_target_drops_a_replay_and_leaves_the_replacing_pass_to_merges():
+    """One set of insert settings for the Arrow inserts, the executors' and the push-down statement, which
+    also refuses a null key instead of storing 0 or ''."""
+    from cdc2ch.replication.writers import pushdown
+
+    assert contract.target_insert("tok") == {
+        "insert_deduplicate": 1, "insert_deduplication_token": "tok", "optimize_on_insert": 0,
+    }  # fmt: skip
+    assert contract.target_insert(None) == {"insert_deduplicate": 0, "optimize_on_insert": 0}
+    assert pushdown.insert_settings("tok") == {"insert_null_as_default": 0, **contract.target_insert("tok")}
+
+
 def test_null_keys_are_found_and_refused():
     rows = contract.arrow_rows(cdf((1, "a", "insert", 3), (None, "b", "insert", 4), (None, "c", "insert", 5)))
     assert contract.null_keys(rows, ("id",)) == ("id", 2, 4)
