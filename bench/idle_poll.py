@@ -4,12 +4,11 @@ One small Delta table (written by delta-rs), replicated once; then `cdc2ch run -
 process, N times, while no version is new: against the embedded default (chdb:///dir) and against a server
 target (tests/chserver.py: cdc2ch's ClickHouse HTTP interface on chdb, in a process of its own). Beside it,
 two references, each a process that opens the embedded engine and answers one query: through chdb's own
-API (the engine itself), and through clickhouse-connect (the client cdc2ch writes with, whose import
-brings urllib3 and ssl). Prints the median, min and
-max wall and the peak RSS of each process tree (the command and anything it starts, a JVM included),
-sampled from /proc, and the CPU seconds of the tree (what a loaded machine stretches the wall from), and
-checks the goals: <= 1 s wall; <= 150 MB against a server; no more than the engine
-itself (chdb's own API) on the embedded default.
+API (the engine itself), and through clickhouse-connect (the client cdc2ch writes with, whose import brings
+urllib3 and ssl). Prints the median, min and max wall and the peak RSS of each process tree (the command and
+anything it starts, a JVM included), sampled from /proc, and the CPU seconds of the tree (what a loaded
+machine stretches the wall from), and checks the goals: <= 1 s wall; <= 150 MB against a server; no more
+than the engine itself (chdb's own API) on the embedded default.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import pyarrow as pa
 from deltalake import write_deltalake
+from workloads import descendants  # this folder: the same process-tree walk as the workloads' sampler
 
 ROOT = Path(__file__).resolve().parents[1]
 PASSWORD = "idle-poll"
@@ -41,18 +41,14 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 def tree(pid: int) -> tuple[int, dict[int, float]]:
     """Resident bytes of `pid` and every process below it, and the CPU seconds of each, from /proc."""
-    rss, cpu, todo = 0, {}, [pid]
-    while todo:
-        p = todo.pop()
+    rss, cpu = 0, {}
+    for p in descendants(pid):
         try:
             with open(f"/proc/{p}/status") as f:
                 rss += next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:")), 0)
             with open(f"/proc/{p}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
             cpu[p] = (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children") as f:
-                    todo += [int(c) for c in f.read().split()]
         except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
             continue
     return rss, cpu

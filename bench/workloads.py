@@ -172,6 +172,21 @@ CPU_GROUPS = (
 )
 
 
+def descendants(pid: int) -> list[int]:
+    """`pid` and every process below it, from each thread's /proc children list (not a scan of all of /proc,
+    whose cost on these 2 cores would fall on whichever contender is being sampled)."""
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                todo += [int(c) for c in Path(f"/proc/{p}/task/{task}/children").read_text().split()]
+        except OSError:
+            continue
+    return tree
+
+
 class PeakRss:
     """Samples the resident memory of a process and all its descendants (Python + JVM + workers), and the
     CPU time of each of their threads (a thread that ends between two samples is missed)."""
@@ -182,24 +197,10 @@ class PeakRss:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    def _tree(self) -> list[int]:
-        """The process and its descendants, from each thread's /proc children list (not a scan of all of
-        /proc, whose cost on these 2 cores would fall on whichever contender is being sampled)."""
-        tree, todo = [], [self.pid]
-        while todo:
-            p = todo.pop()
-            tree.append(p)
-            try:
-                for task in os.listdir(f"/proc/{p}/task"):
-                    todo += [int(c) for c in Path(f"/proc/{p}/task/{task}/children").read_text().split()]
-            except OSError:
-                continue
-        return tree
-
     def _run(self) -> None:
         while not self._stop.wait(0.25):
             total = 0
-            for p in self._tree():
+            for p in descendants(self.pid):
                 try:
                     for line in Path(f"/proc/{p}/status").read_text().splitlines():
                         if line.startswith("VmRSS:"):
