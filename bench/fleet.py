@@ -36,6 +36,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import write_deltalake
 from light_turn import tree_cpu  # this script's own directory: bench/
+from workloads import descendants
 
 ROOT = Path(__file__).resolve().parents[1]
 CDF = {"delta.enableChangeDataFeed": "true"}
@@ -69,14 +70,11 @@ def free_port() -> int:
 
 def tree_rss(pid: int) -> int:
     """Resident bytes of a process and its descendants (the Spark JVM is a child)."""
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
+    total = 0
+    for p in descendants(pid):
         try:
             with open(f"/proc/{p}/status") as fh:
                 total += next(int(ln.split()[1]) * 1024 for ln in fh if ln.startswith("VmRSS:"))
-            with open(f"/proc/{p}/task/{p}/children") as fh:
-                todo += [int(c) for c in fh.read().split()]
         except (OSError, StopIteration):
             pass
     return total

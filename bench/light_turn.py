@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pyarrow as pa
 from deltalake import write_deltalake
+from workloads import descendants  # this script's own directory: bench/
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -107,15 +108,12 @@ def instrument(p: Phases) -> None:
 def tree_cpu(pid: int) -> float:
     """CPU seconds (user + system) of a process and its descendants (the Spark JVM is a child)."""
     tick = os.sysconf("SC_CLK_TCK")
-    total, todo = 0.0, [pid]
-    while todo:
-        p = todo.pop()
+    total = 0.0
+    for p in descendants(pid):
         try:
             with open(f"/proc/{p}/stat") as fh:
                 fields = fh.read().rsplit(")", 1)[1].split()
             total += (int(fields[11]) + int(fields[12])) / tick
-            with open(f"/proc/{p}/task/{p}/children") as fh:
-                todo += [int(c) for c in fh.read().split()]
         except (OSError, IndexError):
             pass
     return total

@@ -41,6 +41,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from workloads import descendants  # noqa: E402  (this script's own directory: bench/)
+
 PASSWORD = "soak-secret"
 DATABASE = "soak"
 # name -> (primary key, extra design options for its pipeline)
@@ -156,20 +158,6 @@ class Phase:
             self.service.kill()
             self.service.wait()
             return None
-
-
-def descendants(pid: int) -> list[int]:
-    found, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            with open(f"/proc/{p}/task/{p}/children") as fh:
-                kids = [int(c) for c in fh.read().split()]
-        except OSError:
-            continue
-        found += kids
-        todo += kids
-    return found
 
 
 def jvm_of(pid: int) -> int | None:
