@@ -27,10 +27,11 @@ from pathlib import Path
 
 import pyarrow as pa
 from deltalake import write_deltalake
-from workloads import descendants  # this script's own directory: bench/
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from workloads import descendants  # noqa: E402  (this script's own directory: bench/)
 
 from cdc2ch.clickhouse import ddl, lock, state  # noqa: E402
 from cdc2ch.clickhouse.dsn import connect  # noqa: E402

@@ -20,7 +20,8 @@ Contenders, each into its own ReplacingMergeTree table of the same layout on the
              Spark start-up excluded)
   native     ClickHouse reading the CDF itself: INSERT ... SELECT FROM deltaLakeLocal(path) SETTINGS
              delta_lake_snapshot_start_version/end_version (the physical limit here; bench/native_peer.py,
-             own process, as cdc2ch's ClickHouse reader runs)
+             own process, as cdc2ch's ClickHouse reader runs); the two run SHORT_RUNS times each,
+             alternating, each in a fresh database, and the median run of each is compared
 Prints one line per figure, with each cdc2ch run's time split (read, inserts, the rest) and its CPU by
 thread group (JIT compilers, collector, Spark tasks, driver threads, Python), and writes bench/results.md
 and bench/results.png.
