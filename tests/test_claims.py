@@ -1,14 +1,31 @@
-"""Claims on the embedded engine: of runners claiming one pipeline in the same instant exactly one holds it.
+"""Claims: of runners claiming one pipeline in the same instant exactly one holds it, on a database only this
+process writes (the embedded engine: claims take turns) and on one that runners in other processes write too
+(a server: each claim looks again after a pause).
 
-One engine does not make the pause before the second look at the claims unnecessary: a claim whose insert
-began first (the earlier claimed_at) can become visible after another runner's, which then saw only its own
-and took the pipeline. Without the pause this test finds two holders within a few rounds."""
+A claim whose insert began first (the earlier claimed_at) can become visible after another runner's, which
+then saw only its own and took the pipeline: without the turns, or without the pause, this test finds two
+holders within a few rounds. The second case runs on a second connection to the same engine, told that
+other processes write there (what a server connection is)."""
 
 from __future__ import annotations
 
 import threading
 
+import pytest
+
+from cdc2ch.clickhouse.dsn import connect
 from cdc2ch.clickhouse.lock import LockedError, PipelineLock
+
+
+@pytest.fixture(params=["one process", "several processes"])
+def claimed_on(request, sink, chdb_dsn):
+    if request.param == "one process":
+        yield sink
+        return
+    shared = connect(chdb_dsn)
+    shared.one_process = False
+    yield shared
+    shared.close()
 
 
 def _race(sink, database: str, pipeline: str, runners: int) -> tuple[list[PipelineLock], int]:
@@ -31,7 +48,8 @@ def _race(sink, database: str, pipeline: str, runners: int) -> tuple[list[Pipeli
     return won, len(refused)
 
 
-def test_of_runners_claiming_at_once_exactly_one_holds_the_pipeline(sink, database):
+def test_of_runners_claiming_at_once_exactly_one_holds_the_pipeline(claimed_on, database):
+    sink = claimed_on
     sink.widen(4)  # the claims' statements overlap, as those of runners in several processes would
     for round_ in range(8):
         won, refused = _race(sink, database, f"p{round_}", 3)

@@ -91,7 +91,13 @@ def connect(dsn: str, retries: int, create: bool = True, via_service: bool = Fal
     # More clients of the same engine open at once (calls of pipelines that run side by side overlap).
     opener = lambda: clickhouse_connect.get_client(dsn=f"chdb://{path}")  # noqa: E731
     return Sink(
-        client, f"chdb://{path}", retries, reads_files=_from_root, opener=opener, small_settings=NO_JIT
+        client,
+        f"chdb://{path}",
+        retries,
+        reads_files=_from_root,
+        opener=opener,
+        small_settings=NO_JIT,
+        one_process=True,
     )
 
 

@@ -2,8 +2,10 @@
 
 ClickHouse has no compare-and-set, so a claim is taken optimistically: write it, read all live claims,
 and the oldest (by server time, then token) wins; the loser withdraws. Timestamps come from the server
-clock, so clocks of different runners never matter. A runner killed with -9 stops heartbeating: its claim
-no longer counts after the TTL, or at once when it ran on this host and its process is gone.
+clock, so clocks of different runners never matter. On the embedded engine every claimer is in this process
+(one process holds its directory): claims take turns there, and need neither the second look nor its pause.
+A runner killed with -9 stops heartbeating: its claim no longer counts after the TTL, or at once when it ran
+on this host and its process is gone.
 
 The lock keeps work from being done twice; correctness never depends on it, since every write cdc2ch
 makes is idempotent under FINAL.
@@ -29,6 +31,11 @@ log = get_logger("cdc2ch.lock")
 
 LOCK_TABLE = "cdc2ch_locks"
 DEFAULT_TTL = 60.0
+RIVAL_PAUSE = 0.25  # seconds for a rival's claim, written in the same instant, to show
+
+# Claims taken on a database only this process writes (the embedded engine) take turns here: each then sees
+# every earlier claim at once, and none waits for a rival's to show.
+_TURNS = threading.Lock()
 
 
 class LockedError(Cdc2chError):
@@ -130,18 +137,28 @@ class PipelineLock:
         self.sink.ensure_state_table(
             self.database, LOCK_TABLE, "create_locks_table.sql", what="create the lock table"
         )
+        if self.sink.one_process:
+            with _TURNS:
+                self._refuse_if_held(self._live())
+                self._write()
+        else:
+            self._claim_beside_rivals()
+        self._thread = threading.Thread(target=self._heartbeat, name="cdc2ch-lock-heartbeat", daemon=True)
+        self._thread.start()
+        log.debug("pipeline_claimed", pipeline=self.pipeline, token=self.token)
+
+    def _claim_beside_rivals(self) -> None:
+        """Claim where runners in other processes may claim in the same instant: both see both claims only
+        after both have written (and a claim whose insert began first can show after the other's), so look
+        again after a pause; the older claim stays, the other withdraws."""
         self._refuse_if_held(self._live())
         self._write()
-        # Two runners claiming in the same instant both see both claims only after both have written.
-        for pause in (0.0, 0.25):
+        for pause in (0.0, RIVAL_PAUSE):
             time.sleep(pause)
             claims = self._live()
             if claims and claims[0].token != self.token:
                 self._write(released=1)
                 self._refuse_if_held(claims)
-        self._thread = threading.Thread(target=self._heartbeat, name="cdc2ch-lock-heartbeat", daemon=True)
-        self._thread.start()
-        log.debug("pipeline_claimed", pipeline=self.pipeline, token=self.token)
 
     def _refuse_if_held(self, claims: list[Claim]) -> None:
         others = [c for c in claims if c.token != self.token]

@@ -54,6 +54,7 @@ class Sink:
         placement: OneServer | None = None,
         opener: Callable[[], Any] | None = None,
         small_settings: dict | None = None,
+        one_process: bool = False,
     ):
         # Each call leases a client: threads (pipelines run side by side, lock heartbeats) never share one
         # mid-call, and with `opener` their calls overlap (widen() sets how many at once).
@@ -71,6 +72,9 @@ class Sink:
         # settings of statements on a few rows (lookups answered as Python rows, cdc2ch's claims)
         self.small_settings = small_settings or {}
         self.display = display  # the DSN without secrets, for messages
+        # Every writer of the database is in this process (the embedded engine: one process holds its
+        # directory), so no other process's statement can come between two of this one's.
+        self.one_process = one_process
         self._retries = max(1, retries)
         self._max_wait = max_wait
         self._wait_base = wait_base
