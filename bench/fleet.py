@@ -36,7 +36,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import write_deltalake
 from light_turn import tree_cpu  # this script's own directory: bench/
-from workloads import descendants
+from workloads import descendants, rss_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 CDF = {"delta.enableChangeDataFeed": "true"}
@@ -73,9 +73,8 @@ def tree_rss(pid: int) -> int:
     total = 0
     for p in descendants(pid):
         try:
-            with open(f"/proc/{p}/status") as fh:
-                total += next(int(ln.split()[1]) * 1024 for ln in fh if ln.startswith("VmRSS:"))
-        except (OSError, StopIteration):
+            total += rss_bytes(p)
+        except OSError:
             pass
     return total
 

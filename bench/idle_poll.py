@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pyarrow as pa
 from deltalake import write_deltalake
-from workloads import descendants  # this folder: the same process-tree walk as the workloads' sampler
+from workloads import cpu_seconds, descendants, rss_bytes  # this folder: the workloads' sampler's readings
 
 ROOT = Path(__file__).resolve().parents[1]
 PASSWORD = "idle-poll"
@@ -36,19 +36,13 @@ GOAL_SERVER_RSS_MIB = 150e6 / 2**20  # 150 MB
 MIB = 2**20
 
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-
 def tree(pid: int) -> tuple[int, dict[int, float]]:
     """Resident bytes of `pid` and every process below it, and the CPU seconds of each, from /proc."""
     rss, cpu = 0, {}
     for p in descendants(pid):
         try:
-            with open(f"/proc/{p}/status") as f:
-                rss += next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:")), 0)
-            with open(f"/proc/{p}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            cpu[p] = (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+            rss += rss_bytes(p)
+            cpu[p] = cpu_seconds(f"/proc/{p}/stat")
         except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
             continue
     return rss, cpu

@@ -31,7 +31,7 @@ from deltalake import write_deltalake
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from workloads import descendants  # noqa: E402  (this script's own directory: bench/)
+from workloads import cpu_seconds, descendants  # noqa: E402  (this script's own directory: bench/)
 
 from cdc2ch.clickhouse import ddl, lock, state  # noqa: E402
 from cdc2ch.clickhouse.dsn import connect  # noqa: E402
@@ -108,13 +108,10 @@ def instrument(p: Phases) -> None:
 
 def tree_cpu(pid: int) -> float:
     """CPU seconds (user + system) of a process and its descendants (the Spark JVM is a child)."""
-    tick = os.sysconf("SC_CLK_TCK")
     total = 0.0
     for p in descendants(pid):
         try:
-            with open(f"/proc/{p}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
+            total += cpu_seconds(f"/proc/{p}/stat")
         except (OSError, IndexError):
             pass
     return total

@@ -189,6 +189,20 @@ def descendants(pid: int) -> list[int]:
     return tree
 
 
+def rss_bytes(pid: int) -> int:
+    """Resident bytes of one process (its VmRSS; 0 for one that has none left, a zombie)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def cpu_seconds(stat: str | Path) -> float:
+    """User + system CPU seconds from a /proc stat file (a process's or one thread's)."""
+    fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
 class PeakRss:
     """Samples the resident memory of a process and all its descendants (Python + JVM + workers), and the
     CPU time of each of their threads (a thread that ends between two samples is missed)."""
@@ -204,9 +218,7 @@ class PeakRss:
             total = 0
             for p in descendants(self.pid):
                 try:
-                    for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                        if line.startswith("VmRSS:"):
-                            total += int(line.split()[1]) * 1024
+                    total += rss_bytes(p)
                     self._sample_threads(p)
                 except OSError:
                     pass
@@ -216,11 +228,11 @@ class PeakRss:
         process = Path(f"/proc/{pid}/comm").read_text().strip()
         for task in Path(f"/proc/{pid}/task").iterdir():
             try:  # a thread may end between the listing and its read
-                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                seconds = cpu_seconds(task / "stat")
                 name = (task / "comm").read_text().strip()
             except OSError:
                 continue
-            self.threads[str(task)] = (process, name, (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
+            self.threads[str(task)] = (process, name, seconds)
 
     def stop(self) -> int:
         self._stop.set()
