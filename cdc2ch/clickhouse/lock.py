@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import uuid
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -137,22 +138,20 @@ class PipelineLock:
         self.sink.ensure_state_table(
             self.database, LOCK_TABLE, "create_locks_table.sql", what="create the lock table"
         )
-        if self.sink.one_process:
-            with _TURNS:
-                self._refuse_if_held(self._live())
-                self._write()
-        else:
-            self._claim_beside_rivals()
+        one_process = self.sink.one_process
+        with _TURNS if one_process else nullcontext():
+            self._refuse_if_held(self._live())
+            self._write()
+        if not one_process:
+            self._yield_to_rivals()
         self._thread = threading.Thread(target=self._heartbeat, name="cdc2ch-lock-heartbeat", daemon=True)
         self._thread.start()
         log.debug("pipeline_claimed", pipeline=self.pipeline, token=self.token)
 
-    def _claim_beside_rivals(self) -> None:
-        """Claim where runners in other processes may claim in the same instant: both see both claims only
-        after both have written (and a claim whose insert began first can show after the other's), so look
-        again after a pause; the older claim stays, the other withdraws."""
-        self._refuse_if_held(self._live())
-        self._write()
+    def _yield_to_rivals(self) -> None:
+        """After claiming where runners in other processes may claim in the same instant: both see both
+        claims only after both have written (and a claim whose insert began first can show after the
+        other's), so look again after a pause; the older claim stays, this one withdraws if it is not it."""
         for pause in (0.0, RIVAL_PAUSE):
             time.sleep(pause)
             claims = self._live()
