@@ -519,3 +519,33 @@ def test_a_streamed_range_is_inserted_as_spark_scans_and_a_replay_drops_what_lan
     )
     assert committed_version(sink, database, str(target)) == 5
     assert_replicated(spark, sink, path, target)
+
+
+def test_a_spark_read_leaves_out_only_the_pre_images_another_row_of_their_key_outranks(spark, tmp_path):
+    """Told the key, a read of a range leaves out the pre-images of ordinary updates (their post-images
+    outrank them) and keeps a key-changing update's, the tombstone that removes the old key; a MERGE that
+    updates, deletes and inserts is told the same way. Without the key, every pre-image is read."""
+    from cdc2ch.source.delta import DeltaSource
+
+    path = str(tmp_path / "t")
+    create_table(spark, path, COLS)
+    _append(spark, path, [(i, "a", f"n{i}", float(i)) for i in range(20)])  # version 1
+    spark.sql(f"UPDATE delta.`{path}` SET name = 'u' WHERE id < 4")  # 2: ordinary
+    spark.sql(f"UPDATE delta.`{path}` SET id = id + 100 WHERE id >= 18")  # 3: keys change
+    _rows(spark, [(5, "a", "m", 0.0), (6, "a", "d", 0.0), (50, "a", "new", 0.0)]).createOrReplaceTempView(
+        "src"
+    )
+    spark.sql(
+        f"MERGE INTO delta.`{path}` t USING src s ON t.id = s.id WHEN MATCHED AND s.name = 'd' THEN DELETE "
+        f"WHEN MATCHED THEN UPDATE SET name = s.name WHEN NOT MATCHED THEN INSERT *"
+    )  # 4
+
+    def pre_images(key) -> dict[int, int]:
+        rows = DeltaSource(spark, path).changes(2, 4, key).arrow_rows(immutable_keys=False).to_pylist()
+        return {
+            v: sum(r["_commit_version"] == v and r["_change_type"] == "update_preimage" for r in rows)
+            for v in (2, 3, 4)
+        }
+
+    assert pre_images(("id",)) == {2: 0, 3: 2, 4: 0}
+    assert pre_images(()) == {2: 4, 3: 2, 4: 1}

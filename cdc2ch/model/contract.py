@@ -26,6 +26,7 @@ the standard library and pyarrow, so Spark can ship them by value to executors w
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection
 
 import pyarrow as pa
 
@@ -48,6 +49,7 @@ REPAIR_RANK = SLOTS  # = rank 0 of the next commit, which no change type has
 DELETED = ("delete", "update_preimage")
 LIVE_RANK = RANK["insert"]  # the rank of any change type not listed (none today)
 PREIMAGE = "update_preimage"  # dropped with --immutable-keys
+POSTIMAGE = "update_postimage"
 
 
 def version(commit_version: int, change_type: str) -> int:
@@ -101,19 +103,25 @@ def _spark_rank(change):
     return expr.otherwise(LIVE_RANK)
 
 
-def spark_changes(cdf, immutable_keys: bool = False):
+def spark_changes(cdf, immutable_keys: bool = False, needless: Collection[int] = ()):
     """The Spark CDF rows to write: all of them, or without update pre-images when the caller promises that
-    updates never change key columns (--immutable-keys: pre-images are then redundant)."""
+    updates never change key columns (--immutable-keys: pre-images are then redundant), or without those of
+    the commits `needless` names (each outranked by another row of its key: source/preimages.py)."""
     from pyspark.sql import functions as F
 
-    return cdf.where(F.col("_change_type") != F.lit(PREIMAGE)) if immutable_keys else cdf
+    preimage = F.col("_change_type") == F.lit(PREIMAGE)
+    if immutable_keys:
+        return cdf.where(~preimage)
+    if needless:
+        return cdf.where(~(preimage & F.col("_commit_version").isin(sorted(needless))))
+    return cdf
 
 
-def spark_rows(cdf, immutable_keys: bool = False):
+def spark_rows(cdf, immutable_keys: bool = False, needless: Collection[int] = ()):
     """Spark DataFrame of CDF rows -> DataFrame in the target table's layout (user columns + metadata)."""
     from pyspark.sql import functions as F
 
-    cdf = spark_changes(cdf, immutable_keys)
+    cdf = spark_changes(cdf, immutable_keys, needless)
     change = F.col("_change_type")
     commit = F.col("_commit_version").cast("long")
     return cdf.select(

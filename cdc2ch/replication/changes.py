@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cdc2ch.model.contract import POSTIMAGE
+
 
 @dataclass(frozen=True)
 class Prepared:
@@ -51,7 +53,8 @@ Pairs = tuple[pa.Table, pa.Table, pa.ChunkedArray] | None
 def _neighbours(rows: pa.Table, key: tuple[str, ...], order: pa.Array) -> Pairs:
     """Each row beside the next one in `order`: (head, tail, whether their keys are equal), over the key and
     metadata columns; None for fewer than two rows. The checks below compare neighbours this way."""
-    cols = rows.select([*key, "_commit_version", "_version", "_is_deleted"]).take(order)
+    cols = rows.select([*key, "_commit_version", "_version", "_is_deleted"])
+    cols = cols.append_column("_update", pc.equal(rows.column("_change_type"), POSTIMAGE)).take(order)
     n = cols.num_rows
     if n < 2:
         return None
@@ -139,8 +142,8 @@ def repeated_across_commits(rows: pa.Table, key: tuple[str, ...]) -> dict | None
     between: an insert never replaces a row in Delta, so each such repeat is one more row with that key in
     the table, and ClickHouse will keep one per key. Found within `rows` (one read range); None if none.
 
-    Needs the rows' update pre-images (tombstones): without them (--immutable-keys) an update looks the same,
-    so callers do not ask then. Costs one sort of the key columns, and only when the rows span commits.
+    An update's post-image is never counted: its pre-image, the tombstone in between, may have been left out
+    of the read (source/preimages.py). Costs one sort of the key columns, and only when the rows span commits.
     """
     versions = rows.column("_commit_version")
     if rows.num_rows < 2 or pc.min(versions).as_py() == pc.max(versions).as_py():
@@ -155,7 +158,7 @@ def _repeats(pairs: Pairs, key: tuple[str, ...]) -> dict | None:
     repeat = pc.and_(
         pc.and_(same, pc.equal(head.column("_is_deleted"), 0)),
         pc.and_(
-            pc.equal(tail.column("_is_deleted"), 0),
+            pc.and_(pc.equal(tail.column("_is_deleted"), 0), pc.invert(tail.column("_update"))),
             pc.not_equal(head.column("_commit_version"), tail.column("_commit_version")),
         ),
     )

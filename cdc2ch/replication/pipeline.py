@@ -22,7 +22,7 @@ from cdc2ch.replication.bootstrap import Bootstrap
 from cdc2ch.replication.budget import UNLIMITED, Leases, RowBudget
 from cdc2ch.replication.inputs import Inputs, check_inputs
 from cdc2ch.replication.metrics import Metrics, PipelineMetrics
-from cdc2ch.replication.ports import ChangeSource, Ports, RangeWriter
+from cdc2ch.replication.ports import Changes, ChangeSource, Ports, RangeWriter
 from cdc2ch.replication.progress import Progress
 from cdc2ch.replication.projection import designed
 from cdc2ch.replication.readahead import ReadAhead
@@ -146,7 +146,7 @@ class Replicator:
         held = [self._held(n, whole=checks_first and i == 0) for i, n in enumerate(estimates)]
         with (
             Leases(self.budget, self.stop) as leases,
-            ReadAhead(self.source.changes, cfg.immutable_keys, self.writer.collects) as reads,
+            ReadAhead(self._open_range, cfg.immutable_keys, self.writer.collects) as reads,
         ):
             for i, (s, e) in enumerate(ranges):
                 if self.stop.is_set() or self.gave_way or not leases.need(i, held[i]):
@@ -195,6 +195,10 @@ class Replicator:
         if progress is not None:
             progress.done()
         return state
+
+    def _open_range(self, start: int, end: int) -> Changes:
+        """A range's changes, told which columns identify a row (the pre-images it may leave out)."""
+        return self.source.changes(start, end, self.cfg.identity.columns)
 
     def _held(self, rows: int, whole: bool) -> int:
         """The rows this process holds while it reads and writes a range of `rows` estimated rows: none when

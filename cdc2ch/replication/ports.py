@@ -137,10 +137,11 @@ class ChangeSource(Protocol):
         """The schema as of `version` as the log records it, with each field's column mapping metadata (its
         field id: renames.py), or None when the source cannot tell. Read-only."""
 
-    def changes(self, start: int, end: int) -> Changes:
+    def changes(self, start: int, end: int, key: tuple[str, ...] = ()) -> Changes:
         """The changes of whole versions start..end (a version is never split). Reading the result twice
         yields the same rows, so a replayed range writes the same batches. Raises SourceError with advice
-        when the changes are not (or no longer) available."""
+        when the changes are not (or no longer) available. `key`, the columns that identify a row, lets a
+        source leave out the update pre-images another row of their key outranks in their commit."""
 
     def warm_up(self, immutable_keys: bool) -> float | None:
         """Pay a first read's start-up cost now; the seconds spent, or None. Best effort, never raises."""

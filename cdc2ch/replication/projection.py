@@ -49,8 +49,10 @@ class DesignedSource:
         """The schema at `version` in the target's columns, the design's options checked against it."""
         return self.design.checked_schema(self.source.schema_at(version), self.source.uri)
 
-    def changes(self, start: int, end: int) -> "DesignedChanges":
-        return DesignedChanges(self.source.changes(start, end), self.design)
+    def changes(self, start: int, end: int, key: tuple[str, ...] = ()) -> "DesignedChanges":
+        """`key` in the target's columns, passed on in the source's."""
+        key = tuple(self.design.source_name(c) for c in key)
+        return DesignedChanges(self.source.changes(start, end, key), self.design)
 
     def snapshot(self, version: int):
         return spark(self.source.snapshot(version), self.design)

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
-from contextlib import closing
 from datetime import datetime, timezone
 
 import pyarrow as pa
 
-from cdc2ch.base import phases
 from cdc2ch.base.errors import (
     CHANGE_FEED,
     Cdc2chError,
@@ -24,6 +21,7 @@ from cdc2ch.model.tableref import is_local, normalize_uri, parse_table
 from cdc2ch.source.cdfscan import StateSnapshots, check_table
 from cdc2ch.source.cdfscan import delta_log as _delta_log
 from cdc2ch.source.cdfscan import scanned_changes as _scanned_changes
+from cdc2ch.source.feed import SparkChanges
 from cdc2ch.source.jvmmeta import jvm_properties, jvm_table_id, logged_schema
 from cdc2ch.source.jvmmeta import protocol as _protocol
 from cdc2ch.source.lazy import local_master, running, session_of
@@ -34,10 +32,9 @@ from cdc2ch.source.log import (
     LogChanged,
     python_log,
 )
-from cdc2ch.source.logstate import LocalLogFiles, LogStates, TableState, cdf_schema, live_paths
+from cdc2ch.source.logstate import LocalLogFiles, LogStates, TableState, live_paths
 from cdc2ch.source.sessionconf import session_conf
-from cdc2ch.source.threads import arrow_batches, to_arrow
-from cdc2ch.source.variants import variants_as_json
+from cdc2ch.source.threads import to_arrow
 
 __all__ = ["Commit", "DeltaSource", "normalize_uri", "session_conf"]
 
@@ -136,7 +133,7 @@ class DeltaSource:
         except Exception as exc:
             raise self.translate(exc, "the Delta log", version, None) from exc
 
-    def _table_state(self, version: int | None = None) -> TableState:
+    def table_state(self, version: int | None = None) -> TableState:
         """A local table's metadata and protocol at `version` (default: the latest), from its log."""
         log = self._log()
         try:
@@ -167,13 +164,13 @@ class DeltaSource:
     def schema_at(self, version: int) -> dict:
         """The table's schema (Spark JSON form) as of `version`; reads only the log."""
         if self.local:
-            return self._table_state(version).schema
+            return self.table_state(version).schema
         return self.snapshot(version).schema.jsonValue()
 
     def mapped_schema(self, version: int) -> dict | None:
         """The schema as of `version` with its column mapping metadata, from the log."""
         return (
-            self._table_state(version).mapped_schema
+            self.table_state(version).mapped_schema
             if self.local
             else logged_schema(self.spark, self.location, version)
         )
@@ -232,25 +229,26 @@ class DeltaSource:
 
     def properties(self) -> dict[str, str]:
         """The table properties of the latest version."""
-        return self._table_state().properties if self.local else jvm_properties(self)
+        return self.table_state().properties if self.local else jvm_properties(self)
 
     def protocol(self) -> dict:
         """The latest version's protocol: minReaderVersion, minWriterVersion, readerFeatures and
         writerFeatures (feature names as the log spells them)."""
-        return self._table_state().features() if self.local else _protocol(self)
+        return self.table_state().features() if self.local else _protocol(self)
 
     def table_id(self) -> str:
         """The Delta table's id (metaData.id): it stays for the table's life and a table created again, at
         the same place or elsewhere, gets a new one."""
-        return self._table_state().table_id if self.local else jvm_table_id(self)
+        return self.table_state().table_id if self.local else jvm_table_id(self)
 
     # -- data -------------------------------------------------------------------------------------
-    def changes(self, start: int, end: int) -> "SparkChanges":
+    def changes(self, start: int, end: int, key: tuple[str, ...] = ()) -> SparkChanges:
         """The Change Data Feed for versions [start, end] (lazy; the schema is that of version `end`). A
         local table's read is planned only when its rows are read: a reader that reads the files itself
-        (--reader clickhouse) starts no JVM."""
+        (--reader clickhouse) starts no JVM. `key`: the columns that identify a row, where the caller knows
+        them: a local table's read then leaves out the pre-images no target row needs (preimages.py)."""
         self._check()
-        changes = SparkChanges(self, start, end)
+        changes = SparkChanges(self, start, end, key if self.local else ())
         if not self.local:
             _ = changes.frame  # planned now, as Delta checks the range then
         return changes
@@ -376,61 +374,6 @@ def _version_at(source: DeltaSource, ts: datetime) -> int:
             f"{source.latest().version}. Pass an earlier --from-timestamp or use --from-version."
         )
     return later[0]
-
-
-class SparkChanges:
-    """A version range of the Change Data Feed, read through Spark (the Changes port)."""
-
-    def __init__(self, source: DeltaSource, start: int, end: int):
-        self.source, self.start, self.end = source, start, end
-        self.uri, self.location = source.uri, source.location
-        self._frame = self._schema = None
-
-    @property
-    def frame(self):
-        """The Spark read, planned on first use (starting Spark if need be)."""
-        if self._frame is None:
-            with phases.timed("plan"):  # (a JVM started for it counts as its own phase)
-                self._frame = self.source._plan_changes(self.start, self.end)
-        return self._frame
-
-    @property
-    def schema(self) -> dict:
-        """The rows' schema: the table's at `end` and the feed's columns; from the log for a local table."""
-        if self._schema is None:
-            if self._frame is None and self.source.local:
-                self._schema = cdf_schema(self.source.schema_at(self.end))
-            else:
-                self._schema = self.frame.schema.jsonValue()
-        return self._schema
-
-    def spark_rows(self, immutable_keys: bool):
-        return contract.spark_rows(variants_as_json(self.frame), immutable_keys)
-
-    def feed(self, immutable_keys: bool):
-        """The Spark frame arrow_rows collects: Spark only scans (and drops pre-images); the metadata
-        columns are computed on the Arrow rows, which took a fifth off a warm read of W1's and W2's ranges."""
-        return contract.spark_changes(variants_as_json(self.frame), immutable_keys)
-
-    def arrow_rows(self, immutable_keys: bool) -> pa.Table:
-        rows = self.source.collect(self.feed(immutable_keys), CHANGE_FEED, self.start, self.end)
-        with phases.timed("arrow"):
-            return contract.arrow_rows(rows)
-
-    def arrow_chunks(self, immutable_keys: bool, held_rows: int) -> Iterator[pa.Table]:
-        """The rows of arrow_rows, one Spark Arrow batch at a time, as the scan's tasks end."""
-        feed = self.feed(immutable_keys)  # planning translates its own failures
-        try:
-            with closing(arrow_batches(feed, held_rows)) as batches:  # closed with this generator, not later
-                for batch in batches:
-                    with phases.timed("arrow"):
-                        rows = contract.arrow_rows(pa.Table.from_batches([batch]))
-                    yield rows
-        except Exception as exc:  # py4j / pyspark errors carry the Java message
-            raise self.read_error(exc) from exc
-
-    def read_error(self, exc: Exception) -> Exception:
-        return self.source.translate(exc, CHANGE_FEED, self.start, self.end)
 
 
 def _from_ms(ms: int) -> datetime:

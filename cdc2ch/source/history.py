@@ -34,9 +34,9 @@ def replay(commits: list[Commit]) -> Replay | None:
         files = commit.files
         # A version with change files is read from them alone, and they never belong to the table; a version
         # without is read from the files it adds (inserted rows) and removes (deleted rows).
-        reads_actions = files.change_file is None
-        if files.change_file is not None and first is None:
-            first = (commit.version, files.change_file)
+        reads_actions = not files.change_files
+        if files.change_files and first is None:
+            first = (commit.version, files.change_files[0])
         kept = {path for path, _, _ in files.added}
         for path, data_change in files.removed:
             if path in kept:  # removed and added again with a new deletion vector: the file stays

@@ -30,7 +30,7 @@ class Files:
 
     added: tuple[tuple[str, int | None, bool], ...] = ()  # (path, live rows or None, dataChange)
     removed: tuple[tuple[str, bool], ...] = ()  # (path, dataChange)
-    change_file: str | None = None  # the first of its change files (_change_data/...), if it wrote any
+    change_files: tuple[str, ...] = ()  # its change files (_change_data/...), if it wrote any
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def parse_commit(version: int, text: str, modified_ms: int) -> Commit:
         files=Files(
             tuple((a["path"], _live(a), a.get("dataChange", True)) for a in adds),
             tuple((r["path"], r.get("dataChange", True)) for r in removes),
-            cdcs[0]["path"] if cdcs else None,
+            tuple(c["path"] for c in cdcs),
         ),
         protocol=protocol,
     )

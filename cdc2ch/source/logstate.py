@@ -111,13 +111,15 @@ class LogStates:
 def live_paths(location: str, files, version: int) -> list[tuple[str, int | None]]:
     """live_files with each path absolute, as ClickHouse's `_path` and Spark's inputFiles name it (a
     partition directory keeps its escapes: the log's path is unquoted once)."""
+    return sorted((table_file(location, path), rows) for path, rows in live_files(files, version).items())
+
+
+def table_file(location: str, path: str) -> str:
+    """The absolute path of a local table's file, named as the log names it (relative or a `file:` URI)."""
+    if urlsplit(path).scheme == "file":
+        return urlsplit(unquote(path)).path
     root = urlsplit(location).path if urlsplit(location).scheme == "file" else location
-    out = []
-    for path, rows in live_files(files, version).items():
-        scheme = urlsplit(path).scheme
-        full = urlsplit(unquote(path)).path if scheme == "file" else f"{root.rstrip('/')}/{unquote(path)}"
-        out.append((full, rows))
-    return sorted(out)
+    return f"{root.rstrip('/')}/{unquote(path)}"
 
 
 def live_files(files, version: int) -> dict[str, int | None]:

@@ -221,8 +221,8 @@ class SharedSource:
         check_served(self.uri, lines)
 
     # -- rows -----------------------------------------------------------------------------------------
-    def changes(self, start: int, end: int) -> SharedChanges:
-        return SharedChanges(self, start, end)
+    def changes(self, start: int, end: int, key: tuple[str, ...] = ()) -> SharedChanges:
+        return SharedChanges(self, start, end)  # every pre-image: the writers leave out the outranked ones
 
     def warm_up(self, immutable_keys: bool) -> float | None:
         return None  # nothing to compile ahead: the tasks are plain Python

@@ -118,6 +118,7 @@ class FakeSource:
     def __init__(self, table: FakeTable, uri: str = "/lake/t"):
         self.table, self.uri, self.location = table, uri, uri
         self.reads: list[tuple[int, int]] = []
+        self.keys: set[tuple[str, ...]] = set()  # the keys its reads were told identify a row
 
     def latest(self) -> Commit:
         return self.table.versions[-1]["commit"]
@@ -158,8 +159,9 @@ class FakeSource:
     def mapped_schema(self, version: int) -> dict | None:
         return None  # no column mapping: renames stay breaking
 
-    def changes(self, start: int, end: int) -> FakeChanges:
+    def changes(self, start: int, end: int, key: tuple[str, ...] = ()) -> FakeChanges:
         self.reads.append((start, end))
+        self.keys.add(key)
         rows = [r for v in range(start, end + 1) for r in self.table.versions[v]["changes"]]
         return FakeChanges(start, end, self.uri, self.table.versions[end]["schema"], rows)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from cdc2ch.base.errors import SchemaChangeError, SourceError, StateError
+from cdc2ch.model.design import TableDesign
 from cdc2ch.replication import resync
 from tests.unit.fakes import Crash, FakeTable, Harness
 
@@ -29,6 +30,14 @@ def test_a_history_replicates_and_a_rerun_changes_nothing():
     raw = len(h.db.tables["db.t"]["rows"])
     assert h.run().committed_version == h.table.latest  # nothing new
     assert len(h.db.tables["db.t"]["rows"]) == raw and h.lock.acquired == 2 and not h.lock.held
+
+
+def test_every_read_is_told_the_columns_that_identify_a_row_in_the_source_s_names():
+    """What lets a source leave out the pre-images another row of their key outranks (preimages.py)."""
+    h = Harness(history(), design=TableDesign(("id",), order_by=("name", "id"), rename=(("name", "label"),)))
+    assert h.cfg.identity.columns == ("label", "id")
+    assert h.run().committed_version == h.table.latest
+    assert h.source.keys == {("name", "id")}
 
 
 def test_ranges_follow_the_row_bound_and_never_split_a_version():
