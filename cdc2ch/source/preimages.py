@@ -2,7 +2,7 @@
 row of its key in the same commit, which outranks it (contract.py), so FINAL never shows it.
 
 Told from the key columns and `_change_type` of the commits' change files, read by pyarrow while Spark plans
-the range: the JVM then leaves those pre-images out of the scan instead of converting rows (44% of a MERGE's)
+the range: the JVM then leaves those pre-images out of the scan instead of converting rows (half of an update's)
 that the writers would leave out anyway. A key-changing update keeps its pre-image, the tombstone that
 removes the old key. Where the files cannot tell (a key in partition values or under column mapping, a file
 unreadable), no commit is named and every pre-image is read, as before.
