@@ -31,7 +31,7 @@ def prepare(rows: pa.Table, key: tuple[str, ...], across_commits: bool) -> Prepa
     neighbouring rows; a second sort orders what is left for replay (one sort in all when the rows share one
     `_version`, as a snapshot's do)."""
     by_key = key_order(rows, key)
-    pairs = _neighbours(rows, key, by_key)
+    pairs = _neighbours(rows, key, by_key, updates=across_commits)
     duplicates = _duplicates(pairs, key)
     span = pc.min_max(rows.column("_version"))
     if span["min"].as_py() == span["max"].as_py():  # nothing outranked; key order is replay order
@@ -50,11 +50,14 @@ def key_order(rows: pa.Table, key: tuple[str, ...]) -> pa.Array:
 Pairs = tuple[pa.Table, pa.Table, pa.ChunkedArray] | None
 
 
-def _neighbours(rows: pa.Table, key: tuple[str, ...], order: pa.Array) -> Pairs:
+def _neighbours(rows: pa.Table, key: tuple[str, ...], order: pa.Array, updates: bool = False) -> Pairs:
     """Each row beside the next one in `order`: (head, tail, whether their keys are equal), over the key and
-    metadata columns; None for fewer than two rows. The checks below compare neighbours this way."""
+    metadata columns, and with `updates` whether each row is an update's post-image (`_update`, for
+    _repeats); None for fewer than two rows. The checks below compare neighbours this way."""
     cols = rows.select([*key, "_commit_version", "_version", "_is_deleted"])
-    cols = cols.append_column("_update", pc.equal(rows.column("_change_type"), POSTIMAGE)).take(order)
+    if updates:
+        cols = cols.append_column("_update", pc.equal(rows.column("_change_type"), POSTIMAGE))
+    cols = cols.take(order)
     n = cols.num_rows
     if n < 2:
         return None
@@ -148,10 +151,11 @@ def repeated_across_commits(rows: pa.Table, key: tuple[str, ...]) -> dict | None
     versions = rows.column("_commit_version")
     if rows.num_rows < 2 or pc.min(versions).as_py() == pc.max(versions).as_py():
         return None
-    return _repeats(_neighbours(rows, key, key_order(rows, key)), key)
+    return _repeats(_neighbours(rows, key, key_order(rows, key), updates=True), key)
 
 
 def _repeats(pairs: Pairs, key: tuple[str, ...]) -> dict | None:
+    """repeated_across_commits over neighbours paired with `updates`."""
     if pairs is None:
         return None
     head, tail, same = pairs
