@@ -151,6 +151,7 @@ class Phase:
         """Signal the service and wait for it; its exit code (None: it had to be killed)."""
         if not self.alive():
             return self.service.returncode if self.service else None
+        wait_until_catching(self.service.pid, signal.SIGTERM)
         self.service.send_signal(sig)
         try:
             return self.service.wait(timeout)
@@ -158,6 +159,22 @@ class Phase:
             self.service.kill()
             self.service.wait()
             return None
+
+
+def wait_until_catching(pid: int, sig: int, timeout: float = 30) -> None:
+    """Until the process handles `sig` (its SigCgt mask): cdc2ch catches stop signals from its first line,
+    but not in the milliseconds before it, while Python itself starts: there a signal's default action
+    ends the process (which systemd counts as a clean stop), and that is not what the soak checks."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                caught = next(int(line.split()[1], 16) for line in fh if line.startswith("SigCgt:"))
+        except (OSError, StopIteration):
+            return  # gone, or no /proc: signal it as it is
+        if caught >> (sig - 1) & 1:
+            return
+        time.sleep(0.01)
 
 
 def jvm_of(pid: int) -> int | None:

@@ -9,10 +9,14 @@ import click
 from click.core import ParameterSource
 
 from cdc2ch import __version__
-from cdc2ch.base import log
+from cdc2ch.base import log, stop
 from cdc2ch.base.errors import Cdc2chError, jvm_stopped
 from cdc2ch.commands import app
 from cdc2ch.commands.options import Invocation, click_options
+
+# The commands that stop after the current batch on SIGTERM/SIGINT (app's stop_on_signals): a signal that
+# came while the command line was imported stops them cleanly too. The others get the usual handlers back.
+CLEAN_STOPS = frozenset({"run", "snapshot", "reshape", "verify"})
 
 
 def _fail(exc: Cdc2chError) -> None:
@@ -62,6 +66,8 @@ def main():
     Changes are read with Spark, written in Arrow batches into ReplacingMergeTree tables (soft deletes,
     versioned by the Delta commit), and the offset is kept in ClickHouse so a restart resumes exactly.
     """
+    if click.get_current_context().invoked_subcommand not in CLEAN_STOPS:
+        stop.release()
 
 
 @main.command()

@@ -5,8 +5,6 @@ imported inside the functions so that `cdc2ch --help` stays fast."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
 import threading
 from contextlib import contextmanager
@@ -17,60 +15,12 @@ import click
 from cdc2ch.base import log as logsetup
 from cdc2ch.base.errors import Cdc2chError, ConfigError, summarise
 from cdc2ch.base.log import get_logger
+from cdc2ch.base.stop import stop_on_signals
 from cdc2ch.commands.listing import configured, pipelines, start_logging, wait_for_tables
 from cdc2ch.commands.options import Invocation, load_config, merge, process_options
 from cdc2ch.model.config import ProcessOptions, RunConfig, TargetName, parse_duration
 
 log = get_logger("cdc2ch")
-
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-@contextmanager
-def stop_on_signals():
-    """Yields an event that SIGTERM or SIGINT (Ctrl-C: sent to the whole process group, where the Spark JVM
-    ignores it and PySpark's workers are in a group of their own) set: the work stops after the current
-    batch, exit 0. A second signal means now (KeyboardInterrupt).
-
-    The handler may run between any two bytecodes of the main thread, inside a py4j call or a write to
-    stderr, or while that thread holds the event's lock: it takes no lock and writes nothing but one byte
-    to a pipe. A thread reads it, sets the event and logs the signal."""
-    stop = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield stop
-        return
-    read_end, write_end = os.pipe()
-    received: list[int] = []
-
-    def handler(signum, frame):
-        if received:
-            raise KeyboardInterrupt
-        received.append(signum)
-        os.write(write_end, bytes([signum]))
-
-    def announce() -> None:
-        signum = os.read(read_end, 1)[0]
-        if signum:
-            stop.set()
-            name = signal.Signals(signum).name
-            logsetup.when_configured(
-                lambda: log.warning("signal_received", signal=name, action="stopping after the current batch")
-            )
-
-    watcher = threading.Thread(target=announce, name="cdc2ch-signals", daemon=True)
-    watcher.start()
-    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
-    try:
-        yield stop
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-        if not received:
-            os.write(write_end, b"\0")  # no signal came: let the watcher end
-        watcher.join(5)
-        os.close(read_end)
-        os.close(write_end)
 
 
 @contextmanager

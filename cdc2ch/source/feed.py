@@ -11,11 +11,14 @@ import pyarrow as pa
 
 from cdc2ch.base import phases
 from cdc2ch.base.errors import CHANGE_FEED
+from cdc2ch.base.log import get_logger
 from cdc2ch.model import contract
 from cdc2ch.source import preimages
 from cdc2ch.source.logstate import cdf_schema
 from cdc2ch.source.threads import arrow_batches
 from cdc2ch.source.variants import variants_as_json
+
+log = get_logger("cdc2ch.source")
 
 
 class SparkChanges:
@@ -67,7 +70,10 @@ class SparkChanges:
         try:
             source, state = self.source, self.source.table_state(self.end)
             return preimages.needless(source.location, state, source.commits(self.start, self.end), self.key)
-        except Exception:  # only a slower read: every pre-image is read, as without a key
+        except Exception as exc:  # only a slower read: every pre-image is read, as without a key
+            log.debug(
+                "preimages_all_read", start=self.start, end=self.end, reason=f"{type(exc).__name__}: {exc}"
+            )
             return frozenset()
 
     def arrow_rows(self, immutable_keys: bool) -> pa.Table:

@@ -4,11 +4,15 @@ written here by pyarrow as Delta writes them (the key columns and `_change_type`
 from __future__ import annotations
 
 import json
+import logging
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import structlog
+from structlog.testing import capture_logs
 
+from cdc2ch.source.feed import SparkChanges
 from cdc2ch.source.log import Commit, Files
 from cdc2ch.source.logstate import TableState
 from cdc2ch.source.preimages import needless
@@ -84,3 +88,26 @@ def test_where_the_change_files_cannot_tell_every_pre_image_is_read(tmp_path):
     assert needless(str(tmp_path), state(), nulls, ("id", "part")) == frozenset()
     (tmp_path / ordinary[0].files.change_files[0]).unlink()  # vacuumed: the read will say so, not this
     assert needless(str(tmp_path), state(), ordinary, ("id",)) == frozenset()
+
+
+@pytest.fixture
+def debug_level():
+    before = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    yield
+    structlog.configure(**before)
+
+
+def test_a_range_the_files_cannot_tell_about_reads_every_pre_image_and_says_why(debug_level):
+    class Unreadable:  # a source whose log cannot be read at the range's end
+        uri = location = "/nowhere"
+
+        def table_state(self, version):
+            raise FileNotFoundError(f"_delta_log/{version:020}.json")
+
+    with capture_logs() as logs:
+        assert SparkChanges(Unreadable(), 3, 5, ("id",))._needless() == frozenset()
+    assert logs == [
+        {"event": "preimages_all_read", "log_level": "debug", "start": 3, "end": 5,
+         "reason": "FileNotFoundError: _delta_log/00000000000000000005.json"}
+    ]  # fmt: skip
