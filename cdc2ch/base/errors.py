@@ -53,8 +53,8 @@ JVM_STOPPED = "Spark's JVM stopped; most often it ran out of memory, as its last
 def error_text(exc: BaseException) -> str:
     """An exception's text, or JVM_STOPPED when the JVM is gone (a local JVM exits when it runs out of
     memory): a call under way then fails on its connection, the next call cannot connect (even the one
-    PySpark makes to describe the error), and an error it returned can no longer be read. Either way the
-    failure still gets its paragraph."""
+    PySpark makes to describe the error), an error it returned can no longer be read, or the job was
+    cancelled by the JVM's shutdown hook. Either way the failure still gets its paragraph."""
     try:
         from py4j.protocol import Py4JError, Py4JNetworkError
     except ImportError:  # no Spark in this process: no JVM to lose
@@ -66,9 +66,10 @@ def error_text(exc: BaseException) -> str:
     ):
         return JVM_STOPPED
     try:
-        return str(exc)
+        text = str(exc)
     except Exception:
         return JVM_STOPPED
+    return JVM_STOPPED if _context_shut_down(text) else text
 
 
 def jvm_stopped(exc: BaseException) -> "SourceError | None":
@@ -116,6 +117,19 @@ def _own_name_missing(exc: BaseException) -> bool:
     it describes the job's error (`py4j.reflection`, `py4j.reflection.TypeUtil`, ...), before it exits."""
     name, _, rest = str(exc).partition(" ")
     return name.startswith("py4j.") and rest == "does not exist in the JVM"
+
+
+# Spark's own words for a job its context's shutdown cancelled (DAGScheduler.cleanUpAfterSchedulerStop)
+_CANCELLED_AT_SHUTDOWN = re.compile(
+    r"\bSparkException: Job \d+ cancelled because SparkContext was shut down\b"
+)
+
+
+def _context_shut_down(text: str) -> bool:
+    """Whether a call failed because its job was cancelled when the SparkContext was shut down. cdc2ch never
+    stops the context while it reads, so this is the JVM's shutdown hook at work: a JVM exiting, on
+    OutOfMemoryError for one, may cancel the job before the job's own failure reaches it."""
+    return _CANCELLED_AT_SHUTDOWN.search(text) is not None
 
 
 def _raised_by_py4j(exc: BaseException) -> bool:

@@ -149,7 +149,7 @@ def test_an_error_from_a_jvm_that_is_gone_is_told_as_such():
     """A local JVM exits on OutOfMemoryError. A call under way then fails on its connection (py4j's
     'Error while sending or receiving'), and an error it already returned cannot be turned into text: both
     read as JVM_STOPPED, which the snapshot's out-of-memory paragraph recognises. So does the bare error py4j
-    makes up when the connection is reset mid-call."""
+    makes up when the connection is reset mid-call, and the job cancelled by the exiting JVM's shutdown hook."""
     from py4j.protocol import ERROR, STRING_TYPE, Py4JError, Py4JNetworkError, get_return_value
 
     class Unreadable(Exception):
@@ -186,6 +186,16 @@ def test_an_error_from_a_jvm_that_is_gone_is_told_as_such():
         == "[Errno 111] Connection refused"
     )
     assert error_text(ValueError("plain")) == "plain"
+
+    # An exiting JVM's shutdown hook stops the context, which may cancel the job before the job's own
+    # failure (OutOfMemoryError) reaches it; the JVM is still there to say so (text as Spark 4.1 gave it).
+    cancelled = (
+        "An error occurred while calling z:org.apache.spark.api.python.PythonRDD.runJob.\n: "
+        "org.apache.spark.SparkException: Job 4 cancelled because SparkContext was shut down\n\tat "
+        "org.apache.spark.scheduler.DAGScheduler.$anonfun$cleanUpAfterSchedulerStop$1(DAGScheduler.scala:1309)"
+    )
+    assert error_text(RuntimeError(cancelled)) == JVM_STOPPED
+    assert error_text(RuntimeError(cancelled.replace("SparkContext", "a user"))) != JVM_STOPPED
 
 
 def test_a_jvm_gone_outside_a_translated_call_gets_a_paragraph_and_the_block_error_stays():
