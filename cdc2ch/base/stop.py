@@ -75,8 +75,10 @@ def stop_on_signals():
     watcher = threading.Thread(target=announce, name="cdc2ch-signals", daemon=True)
     watcher.start()
     previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    previous.update(_before)  # taken over for good: afterwards the usual handlers, not catch_early's
+    _before.clear()
     if _early:
-        handler(_early.pop(0), None)
+        handler(_early[0], None)
     _early.clear()
     try:
         yield stop

@@ -47,6 +47,7 @@ def test_a_signal_caught_before_the_command_took_over_is_its_first(sig):
         with stop.stop_on_signals() as again:  # taken over once, not twice
             pass
         assert not again.is_set()
+        assert {s: signal.getsignal(s) for s in stop.STOP_SIGNALS} == before  # not catch_early's recorders
     finally:
         stop.release()
     assert {s: signal.getsignal(s) for s in stop.STOP_SIGNALS} == before
