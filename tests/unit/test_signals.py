@@ -89,3 +89,21 @@ def test_other_commands_signalled_while_starting_end_as_they_always_did(tmp_path
         ["query", "SELECT 1", "--clickhouse", f"chdb://{tmp_path / 'ch'}"], "SIGTERM", tmp_path
     )
     assert done.returncode == -signal.SIGTERM and "1" not in done.stdout
+
+
+def test_the_commands_that_keep_early_signals_are_those_that_take_them_over():
+    """cli keeps the signals caught while it loaded for CLEAN_STOPS and hands them back for every other
+    command: a command of the list that never entered stop_on_signals would swallow Ctrl-C, and one off the
+    list that enters it would let an early signal kill it instead of stopping it cleanly."""
+    import inspect
+
+    from cdc2ch import cli
+    from cdc2ch.commands import app
+
+    commands = set(cli.main.commands)
+    assert cli.CLEAN_STOPS <= commands
+    functions = {
+        name: getattr(app, name) for name in commands if inspect.isfunction(getattr(app, name, None))
+    }
+    entering = {name for name, fn in functions.items() if "stop_on_signals()" in inspect.getsource(fn)}
+    assert entering == cli.CLEAN_STOPS and len(functions) > len(entering)
