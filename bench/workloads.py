@@ -22,6 +22,7 @@ Contenders, each into its own ReplacingMergeTree table of the same layout on the
              delta_lake_snapshot_start_version/end_version (the physical limit here; bench/native_peer.py,
              own process, as cdc2ch's ClickHouse reader runs); the two run SHORT_RUNS times each,
              alternating, each in a fresh database, and the median run of each is compared
+cdc2ch's Spark reader and the streaming peer likewise run SPARK_RUNS times each, alternating.
 Prints one line per figure, with each cdc2ch run's time split (read, inserts, the rest) and its CPU by
 thread group (JIT compilers, collector, Spark tasks, driver threads, Python), and writes bench/results.md
 and bench/results.png.
@@ -58,6 +59,9 @@ SIZES = {
     ),
     "quick": dict(zip(_W, (200_000, 5, 100_000, 3, 14, 0, False, 5)), w5_rows=2_000_000, w5_versions=10),
 }
+# Runs of each Spark contender (cdc2ch's Spark reader, the streaming peer) per workload, the two alternating:
+# one run of either varies by a fifth on these 2 cores (W5: 10.2 and 13.2 s, same code, back to back)
+SPARK_RUNS = {"full": 3, "quick": 1}
 COLUMNS = "id BIGINT, tenant INT, name STRING, amount DOUBLE, at TIMESTAMP"
 BATCH = 80_000
 SHORT_RUNS = 5  # runs of each sub-second contender (the ClickHouse reader, native) per workload
@@ -557,7 +561,15 @@ def main(size: str) -> None:
                     f"{name}: built versions {start}..{end}, {n:,} change rows, in {time.monotonic() - t1:.1f} s"
                 )
                 shape = spark.read.format("delta").load(path).schema
-                cdc = run_cdc2ch(path, start, cdc_dsn, name.lower())
+                # The Spark contenders alternate, each run in an embedded database of its own; the median run
+                # of each counts.
+                cdcs, streams = [], []
+                for i in range(SPARK_RUNS[size]):
+                    own = tmp / f"ch-spark-{name.lower()}-{i}"
+                    cdcs.append(run_cdc2ch(path, start, f"chdb://{own / 'cdc2ch'}", name.lower()))
+                    streams.append(run_streaming(path, start, f"chdb://{own / 'streaming'}", "t"))
+                    shutil.rmtree(own)
+                cdc, stream = median_run(cdcs), median_run(streams)
                 # The ClickHouse reader and native take about a second, where one run's noise is a tenth of
                 # it: each runs SHORT_RUNS times, the two alternating, and the median run of each counts. Each
                 # run has a database of its own, where no earlier run's parts wait to be merged.
@@ -571,9 +583,6 @@ def main(size: str) -> None:
                     shutil.rmtree(own)
                 push, nat = median_run(pushes), median_run(nats)
                 ref = run_reference(sink, path, start, end, _target(sink, f"ref_{name.lower()}", shape))
-                stream = run_streaming(
-                    path, start, f"chdb://{tmp / 'ch-streaming'}", f"stream_{name.lower()}"
-                )
                 mine = {"cdc2ch": cdc, "cdc2ch --reader clickhouse": push}
                 mine = {k: r for k, r in mine.items() if r is not None}
                 peers = {"reference": ref, "native": nat, "streaming": stream}
@@ -592,7 +601,12 @@ def main(size: str) -> None:
                 )
                 say(f"{name} ClickHouse native: {rate['native']:,.0f} rows/s ({nat['seconds']:.2f} s); peak RSS "
                     f"{nat['rss'] >> 20:,} MiB")  # fmt: skip
-                for label, runs in (("cdc2ch --reader clickhouse", pushes), ("ClickHouse native", nats)):
+                for label, runs in (
+                    ("cdc2ch", cdcs),
+                    ("Spark streaming peer", streams),
+                    ("cdc2ch --reader clickhouse", pushes),
+                    ("ClickHouse native", nats),
+                ):
                     if runs:
                         each = ", ".join(f"{r['seconds']:.2f}" for r in runs)
                         say(f"{name} {label}, {len(runs)} alternating runs: {each} s (the median counts)")
