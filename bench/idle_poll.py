@@ -1,14 +1,14 @@
 """What a cron poll with nothing new costs: `python bench/idle_poll.py [--runs N] [--json]`.
 
 One small Delta table (written by delta-rs), replicated once; then `cdc2ch run --once` is timed as a whole
-process (its bytecode compiled, as installed), N times, while no version is new: against the embedded default (chdb:///dir) and against a server
-target (tests/chserver.py: cdc2ch's ClickHouse HTTP interface on chdb, in a process of its own). Beside it,
-two references, each a process that opens the embedded engine and answers one query: through chdb's own
-API (the engine itself), and through clickhouse-connect (the client cdc2ch writes with, whose import brings
-urllib3 and ssl). Prints the median, min and max wall and the peak RSS of each process tree (the command and
-anything it starts, a JVM included), sampled from /proc, and the CPU seconds of the tree (what a loaded
-machine stretches the wall from), and checks the goals: <= 1 s wall; <= 150 MB against a server; no more
-than the engine itself (chdb's own API) on the embedded default.
+process (its bytecode compiled, as installed), N times, while no version is new: against the embedded default
+(chdb:///dir) and against a server target (tests/chserver.py: cdc2ch's ClickHouse HTTP interface on chdb, in
+a process of its own). Beside it, two references, each a process that opens the embedded engine and answers
+one query: through chdb's own API (the engine itself), and through clickhouse-connect (the client cdc2ch
+writes with, whose import brings urllib3 and ssl). Prints the median, min and max wall and the peak RSS of
+each process tree (the command and anything it starts, a JVM included), sampled from /proc, and the CPU
+seconds of the tree (what a loaded machine stretches the wall from), and checks the goals: <= 1 s wall; <=
+150 MB against a server; no more than the engine itself (chdb's own API) on the embedded default.
 """
 
 from __future__ import annotations
