@@ -89,8 +89,9 @@ class Lifecycle:
         """Rebuild the pipeline's target through the side-table swap when a resync is asked for (a claimed
         pipeline, between two steps); recorded as done once swapped in, so it runs once."""
         request = self._owed(cfg)
-        if request is None or not job.claimed:
+        if request is None or not (job.claimed or job.deferred is not None):
             return
+        job.claim()
         reason = f"requested by {request.by}" + (f": {request.reason}" if request.reason else "")
         if job.rebuild(reason):
             with self._lock:  # done: not again, whatever a read that began before this brings back

@@ -26,7 +26,7 @@ from cdc2ch.replication.ports import Changes, ChangeSource, Ports, RangeWriter
 from cdc2ch.replication.progress import Progress
 from cdc2ch.replication.projection import designed
 from cdc2ch.replication.readahead import ReadAhead
-from cdc2ch.replication.resume import resumed
+from cdc2ch.replication.resume import idle, resumed
 from cdc2ch.replication.resync import Resync
 
 log = get_logger("cdc2ch.pipeline")
@@ -66,6 +66,9 @@ class Replicator:
         # Whether this runner holds the pipeline and its offset is recorded. A new pipeline claims itself
         # only once its first range is read and checked: refused input leaves no table and no offset.
         self.claimed = False
+        # A --once poll of a pipeline with an offset that finds nothing to write holds it unclaimed (resume.py):
+        # its inputs, to claim with before a write it did not foresee.
+        self.deferred: Inputs | None = None
         # Asked between two ranges of a long catch-up: end this step there and let other pipelines run
         # (the runner asks its schedule); `gave_way` says the last step ended so, with work left.
         self.turn_over: Callable[[], bool] = lambda: False
@@ -88,23 +91,32 @@ class Replicator:
             self._configure(readers.resolved(self.cfg, self.source, remote, has_setting, self.log))
         return check_inputs(self.cfg, self.source, self.ports, self.bootstrap)
 
-    def initial_state(self, inputs: Inputs) -> PipelineState:
-        """Where the pipeline stands: the stored offset (claimed now), or for a new pipeline an offset before
-        `start` that is claimed and recorded only once the first range passed its checks (claim_first_range)."""
-        if inputs.stored is None:
-            return self.bootstrap.begin(inputs.initial, inputs.start, inputs.table_id)
-        self.ports.lock.acquire()  # inputs are fine: from here on this process writes
+    def claim(self, inputs: Inputs | None = None) -> None:
+        """Claim the pipeline's offset by `inputs`, or one held unclaimed (`deferred`) before a write it did not
+        foresee (a version that came since it looked, a resync asked for); then read the offset again, now
+        that nobody else can move it, and finish a resync that a crash interrupted."""
+        inputs, self.deferred = inputs or self.deferred, None
+        if inputs is None:
+            return
+        self.ports.lock.acquire()
         self.claimed = True
-        return resumed(self.cfg, self.source, self.ports.store, inputs.start, inputs.table_id, self.log)
+        state = resumed(self.cfg, self.source, self.ports.store, inputs.start, inputs.table_id, self.log)
+        self.state = self.resync.recover(state)
 
     @phases.recorded
     def start(self) -> PipelineState:
-        """Check the inputs, claim a pipeline that has an offset, and finish any interrupted resync."""
+        """Check the inputs, then claim a pipeline that has an offset (unless a --once poll has nothing to
+        write) and finish any interrupted resync. A new pipeline begins before its start version and is
+        claimed once its first range passed the checks (catch_up, claim_first_range)."""
         inputs = self.check_inputs()
         self.writer = self.ports.writer(inputs.writer)
-        state = self.initial_state(inputs)
-        # A new pipeline is claimed once its first range passed the checks (catch_up, `claimed`).
-        self.state = self.resync.recover(state) if self.claimed else state
+        if inputs.stored is None:
+            self.state = self.bootstrap.begin(inputs.initial, inputs.start, inputs.table_id)
+        elif idle(self.cfg, inputs, self.source, self.resync):
+            self.ports.lock.check()  # one that another runner holds is refused all the same
+            self.state, self.deferred = inputs.stored, inputs
+        else:
+            self.claim(inputs)  # inputs are fine: from here on this process writes
         self.started = self.state  # where this runner took over (what the Python API reports from)
         self.log.info(
             "start",
@@ -128,14 +140,14 @@ class Replicator:
             self.log.info(
                 "resuming_interrupted_range", start=state.interrupted_range[0], end=state.interrupted_range[1]
             )
-        max_rows = cfg.max_rows_per_read * self.writer.range_factor
-        # a new pipeline's first range is read whole and checked before the claim: within the plain bound
-        checks_first = not self.claimed
-        first = cfg.max_rows_per_read if checks_first else None
-        ranges = plan.catch_up_ranges(commits, max_rows, state.interrupted_range, first)
-        breaks = plan.schema_breaks(commits)
+        checks_first = not self.claimed  # a new pipeline's first range
+        writer = self.writer
+        cut = plan.schedule(
+            commits, state.interrupted_range, cfg.max_rows_per_read, writer.range_factor, writer.collects,
+            self.source.streams, checks_first,
+        )  # fmt: skip
+        ranges, estimates, held, breaks = cut.ranges, cut.estimates, cut.held, cut.breaks
         by_version = {c.version: c for c in commits}
-        estimates = plan.range_estimates(commits, ranges)
         newest = commits[-1]
         progress = None
         if len(ranges) > 1:  # a long catch-up: show how it goes
@@ -143,7 +155,6 @@ class Replicator:
             progress = Progress(f"catch-up {cfg.pipeline}", total, len(ranges), unit="range")
         broken = None
         self.gave_way = False
-        held = [self._held(n, whole=checks_first and i == 0) for i, n in enumerate(estimates)]
         with (
             Leases(self.budget, self.stop) as leases,
             ReadAhead(self._open_range, cfg.immutable_keys, self.writer.collects) as reads,
@@ -200,17 +211,6 @@ class Replicator:
         """A range's changes, told which columns identify a row (the pre-images it may leave out)."""
         return self.source.changes(start, end, self.cfg.identity.columns)
 
-    def _held(self, rows: int, whole: bool) -> int:
-        """The rows this process holds while it reads and writes a range of `rows` estimated rows: none when
-        ClickHouse or Spark's executors write it; --max-rows-per-read for a streamed range (the rest waits on
-        disk), unless it is read `whole` (a new pipeline's first, for its check)."""
-        if not self.writer.collects:
-            return 0
-        bound = self.cfg.max_rows_per_read
-        if plan.streamed(rows, bound, self.source.streams) and not whole:
-            return bound
-        return rows
-
     def warm_up(self) -> None:
         """A service's first change should be visible as quickly as the rest: let the source pay its first
         read's start-up cost now (best effort)."""
@@ -224,7 +224,7 @@ class Replicator:
         """One poll: replicate whatever is new (a new pipeline's snapshot first, when it begins with one).
         True when versions were committed. A new pipeline's attempt that fails before committing anything
         leaves nothing behind (Bootstrap.take_back)."""
-        if self.claimed:
+        if self.claimed or self.deferred is not None:
             return self._step()
         before = self.state.committed_version
         self.bootstrap.mark()
@@ -245,6 +245,7 @@ class Replicator:
         committed, latest = self.state.committed_version, self.source.latest()
         self.metrics.lag(committed, latest.version, self.source.lag(committed, latest)[1] or 0.0)
         if committed < latest.version:
+            self.claim()
             self.state = self.catch_up(self.state, latest.version)
         return self.state.committed_version != before
 

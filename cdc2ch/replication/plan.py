@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 
 from cdc2ch.base.errors import ConfigError, SourceError, StateError, summarise
 from cdc2ch.model import schema
@@ -81,6 +82,50 @@ def streamed(estimate: int, max_rows_per_read: int, streams: bool) -> bool:
     collected whole and ranked together. A replay of a range is the same range, with the same estimate: it
     is read the same way and cuts the same batches."""
     return streams and estimate > max_rows_per_read
+
+
+def held_rows(estimate: int, max_rows_per_read: int, collects: bool, streams: bool, whole: bool) -> int:
+    """The rows this process holds while it reads and writes a range of `estimate` rows: none when ClickHouse
+    or Spark's executors write it (not `collects`); --max-rows-per-read for a streamed range (the rest waits
+    on disk), unless it is read `whole` (a new pipeline's first, for its check)."""
+    if not collects:
+        return 0
+    if streamed(estimate, max_rows_per_read, streams) and not whole:
+        return max_rows_per_read
+    return estimate
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A catch-up cut into ranges: each range's estimated rows and the rows this process holds while it reads
+    and writes it, and the versions that change the schema (a range begins there)."""
+
+    ranges: list[tuple[int, int]]
+    estimates: list[int]
+    held: list[int]
+    breaks: set[int]
+
+
+def schedule(
+    commits: list[Commit],
+    interrupted: tuple[int, int] | None,
+    max_rows_per_read: int,
+    range_factor: int,
+    collects: bool,
+    streams: bool,
+    checks_first: bool,
+) -> Schedule:
+    """The ranges of a catch-up over `commits`, up to --max-rows-per-read times the writer's `range_factor`
+    each; a new pipeline's first range (`checks_first`) is read whole and checked before its claim, so it
+    stays within the plain bound."""
+    first = max_rows_per_read if checks_first else None
+    ranges = catch_up_ranges(commits, max_rows_per_read * range_factor, interrupted, first)
+    estimates = range_estimates(commits, ranges)
+    held = [
+        held_rows(n, max_rows_per_read, collects, streams, whole=checks_first and i == 0)
+        for i, n in enumerate(estimates)
+    ]
+    return Schedule(ranges, estimates, held, schema_breaks(commits))
 
 
 def reads_ahead(estimates: list[int], i: int, max_rows: int) -> bool:

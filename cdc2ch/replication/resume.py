@@ -1,12 +1,31 @@
-"""Where a pipeline with a stored offset resumes once this runner holds it: the offset as stored (recording
-how the table was reached this time), or, with --reset, moved to just before the start version."""
+"""When a pipeline with a stored offset is claimed, and where it resumes once this runner holds it: the offset
+as stored (recording how the table was reached this time), or, with --reset, moved to just before the start
+version. A --once poll with nothing to write claims nothing: a claim is two writes and, against a server, a
+pause in which a rival claiming at the same instant shows up, on every cron poll of every table."""
 
 from __future__ import annotations
 
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.offset import PipelineState
 from cdc2ch.replication import plan
+from cdc2ch.replication.inputs import Inputs
 from cdc2ch.replication.ports import ChangeSource, OffsetStore
+from cdc2ch.replication.resync import Resync
+
+
+def idle(cfg: RunConfig, inputs: Inputs, source: ChangeSource, resync: Resync) -> bool:
+    """Whether a --once poll of a pipeline with an offset has nothing to write: no version after its offset,
+    no range left half-written, no --reset, the table reached as recorded, nothing a crash left mid-resync."""
+    stored = inputs.stored
+    return (
+        cfg.once
+        and stored is not None
+        and not cfg.reset
+        and stored.interrupted_range is None
+        and stored.committed_version >= inputs.latest
+        and stored.relabelled(source.uri, source.location, inputs.table_id) == stored
+        and not resync.leftover(stored)
+    )
 
 
 def resumed(

@@ -95,16 +95,26 @@ class Resync:
 
     def recover(self, state: PipelineState) -> PipelineState:
         """After a crash in the middle of a resync: finish the hand-over if the swap had happened."""
-        built, side = self.tables.comments("", SUFFIX)  # one look at both tables
-        built_at = parse_marker(built, self.pipeline)
-        if built_at is not None and built_at > state.committed_version:
-            self.log.warning("resync_recovered", version=built_at)
+        swapped, stale = self._left(state)
+        if swapped is not None:
+            self.log.warning("resync_recovered", version=swapped)
             self.tables.settle()
-            return self._finish(state, built_at, 0)
-        side_at = parse_marker(side, self.pipeline)
-        if side_at is not None and side_at <= state.committed_version:
+            return self._finish(state, swapped, 0)
+        if stale:
             self.tables.drop(SUFFIX)  # the replaced table, left by a crash after the offset moved
         return state
+
+    def leftover(self, state: PipelineState) -> bool:
+        """Whether a crash mid-resync left `recover` something to write."""
+        swapped, stale = self._left(state)
+        return swapped is not None or stale
+
+    def _left(self, state: PipelineState) -> tuple[int | None, bool]:
+        """The version of a swap done but not recorded in the offset, and whether a stale side table is left."""
+        built, side = self.tables.comments("", SUFFIX)  # one look at both tables
+        built_at, side_at = parse_marker(built, self.pipeline), parse_marker(side, self.pipeline)
+        swapped = built_at if built_at is not None and built_at > state.committed_version else None
+        return swapped, side_at is not None and side_at <= state.committed_version
 
     def _finish(self, state: PipelineState, version: int, rows: int) -> PipelineState:
         state = state.advanced(version, rows)

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 import pyarrow as pa
 
 from cdc2ch.base.errors import SourceError
+from cdc2ch.clickhouse.lock import LockedError
 from cdc2ch.model import contract, schema
 from cdc2ch.model.config import RunConfig, TargetName
 from cdc2ch.model.identity import Identity
@@ -364,17 +365,24 @@ class MemoryFootprint:
 
 
 class MemoryLock:
-    """The Lock port: records what was asked."""
+    """The Lock port: records what was asked; `other` is the holder another runner would be (refused)."""
 
     def __init__(self):
         self.held = False
-        self.acquired = 0
+        self.acquired = self.checked = 0
+        self.other: str | None = None
 
     def check(self) -> None:
-        pass
+        self.checked += 1
+        self._refuse()
 
     def acquire(self) -> None:
+        self._refuse()
         self.held, self.acquired = True, self.acquired + 1
+
+    def _refuse(self) -> None:
+        if self.other is not None:
+            raise LockedError(f"Pipeline 'p' is already being run by {self.other}.")
 
     def release(self) -> None:
         self.held = False

@@ -58,8 +58,13 @@ def _cfg(name: str, database: str = "db") -> RunConfig:
 
 
 class Job:
-    def __init__(self, swapped: bool = True, claimed: bool = True):
+    def __init__(self, swapped: bool = True, claimed: bool = True, deferred: bool = False):
         self.swapped, self.claimed, self.rebuilt = swapped, claimed, []
+        self.deferred = object() if deferred else None  # a --once poll's offset, held unclaimed
+
+    def claim(self) -> None:
+        if self.deferred is not None:
+            self.claimed, self.deferred = True, None
 
     def rebuild(self, reason: str) -> bool:
         self.rebuilt.append(reason)
@@ -117,6 +122,10 @@ def test_a_resync_runs_once_and_is_recorded_done_unless_a_newer_request_came(tab
     unclaimed = Job(claimed=False)
     life.resync(a, unclaimed)
     assert unclaimed.rebuilt == []  # a new pipeline is rebuilt once it has an offset
+    # a --once poll that found nothing new holds its offset unclaimed: it claims it for the rebuild
+    idle = Job(swapped=False, claimed=False, deferred=True)
+    life.resync(a, idle)
+    assert idle.claimed and idle.rebuilt == ["requested by ann@laptop: suspect rows"]
     stopped = Job(swapped=False)
     life.resync(a, stopped)  # stopped midway: still owed
     assert rows["db"]["a"].action == RESYNC and life.wants(a)
