@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable
+from functools import partial
 
 from cdc2ch.base import phases
 from cdc2ch.base.log import get_logger
@@ -22,7 +23,7 @@ from cdc2ch.replication.bootstrap import Bootstrap
 from cdc2ch.replication.budget import UNLIMITED, Leases, RowBudget
 from cdc2ch.replication.inputs import Inputs, check_inputs
 from cdc2ch.replication.metrics import Metrics, PipelineMetrics
-from cdc2ch.replication.ports import Changes, ChangeSource, Ports, RangeWriter
+from cdc2ch.replication.ports import ChangeSource, Ports, RangeWriter
 from cdc2ch.replication.progress import Progress
 from cdc2ch.replication.projection import designed
 from cdc2ch.replication.readahead import ReadAhead
@@ -149,15 +150,15 @@ class Replicator:
         ranges, estimates, held, breaks = cut.ranges, cut.estimates, cut.held, cut.breaks
         by_version = {c.version: c for c in commits}
         newest = commits[-1]
-        progress = None
-        if len(ranges) > 1:  # a long catch-up: show how it goes
-            total = sum(c.estimated_rows for c in commits)
-            progress = Progress(f"catch-up {cfg.pipeline}", total, len(ranges), unit="range")
+        # A long catch-up shows how it goes.
+        total, long = sum(c.estimated_rows for c in commits), len(ranges) > 1
+        progress = Progress(f"catch-up {cfg.pipeline}", total, len(ranges), unit="range", shown=long)
         broken = None
         self.gave_way = False
+        read = partial(self.source.changes, key=cfg.identity.columns)  # the pre-images it may leave out
         with (
             Leases(self.budget, self.stop) as leases,
-            ReadAhead(self._open_range, cfg.immutable_keys, self.writer.collects) as reads,
+            ReadAhead(read, cfg.immutable_keys, self.writer.collects) as reads,
         ):
             for i, (s, e) in enumerate(ranges):
                 if self.stop.is_set() or self.gave_way or not leases.need(i, held[i]):
@@ -199,17 +200,11 @@ class Replicator:
                 self.metrics.lag(
                     e, newest.version, (newest.timestamp - by_version[e].timestamp).total_seconds()
                 )
-                if progress is not None:
-                    progress.advance(result.rows, 1)
+                progress.advance(result.rows, 1)
         if broken is not None:
             return self.resync.broken(state, *broken)
-        if progress is not None:
-            progress.done()
+        progress.done()
         return state
-
-    def _open_range(self, start: int, end: int) -> Changes:
-        """A range's changes, told which columns identify a row (the pre-images it may leave out)."""
-        return self.source.changes(start, end, self.cfg.identity.columns)
 
     def warm_up(self) -> None:
         """A service's first change should be visible as quickly as the rest: let the source pay its first

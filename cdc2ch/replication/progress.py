@@ -20,8 +20,10 @@ class Progress:
         interval: float = 10.0,
         stream=None,
         unit: str = "chunk",
+        shown: bool = True,
     ):
         self.what = what
+        self.shown = shown  # False: counts only (a load too short to show), neither bar nor log lines
         self.unit = unit
         self.total_rows = total_rows
         self.total_chunks = total_chunks
@@ -39,6 +41,8 @@ class Progress:
         self.rows += rows
         self.chunks += chunks
         now = time.monotonic()
+        if not self.shown:
+            return
         if self._tty:
             self._stream.write("\r" + self.line() + " " * 4)
             self._stream.flush()
@@ -76,6 +80,8 @@ class Progress:
         )
 
     def done(self) -> None:
+        if not self.shown:
+            return
         if self._tty:
             self._stream.write("\r" + self.line() + "\n")
             self._stream.flush()

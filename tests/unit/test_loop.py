@@ -7,6 +7,7 @@ the rule the real tests check on Spark and ClickHouse, here in milliseconds.
 from __future__ import annotations
 
 import pytest
+from structlog.testing import capture_logs
 
 from cdc2ch.base.errors import SchemaChangeError, SourceError, StateError
 from cdc2ch.model.design import TableDesign
@@ -46,6 +47,16 @@ def test_ranges_follow_the_row_bound_and_never_split_a_version():
     # 5 inserts in version 1 exceed the bound but stay one read; the others are read one version each
     assert h.source.reads == [(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)]
     assert h.final() == h.expected()
+
+
+def test_only_a_catch_up_of_more_than_one_range_reports_its_progress():
+    with capture_logs() as events:
+        Harness(history(), max_rows_per_read=100).run()  # one range
+    assert [e for e in events if e["event"].startswith("progress")] == []
+    with capture_logs() as events:
+        Harness(history(), max_rows_per_read=2).run()
+    done = [e for e in events if e["event"] == "progress_done"]
+    assert len(done) == 1 and done[0]["ranges"] == done[0]["total_ranges"] == 5, done
 
 
 def test_a_crash_mid_range_replays_that_range_and_drops_the_landed_batches():
