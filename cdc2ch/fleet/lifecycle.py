@@ -89,7 +89,7 @@ class Lifecycle:
         """Rebuild the pipeline's target through the side-table swap when a resync is asked for (a claimed
         pipeline, between two steps); recorded as done once swapped in, so it runs once."""
         request = self._owed(cfg)
-        if request is None or not (job.claimed or job.deferred is not None):
+        if request is None or not job.holds_offset:
             return
         job.claim()
         reason = f"requested by {request.by}" + (f": {request.reason}" if request.reason else "")

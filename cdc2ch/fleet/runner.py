@@ -267,7 +267,7 @@ class Runner:
                 progressed = job.step()
         except Exception as raised:
             exc = jvm_stopped(raised) or raised  # a JVM gone mid-call: the paragraph, not a traceback
-            wrote = job is not None and (job.claimed or job.deferred is not None)  # an offset of its own
+            wrote = job is not None and job.holds_offset  # an offset of its own
             if job is not None:
                 job.close()
             slot.job = None

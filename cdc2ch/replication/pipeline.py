@@ -92,6 +92,11 @@ class Replicator:
             self._configure(readers.resolved(self.cfg, self.source, remote, has_setting, self.log))
         return check_inputs(self.cfg, self.source, self.ports, self.bootstrap)
 
+    @property
+    def holds_offset(self) -> bool:
+        """Whether the pipeline has an offset this runner may write: claimed, or held unclaimed (`deferred`)."""
+        return self.claimed or self.deferred is not None
+
     def claim(self, inputs: Inputs | None = None) -> None:
         """Claim the pipeline's offset by `inputs`, or one held unclaimed (`deferred`) before a write it did not
         foresee (a version that came since it looked, a resync asked for); then read the offset again, now
@@ -219,7 +224,7 @@ class Replicator:
         """One poll: replicate whatever is new (a new pipeline's snapshot first, when it begins with one).
         True when versions were committed. A new pipeline's attempt that fails before committing anything
         leaves nothing behind (Bootstrap.take_back)."""
-        if self.claimed or self.deferred is not None:
+        if self.holds_offset:
             return self._step()
         before = self.state.committed_version
         self.bootstrap.mark()

@@ -62,6 +62,10 @@ class Job:
         self.swapped, self.claimed, self.rebuilt = swapped, claimed, []
         self.deferred = object() if deferred else None  # a --once poll's offset, held unclaimed
 
+    @property
+    def holds_offset(self) -> bool:
+        return self.claimed or self.deferred is not None
+
     def claim(self) -> None:
         if self.deferred is not None:
             self.claimed, self.deferred = True, None
