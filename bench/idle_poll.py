@@ -157,11 +157,11 @@ def main() -> None:
         rows = pa.table({"id": pa.array(range(1000), pa.int64()), "name": [f"n{i}" for i in range(1000)]})
         write_deltalake(table, rows, configuration={"delta.enableChangeDataFeed": "true"})
         embedded, served = f"chdb://{tmp}/embedded", f"{tmp}/served"
-        cdc2ch = [sys.executable, "-m", "cdc2ch", "run", "--once", "--table", table, "--primary-key", "id"]
 
-        def poll(dsn: str, *extra: str) -> list[str]:
+        def arguments(dsn: str, *extra: str) -> list[str]:
+            """cdc2ch's arguments for one poll of the table into `dsn`."""
             return [
-                *cdc2ch,
+                *("run", "--once", "--table", table, "--primary-key", "id"),
                 "--target",
                 "bench.orders",
                 "--clickhouse",
@@ -170,6 +170,9 @@ def main() -> None:
                 "warning",
                 *extra,
             ]
+
+        def poll(dsn: str, *extra: str) -> list[str]:
+            return [sys.executable, "-m", "cdc2ch", *arguments(dsn, *extra)]
 
         # The first run replicates the table; later ones find nothing new.
         timed(poll(embedded, "--reader", "clickhouse"), env)
@@ -180,7 +183,7 @@ def main() -> None:
         )
         path = embedded[len("chdb://") :]
         said = f"{tmp}/said.json"
-        timed([sys.executable, "-c", RECORD, said, json.dumps(poll(embedded)[3:])], env)
+        timed([sys.executable, "-c", RECORD, said, json.dumps(arguments(embedded))], env)
         references = {
             "the engine alone (chdb), one query": "import chdb\n"
             f"c = chdb.connect({path!r}); c.query('SELECT 1'); c.close()",
