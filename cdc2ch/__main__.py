@@ -7,11 +7,12 @@ import os
 import sys
 import threading
 
-from cdc2ch.base import stop
+from cdc2ch.base import deferred, stop
 
 
 def main() -> None:
     stop.catch_early()
+    deferred.defer("pyarrow")
     from cdc2ch.cli import main as command_line
 
     try:

@@ -62,6 +62,19 @@ def replicated(tmp_path: Path) -> tuple[list[str], Path, dict]:
     return run, directory, env
 
 
+def idle_poll_said(tmp_path: Path, code: str):
+    """What the poll `code` (run as `python -c`, the poll's arguments as JSON in argv[1]) printed last, as
+    JSON, after a first poll replicated a small table and the default reader found nothing new."""
+    run, directory, env = replicated(tmp_path)
+    args = [a for a in run if a not in ("--reader", "clickhouse")]  # the default reader: nothing new
+    proc = subprocess.run(
+        [sys.executable, "-c", code, json.dumps([*args, f"chdb://{directory}"])],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def test_an_idle_poll_sends_only_the_statements_it_needs(tmp_path):
     run, directory, env = replicated(tmp_path)
     # A served engine reads no lake files: the poll finds nothing new the same way.
@@ -101,16 +114,27 @@ def test_an_embedded_idle_poll_compiles_no_expression_and_builds_no_arrow_row(tm
     its bookkeeping statements would reach by their fourth run (the claim check), an Arrow table per row it
     records (pyarrow's JSON reader and the engine's Arrow input), and pyarrow's compute functions (about
     8 MiB), which only rows need."""
-    run, directory, env = replicated(tmp_path)
-    args = [a for a in run if a not in ("--reader", "clickhouse")]  # the default reader: nothing new
-    proc = subprocess.run(
-        [sys.executable, "-c", IN_PROCESS_POLL, json.dumps([*args, f"chdb://{directory}"])],
-        env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    seen = idle_poll_said(tmp_path, IN_PROCESS_POLL)
     assert seen["compiled"] == 0
     assert not {"pyarrow.json", "pyarrow.compute", "pyspark"} & set(seen["modules"])
+
+
+# The `cdc2ch` command itself (its entry point, which defers pyarrow), asked at its exit what it imported.
+COMMAND_POLL = """
+import atexit, json, sys
+from cdc2ch.__main__ import main
+sys.argv = ["cdc2ch", *json.loads(sys.argv[1])]
+atexit.register(lambda: print(json.dumps(sorted(sys.modules))))
+main()
+"""
+
+
+def test_the_idle_poll_command_imports_neither_pyarrow_nor_numpy(tmp_path):
+    """pyarrow and numpy (about 68 MiB and 0.17 s of a ~1 s poll) are imported by cdc2ch's modules and by the
+    embedded engine's package, yet an idle poll uses neither: the command defers them (base/deferred.py)."""
+    modules = set(idle_poll_said(tmp_path, COMMAND_POLL))
+    assert "chdb" in modules and "cdc2ch.model.contract" in modules  # the modules that import pyarrow ran
+    assert not {m for m in modules if m == "numpy" or m.startswith(("numpy.", "pyarrow."))}
 
 
 def test_an_own_table_dropped_behind_a_running_process_is_created_again(sink, database, chdb_dsn):
