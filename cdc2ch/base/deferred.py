@@ -25,6 +25,11 @@ class _Deferred(types.ModuleType):
     def __getattr__(self, attr: str):  # only called for names not already copied here
         return getattr(self._load(), attr)
 
+    def __reduce__(self):
+        # Pickled (a Spark task's function whose globals hold `pa`, sent to executors) as the module it stands
+        # for, by name, as pickle and cloudpickle send a module; without it pickling the stand-in fails.
+        return importlib.import_module, (self.__name__,)
+
     def _load(self) -> types.ModuleType:
         with _LOCK:
             real = self.__dict__.get("_deferred_real")

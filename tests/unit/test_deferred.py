@@ -55,3 +55,24 @@ def test_a_deferred_module_is_imported_whole_on_first_use_from_any_thread():
         "missing": False,  # a module that is not installed is not stood in for
         "json": "module",  # nor one imported already
     }
+
+
+# A Spark task's function holding `pa` in its globals is pickled on the driver before anything used pyarrow
+# there (executor writes): the stand-in goes as the module's name, and arrives as the real module.
+PICKLED = """
+import pickle, sys
+from cdc2ch.base import deferred
+deferred.defer("pyarrow")
+import pyarrow as pa
+sent = pickle.dumps({"pa": pa})
+assert not deferred.loaded("pyarrow")
+print(pickle.loads(sent)["pa"] is sys.modules["pyarrow"] and sys.modules["pyarrow"].Table.__name__)
+"""
+
+
+def test_a_deferred_module_is_pickled_as_the_module_it_stands_for():
+    proc = subprocess.run(
+        [sys.executable, "-c", PICKLED], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "Table"
