@@ -114,9 +114,10 @@ def _lost_mid_call(exc: BaseException) -> bool:
 def _own_name_missing(exc: BaseException) -> bool:
     """Whether a Py4JError says a name in py4j's own namespace "does not exist in the JVM". A working gateway
     always has them; a JVM failing on OutOfMemoryError answers so for whichever name PySpark looks up while
-    it describes the job's error (`py4j.reflection`, `py4j.reflection.TypeUtil`, ...), before it exits."""
+    it describes the job's error (`py4j`, `py4j.reflection`, `py4j.reflection.TypeUtil`, ...), before it
+    exits."""
     name, _, rest = str(exc).partition(" ")
-    return name.startswith("py4j.") and rest == "does not exist in the JVM"
+    return (name == "py4j" or name.startswith("py4j.")) and rest == "does not exist in the JVM"
 
 
 # Spark's own words for a job its context's shutdown cancelled (DAGScheduler.cleanUpAfterSchedulerStop)

@@ -173,10 +173,16 @@ def test_an_error_from_a_jvm_that_is_gone_is_told_as_such():
     assert error_text(Py4JError("An error occurred while calling o12.count. Trace:\nboom\n")) != JVM_STOPPED
     assert error_text(Py4JError("o12.nothing does not exist in the JVM")) != JVM_STOPPED
     # py4j's own names cannot be missing from a working gateway: a JVM out of memory answers so, for
-    # whichever name PySpark looked up (seen: the package and the class)
-    for name in ("py4j.reflection", "py4j.reflection.TypeUtil", "py4j.reflection.TypeUtil.isInstanceOf"):
+    # whichever name PySpark looked up (seen: the top package, the package and the class)
+    for name in (
+        "py4j",
+        "py4j.reflection",
+        "py4j.reflection.TypeUtil",
+        "py4j.reflection.TypeUtil.isInstanceOf",
+    ):
         assert error_text(Py4JError(f"{name} does not exist in the JVM")) == JVM_STOPPED
     assert error_text(Py4JError("org.example.Nothing does not exist in the JVM")) != JVM_STOPPED
+    assert error_text(Py4JError("py4jx does not exist in the JVM")) != JVM_STOPPED
     assert error_text(Py4JError("py4j.reflection does not exist in the JVM, and more")) != JVM_STOPPED
 
     # the next call cannot reach the gateway
