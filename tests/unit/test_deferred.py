@@ -9,8 +9,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# In a fresh interpreter (this one imported pyarrow long ago): eight threads reach for pyarrow at the same
-# moment through a name bound before it was imported, half of them by importing a submodule.
+
+def fresh(code: str) -> str:
+    """What `code` printed, run in an interpreter of its own (this one imported pyarrow long ago)."""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+# Eight threads reach for pyarrow at the same moment through a name bound before it was imported, half of them
+# by importing a submodule.
 FIRST_USE = """
 import json, sys, threading
 from cdc2ch.base import deferred
@@ -39,11 +47,7 @@ print(json.dumps({
 
 
 def test_a_deferred_module_is_imported_whole_on_first_use_from_any_thread():
-    proc = subprocess.run(
-        [sys.executable, "-c", FIRST_USE], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout)
+    out = json.loads(fresh(FIRST_USE))
     assert out == {
         "loaded": False,
         "lib": False,  # `import pyarrow as pa` bound the stand-in and ran none of pyarrow
@@ -71,8 +75,4 @@ print(pickle.loads(sent)["pa"] is sys.modules["pyarrow"] and sys.modules["pyarro
 
 
 def test_a_deferred_module_is_pickled_as_the_module_it_stands_for():
-    proc = subprocess.run(
-        [sys.executable, "-c", PICKLED], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip() == "Table"
+    assert fresh(PICKLED).strip() == "Table"
