@@ -22,7 +22,8 @@ Contenders, each into its own ReplacingMergeTree table of the same layout on the
              delta_lake_snapshot_start_version/end_version (the physical limit here; bench/native_peer.py,
              own process, as cdc2ch's ClickHouse reader runs); the two run SHORT_RUNS times each,
              alternating, each in a fresh database, and the median run of each is compared
-cdc2ch's Spark reader and the streaming peer likewise run SPARK_RUNS times each, alternating.
+cdc2ch's Spark reader and the streaming peer likewise run SPARK_RUNS times each, alternating. Every timed run
+begins once the writes made before it are on disk.
 Prints one line per figure, with each cdc2ch run's time split (read, inserts, the rest) and its CPU by
 thread group (JIT compilers, collector, Spark tasks, driver threads, Python), and writes bench/results.md
 and bench/results.png.
@@ -277,6 +278,13 @@ def _ts(event: dict) -> float:
 
 
 # -- contenders -------------------------------------------------------------------------------------
+def settled() -> None:
+    """Before each timed run: the writes of what ran before it (the last run, or its own untimed set-up, such
+    as follow_from's 20M-row merge for W5: about 600 MB of dirty pages) reach the disk now, so that the kernel
+    does not write them back during the run and charge one contender for another's data."""
+    os.sync()
+
+
 def follow_from(path: str, start: int, dsn: str, table: str) -> float:
     """Make the pipeline exist before its backlog, as a service meets one: load version start - 1 with
     `cdc2ch snapshot` (ClickHouse reads it), so that `run` continues from `start`. Returns its seconds."""
@@ -313,6 +321,7 @@ def run_cdc2ch(path: str, start: int, dsn: str, table: str, *extra: str, new: bo
     writing and claims the pipeline."""
     if not new:
         follow_from(path, start, dsn, table)
+    settled()
     t0 = time.monotonic()
     proc, rss = cdc2ch_run(
         path, table, dsn, *(("--from-version", str(start)) if new else ()), "--once", *extra
@@ -362,6 +371,7 @@ def run_reference(sink, path: str, start: int, end: int, table_sql: str) -> dict
     """The published delta-rs loop: load_cdf, drop pre-images, metadata columns, insert_arrow 80k at a time."""
     from deltalake import DeltaTable
 
+    settled()
     t0 = time.monotonic()
     reader = DeltaTable(path).load_cdf(starting_version=start, ending_version=end)
     data = pa.RecordBatchReader.from_stream(reader).read_all()
@@ -392,6 +402,7 @@ def run_reference(sink, path: str, start: int, end: int, table_sql: str) -> dict
 def _peer(script: str, *args: str) -> dict:
     """One peer script in its own process, sampled as cdc2ch's runs are: the JSON line it prints
     ({"seconds": ..., "rows": ...}) and its peak RSS ("rss")."""
+    settled()
     proc = subprocess.Popen(
         [sys.executable, str(HERE / script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
