@@ -9,6 +9,7 @@ cache ahead of time (`make install` does).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -211,12 +212,16 @@ def _build(settings: SparkSettings):
         # (G1 added ~350 MiB at the same heap in the 10x benchmark), and tight free-heap ratios keep the heap
         # near its live data instead of growing to the maximum (-300 MiB on W1 at 10x, same speed). Higher
         # compile thresholds leave the JIT only the truly hot code: it took half the JVM's CPU of a short
-        # run on two cores, a third less with them.
+        # run on two cores, a third less with them. A metaspace threshold above what Spark and Delta load
+        # spares the full collections that loading their classes triggered.
         conf["spark.driver.extraJavaOptions"] = (
             f"-Dlog4j.configurationFile=file:{log4j} -XX:+UseSerialGC -XX:MinHeapFreeRatio=10 "
-            "-XX:MaxHeapFreeRatio=30 -XX:CompileThresholdScaling=3"
+            "-XX:MaxHeapFreeRatio=30 -XX:CompileThresholdScaling=3 -XX:MetaspaceSize=160m"
         )
     user = dict(settings.conf)
+    if local:
+        memory = user.get("spark.driver.memory", conf["spark.driver.memory"])
+        conf["spark.driver.extraJavaOptions"] += young_generation(memory)
     if not under_submit and "spark.jars.packages" not in user and "spark.jars" not in user:
         conf["spark.jars"] = ",".join(delta_jars())
     archive = _class_archive(conf, user)
@@ -243,6 +248,20 @@ def _build(settings: SparkSettings):
 
         classes.save_at_exit(spark, archive, get_logger("cdc2ch.spark"))
     return spark
+
+
+def young_generation(memory: str) -> str:
+    """Young-generation options for a driver heap of `memory` (Spark's size string; MiB without a unit).
+
+    A scan's task results (Arrow batches, tens of MB each, alive until sent to Python) outlived the default
+    young generation's collections and its small survivor spaces: promoted, they filled the old generation,
+    collected whole every ~2 s of W5's read. A fifth of the heap, with survivor spaces a fifth of that, lets
+    them die young (W5 13.5 to 12.1 s, same peak RSS on W1 at 10x: bench/results.md)."""
+    found = re.fullmatch(r"(\d+)([kmgt]?)b?", memory.strip().lower())
+    if found is None:
+        return ""  # a size Spark reads but this does not: the JVM's own sizing
+    mib = int(found[1]) * {"k": 1 / 1024, "": 1, "m": 1, "g": 1024, "t": 1024**2}[found[2]]
+    return f" -Xmn{int(mib) // 5}m -XX:SurvivorRatio=3" if mib >= 160 else ""
 
 
 def _class_archive(conf: dict[str, str], user: dict[str, str]) -> Path | None:
