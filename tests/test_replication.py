@@ -549,3 +549,29 @@ def test_a_spark_read_leaves_out_only_the_pre_images_another_row_of_their_key_ou
 
     assert pre_images(("id",)) == {2: 0, 3: 2, 4: 0}
     assert pre_images(()) == {2: 4, 3: 2, 4: 1}
+
+
+def test_reads_of_ranges_that_need_no_pre_image_run_the_same_compiled_code_on_every_poll(spark, tmp_path):
+    """A service reads each new commit as its own range. Where no commit of a range needs its pre-images the
+    read leaves them out by change type alone: a filter naming the range's versions was new generated code on
+    every poll, three classes compiled again on each."""
+    from cdc2ch.model.contract import PREIMAGE
+    from cdc2ch.source.delta import DeltaSource
+
+    path = str(tmp_path / "t")
+    create_table(spark, path, "id BIGINT, flag BOOLEAN, day DATE")  # a schema of its own: code of its own
+    spark.sql(f"INSERT INTO delta.`{path}` SELECT id, false, DATE'2026-01-01' FROM range(10)")  # version 1
+    for version in (2, 3, 4):
+        spark.sql(f"UPDATE delta.`{path}` SET flag = NOT flag, day = day + {version} WHERE id < 3")
+    source = DeltaSource(spark, path)
+    compiled = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+
+    def read(version: int):
+        return source.changes(version, version, ("id",)).arrow_rows(immutable_keys=False)
+
+    first = read(2)  # compiles the read's code
+    before = compiled.getCount()
+    later = [read(3), read(4)]
+    assert compiled.getCount() == before
+    for rows in (first, *later):
+        assert rows.num_rows == 3 and PREIMAGE not in rows.column("_change_type").to_pylist()

@@ -103,25 +103,26 @@ def _spark_rank(change):
     return expr.otherwise(LIVE_RANK)
 
 
-def spark_changes(cdf, immutable_keys: bool = False, needless: Collection[int] = ()):
-    """The Spark CDF rows to write: all of them, or without update pre-images when the caller promises that
-    updates never change key columns (--immutable-keys: pre-images are then redundant), or without those of
-    the commits `needless` names (each outranked by another row of its key: source/preimages.py)."""
+def spark_changes(cdf, no_preimages: bool = False, needless: Collection[int] = ()):
+    """The Spark CDF rows to write: all of them, or without update pre-images (`no_preimages`: the caller
+    promises that updates never change key columns, --immutable-keys, or no commit of the range needs its
+    own), or without those of the commits `needless` names (each outranked by another row of its key:
+    source/preimages.py)."""
     from pyspark.sql import functions as F
 
     preimage = F.col("_change_type") == F.lit(PREIMAGE)
-    if immutable_keys:
+    if no_preimages:
         return cdf.where(~preimage)
     if needless:
         return cdf.where(~(preimage & F.col("_commit_version").isin(sorted(needless))))
     return cdf
 
 
-def spark_rows(cdf, immutable_keys: bool = False, needless: Collection[int] = ()):
+def spark_rows(cdf, no_preimages: bool = False, needless: Collection[int] = ()):
     """Spark DataFrame of CDF rows -> DataFrame in the target table's layout (user columns + metadata)."""
     from pyspark.sql import functions as F
 
-    cdf = spark_changes(cdf, immutable_keys, needless)
+    cdf = spark_changes(cdf, no_preimages, needless)
     change = F.col("_change_type")
     commit = F.col("_commit_version").cast("long")
     return cdf.select(

@@ -48,23 +48,25 @@ class SparkChanges:
         return self._schema
 
     def spark_rows(self, immutable_keys: bool):
-        frame, needless = self._planned(immutable_keys)
-        return contract.spark_rows(variants_as_json(frame), immutable_keys, needless)
+        frame, every, needless = self._planned(immutable_keys)
+        return contract.spark_rows(variants_as_json(frame), every, needless)
 
     def feed(self, immutable_keys: bool):
         """The Spark frame arrow_rows collects: Spark only scans (and drops pre-images); the metadata
         columns are computed on the Arrow rows, which took a fifth off a warm read of W1's and W2's ranges."""
-        frame, needless = self._planned(immutable_keys)
-        return contract.spark_changes(variants_as_json(frame), immutable_keys, needless)
+        frame, every, needless = self._planned(immutable_keys)
+        return contract.spark_changes(variants_as_json(frame), every, needless)
 
     def _planned(self, immutable_keys: bool):
-        """The planned frame, and the versions whose pre-images it need not read (preimages.py), told from
-        their change files on another thread while Spark plans (and starts, the first time)."""
+        """The planned frame, whether it leaves out every pre-image, and else the versions whose pre-images it
+        need not read (preimages.left_out), told from their change files on another thread while Spark plans
+        (and starts, the first time)."""
         if immutable_keys or not self.key:
-            return self.frame, frozenset()
+            return self.frame, immutable_keys, frozenset()
         with ThreadPoolExecutor(1, thread_name_prefix="cdc2ch-preimages") as pool:
             told = pool.submit(self._needless)
-            return self.frame, told.result()
+            frame, needless = self.frame, told.result()
+        return (frame, *preimages.left_out(self.start, self.end, needless))
 
     def _needless(self) -> frozenset[int]:
         try:

@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 from cdc2ch.source.feed import SparkChanges
 from cdc2ch.source.log import Commit, Files
 from cdc2ch.source.logstate import TableState
-from cdc2ch.source.preimages import needless
+from cdc2ch.source.preimages import left_out, needless
 from tests.unit.fakes import T0
 
 pytestmark = pytest.mark.unit
@@ -88,6 +88,14 @@ def test_where_the_change_files_cannot_tell_every_pre_image_is_read(tmp_path):
     assert needless(str(tmp_path), state(), nulls, ("id", "part")) == frozenset()
     (tmp_path / ordinary[0].files.change_files[0]).unlink()  # vacuumed: the read will say so, not this
     assert needless(str(tmp_path), state(), ordinary, ("id",)) == frozenset()
+
+
+def test_a_range_none_of_whose_commits_needs_its_pre_images_leaves_them_out_without_naming_versions():
+    # A filter on the change type alone is the same on every poll: Spark compiles it once.
+    assert left_out(4, 4, frozenset({4})) == (True, frozenset())
+    assert left_out(2, 5, frozenset({1, 2, 3, 4, 5, 9})) == (True, frozenset())
+    assert left_out(2, 5, frozenset({2, 3, 5})) == (False, frozenset({2, 3, 5}))  # 4 keeps its tombstones
+    assert left_out(2, 5, frozenset()) == (False, frozenset())
 
 
 @pytest.fixture
