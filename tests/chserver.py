@@ -148,6 +148,7 @@ class FaultProxy(HTTPService):
       call         call `fn(req)` (it may block, kill or signal), then forward (unless `forward=False`)
       answer       answer `body` (bytes) with HTTP 200 instead of forwarding (e.g. another server version)
     `down()` refuses connections and drops open ones; `up()` listens on the same port again.
+    `settle()` waits until no request is in flight: what a client killed in `fn` sent has landed (or not).
     """
 
     ACTIONS = ("reset", "reset_after", "delay", "error", "call", "answer")
@@ -160,6 +161,8 @@ class FaultProxy(HTTPService):
         self.fired: list[tuple[str, str]] = []  # (action, statement) of every fault that fired
         self._faults: list[Fault] = []
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._busy = 0  # requests being handled
 
     def url_for(self, user: str = "default", database: str = "") -> str:
         return f"http://{user}@127.0.0.1:{self.port}/{database}"
@@ -186,7 +189,22 @@ class FaultProxy(HTTPService):
 
     down = HTTPService.stop
 
+    def settle(self, timeout: float = 60) -> None:
+        with self._idle:
+            if not self._idle.wait_for(lambda: self._busy == 0, timeout):
+                raise TimeoutError(f"{self!r}: {self._busy} request(s) still in flight after {timeout} s")
+
     def handle(self, h: _ProxyHandler) -> None:
+        with self._lock:
+            self._busy += 1
+        try:
+            self._handle(h)
+        finally:
+            with self._lock:
+                self._busy -= 1
+                self._idle.notify_all()
+
+    def _handle(self, h: _ProxyHandler) -> None:
         req = Request.parse(h)
         with self._lock:
             fault = next(

@@ -211,6 +211,19 @@ def test_call_sees_the_request_then_forwards(fault_proxy, via, ch, database):
     assert count(via, database) == 1
 
 
+def test_settle_waits_for_what_is_still_being_forwarded(fault_proxy, via, ch, database):
+    """A client killed in `fn` stops waiting at once, while the proxy still forwards its statement."""
+    called = threading.Event()
+    fault_proxy.add_fault("call", match=is_insert, fn=lambda req: (called.set(), time.sleep(0.5)))
+    worker = threading.Thread(target=via.insert, args=(f"{database}.t", [[6, "s"]], ["id", "s"]), daemon=True)
+    worker.start()
+    assert called.wait(10)
+    assert count(ch, database) == 0  # what a test would see if it looked now
+    fault_proxy.settle()
+    assert count(ch, database) == 1
+    worker.join(10)
+
+
 def test_forever_rules_and_clear(fault_proxy, via):
     fault_proxy.add_fault("error", code=159, times=None)
     for _ in range(3):

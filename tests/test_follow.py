@@ -135,6 +135,7 @@ def test_a_kill_at_the_rename_then_a_rerun(spark, http_sink, cli, server, fault_
     rule = fault_proxy.add_fault("call", match=lambda req: "RENAME COLUMN" in req.sql, fn=kill)
     proc = Proc(*args, env=_env(server))
     assert proc.wait() == -signal.SIGKILL, proc.stderr[-2000:]
+    fault_proxy.settle()  # the ALTER is forwarded after the kill: wait until it has landed
     assert rule.fired == 1
     assert committed_version(http_sink, database, str(target)) == 1
     assert _columns(http_sink, target) == ["id", "z", "b"]  # the rename landed; nothing after it

@@ -118,6 +118,7 @@ def test_reshape_killed_at_each_step_finishes_when_run_again(
         rule = fault_proxy.add_fault("call", **fault)
         proc = Proc(*reshape, env=_env(clickhouse_http))
         assert proc.wait() == -signal.SIGKILL, f"{name}: not killed\n{proc.stderr[-3000:]}"
+        fault_proxy.settle()  # after the swap, the EXCHANGE is forwarded once the kill is sent
         assert rule.fired == 1, name
         if name != "after the swap":  # readers still see the old table, whole
             assert _sorting(http_sink, target) == ("id", ""), name
