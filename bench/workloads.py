@@ -50,8 +50,7 @@ from cdc2ch.clickhouse.dsn import connect
 from cdc2ch.model import schema
 from cdc2ch.model.config import SparkSettings, TargetName
 from cdc2ch.model.design import TableDesign
-from cdc2ch.source import classes
-from cdc2ch.source.spark import delta_jars, jars_dir, session
+from cdc2ch.source.spark import class_archive, delta_jars, session
 
 # quick: under 3 minutes on 2 cores (fewer versions, the push-down reader on W1 only)
 _W = ("w1_rows", "w1_versions", "w2_rows", "w2_versions", "w3_seconds", "w1_scale", "w2_push", "w4_tables")
@@ -360,8 +359,8 @@ def class_archive_ready(path: str, start: int, dsn: str) -> str | None:
     it that first timed run alone, always cdc2ch's, loads every class from the jars (8-10 s slower on W1 in 4
     of the 5 full runs before this check), while every later run of either contender maps the archive, as
     every run after a user's first does. Returns what it did, or None when the archive was there."""
-    archive = classes.archive_path(jars_dir(), delta_jars())
-    if archive is None or archive.exists() or not classes.enabled():
+    archive = class_archive(delta_jars())
+    if archive is None or archive.exists():
         return None
     run = run_cdc2ch(path, start, dsn, "archive")
     return f"class archive saved by an untimed run first ({run['wall']:.1f} s): {archive.name}"

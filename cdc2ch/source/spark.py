@@ -264,9 +264,21 @@ def young_generation(memory: str) -> str:
     return f" -Xmn{int(mib) // 5}m -XX:SurvivorRatio=3" if mib >= 160 else ""
 
 
+def class_archive(jars: list[str]) -> Path | None:
+    """Where a local JVM on cdc2ch's own options and classpath `jars` keeps its class data sharing archive
+    (see classes.py); None when it is turned off or the cache directory cannot be written."""
+    if not classes.enabled():
+        return None
+    try:
+        directory = jars_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a read-only cache: start as before
+        return None
+    return classes.archive_path(directory, jars)
+
+
 def _class_archive(conf: dict[str, str], user: dict[str, str]) -> Path | None:
-    """The class data sharing archive for a local JVM whose classpath and options are cdc2ch's own (see
-    classes.py); None when the user chose the jars or the JVM options, or turned it off."""
+    """The class archive of this session's JVM; None when the user chose its jars or JVM options."""
     ours = "spark.driver.extraJavaOptions" in conf and "spark.jars" in conf
     chosen = {
         "spark.driver.extraJavaOptions",
@@ -274,14 +286,9 @@ def _class_archive(conf: dict[str, str], user: dict[str, str]) -> Path | None:
         "spark.jars",
         "spark.jars.packages",
     }
-    if not ours or chosen & user.keys() or not classes.enabled():
+    if not ours or chosen & user.keys():
         return None
-    try:
-        directory = jars_dir()
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError:  # a read-only cache: start as before
-        return None
-    return classes.archive_path(directory, conf["spark.jars"].split(","))
+    return class_archive(conf["spark.jars"].split(","))
 
 
 def _launch_jvm(conf: dict[str, str], master: str | None, local: bool) -> None:

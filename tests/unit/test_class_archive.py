@@ -36,11 +36,14 @@ def test_no_archive_when_the_user_chose_the_jvm_the_jars_or_turned_it_off(tmp_pa
     jar = tmp_path / "delta.jar"
     jar.write_bytes(b"d")
     assert spark._class_archive(_ours([str(jar)]), {}).parent == tmp_path
+    # the path bench/ looks for is the one the session uses
+    assert spark.class_archive([str(jar)]) == spark._class_archive(_ours([str(jar)]), {})
     for key in ("spark.driver.extraJavaOptions", "spark.driver.extraClassPath", "spark.jars.packages"):
         assert spark._class_archive(_ours([str(jar)]), {key: "x"}) is None, key
     assert spark._class_archive({"spark.jars": str(jar)}, {}) is None  # not a local JVM of ours
     monkeypatch.setenv("CDC2CH_CLASS_ARCHIVE", "off")
     assert spark._class_archive(_ours([str(jar)]), {}) is None
+    assert spark.class_archive([str(jar)]) is None
 
 
 def test_the_newest_archives_are_kept(tmp_path):
