@@ -213,12 +213,13 @@ def test_call_sees_the_request_then_forwards(fault_proxy, via, ch, database):
 
 def test_settle_waits_for_what_is_still_being_forwarded(fault_proxy, via, ch, database):
     """A client killed in `fn` stops waiting at once, while the proxy still forwards its statement."""
-    called = threading.Event()
-    fault_proxy.add_fault("call", match=is_insert, fn=lambda req: (called.set(), time.sleep(0.5)))
+    called, release = threading.Event(), threading.Event()
+    fault_proxy.add_fault("call", match=is_insert, fn=lambda req: (called.set(), release.wait(10)))
     worker = threading.Thread(target=via.insert, args=(f"{database}.t", [[6, "s"]], ["id", "s"]), daemon=True)
     worker.start()
     assert called.wait(10)
     assert count(ch, database) == 0  # what a test would see if it looked now
+    threading.Timer(0.3, release.set).start()
     fault_proxy.settle()
     assert count(ch, database) == 1
     worker.join(10)
