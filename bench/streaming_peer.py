@@ -5,7 +5,8 @@ micro-batch handed to ClickHouse as Arrow like the reference loop does (drop pre
 
 `python bench/streaming_peer.py PATH START DSN TABLE`: runs in its own process, as cdc2ch does, and prints
 one JSON line {"seconds": S, "rows": N, "startup": s}: S from the moment its Spark session is up (its target
-table and the query), as cdc2ch's seconds exclude its JVM's start.
+table and the query), s that start-up. The benchmark compares its whole process less s with cdc2ch's whole
+process less its JVM's start.
 """
 
 from __future__ import annotations
