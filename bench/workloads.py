@@ -63,8 +63,9 @@ SIZES = {
     "quick": dict(zip(_W, (200_000, 5, 100_000, 3, 14, 0, False, 5)), w5_rows=2_000_000, w5_versions=10),
 }
 # Runs of each Spark contender (cdc2ch's Spark reader, the streaming peer) per workload, the two alternating:
-# one run of either varies by a fifth on these 2 cores (W5: 10.2 and 13.2 s, same code, back to back)
-SPARK_RUNS = {"full": 3, "quick": 1}
+# one run of either varies by a fifth on these 2 cores (W5: 10.2 and 13.2 s, same code, back to back), and
+# with three runs each a workload's ratio moved by up to 0.2 from one full run to the next
+SPARK_RUNS = {"full": 5, "quick": 1}
 COLUMNS = "id BIGINT, tenant INT, name STRING, amount DOUBLE, at TIMESTAMP"
 BATCH = 80_000
 SHORT_RUNS = 5  # runs of each sub-second contender (the ClickHouse reader, native) per workload
