@@ -16,6 +16,9 @@ from cdc2ch.source.log import _live
 _CHECKPOINT = re.compile(
     r"^(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?(?:\.[0-9a-f-]{36})?\.(parquet|json)$"
 )
+# 00000000000000000010.crc: the version's checksum (Spark's and Databricks' writers add one to each commit),
+# JSON holding among other things the metaData and protocol in force at that version.
+_CHECKSUM = re.compile(r"^(\d{20})\.crc$")
 # Delta's bookkeeping in the log's schema (column mapping, type widening's history), which the schema Spark
 # reads a table with leaves out.
 _INTERNAL_KEYS = ("delta.columnMapping.id", "delta.columnMapping.physicalName", "delta.typeChanges")
@@ -72,15 +75,20 @@ def cdf_schema(table_schema: dict) -> dict:
 
 
 def table_state(files, version: int, known: TableState | None = None) -> TableState:
-    """The state at `version` from the log `files` (LocalLogFiles): from `known` (an earlier state) or the
-    newest checkpoint at or before `version`, then each commit after it."""
+    """The state at `version` from the log `files` (LocalLogFiles): from `known` (an earlier state), or the
+    newest checksum file or checkpoint at or before `version`, then each commit after it."""
     meta = proto = None
     first = 0
     if known is not None and known.version <= version:
         meta, proto, first = known.metadata, known.protocol, known.version + 1
     else:
-        base = _checkpoint(files.names(), version)
-        if base is not None:
+        names = files.names()
+        base = _checkpoint(names, version)
+        summed = _checksum(files, names, version, base[0] if base is not None else -1)
+        if summed is not None:  # nearer than the checkpoint, and JSON: no Parquet reader loaded for it
+            at, meta, proto = summed
+            first = at + 1
+        elif base is not None:
             at, names = base
             meta, proto = _from_checkpoint(files, names)
             first = at + 1
@@ -199,6 +207,25 @@ def _checkpoint(names: list[str], version: int) -> tuple[int, list[str]] | None:
         if len(names) == parts:  # a multi-part checkpoint counts only when every part is there
             return at, names
     return None
+
+
+def _checksum(files, names: list[str], version: int, floor: int) -> tuple[int, dict, dict] | None:
+    """(its version, metaData, protocol) from the newest checksum file in [floor, version], as Delta Kernel
+    takes them; None when there is none, or it is unreadable or lacks either action (writers before Delta
+    2.x left them out): the checkpoint then serves."""
+    found = [
+        int(m.group(1)) for m in map(_CHECKSUM.match, names) if m and floor <= int(m.group(1)) <= version
+    ]
+    if not found:
+        return None
+    at = max(found)
+    try:
+        summed = json.loads(files.read(f"{at:020d}.crc") or "null")
+    except ValueError:  # cut short: a checksum is written after its commit, and never needed
+        return None
+    if not isinstance(summed, dict) or not summed.get("metadata") or not summed.get("protocol"):
+        return None
+    return at, summed["metadata"], summed["protocol"]
 
 
 def _from_checkpoint(files, names: list[str]) -> tuple[dict | None, dict | None]:

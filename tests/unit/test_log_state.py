@@ -125,6 +125,33 @@ def test_checkpoints_classic_multi_part_and_v2_with_sidecars_start_the_replay(tm
     assert table_state(files(tmp_path / "t"), 11).properties == {"mode": "classic"}  # an older version
 
 
+def test_a_checksum_file_nearer_than_the_checkpoint_starts_the_replay(tmp_path):
+    log = tmp_path / "t" / "_delta_log"
+    log.mkdir(parents=True)
+    checkpoint(log, f"{10:020d}.checkpoint.parquet", [PROTOCOL, meta(SCHEMA, mode="checkpoint")])
+
+    def checksum(version: int, text: str) -> None:
+        (log / f"{version:020d}.crc").write_text(text)
+
+    checksum(9, json.dumps({"metadata": meta(SCHEMA, mode="older")["metaData"], **PROTOCOL}))
+    checksum(12, json.dumps({"tableSizeBytes": 10, "metadata": meta(SCHEMA, mode="sum")["metaData"],
+                             "protocol": {"minReaderVersion": 1, "minWriterVersion": 7}}))  # fmt: skip
+    for v in (11, 12):
+        (log / f"{v:020d}.json").write_text("not read: the checksum of 12 stands for them\n")
+    commit(log, 13, add("a.parquet", 1))
+    commit(log, 14, meta(SCHEMA, mode="later"))
+    at_13, at_14 = table_state(files(tmp_path / "t"), 13), table_state(files(tmp_path / "t"), 14)
+    assert at_13.properties == {"mode": "sum"} and at_13.features()["minWriterVersion"] == 7
+    assert at_14.properties == {"mode": "later"}
+    # a checksum older than the checkpoint is not the nearer start
+    assert table_state(files(tmp_path / "t"), 10).properties == {"mode": "checkpoint"}
+    for text in ('{"metadata": {"id"', json.dumps({"tableSizeBytes": 10, "metadata": {"id": "x"}})):
+        checksum(12, text)  # cut short while written, or from a writer that left the actions out
+        for v in (11, 12):
+            commit(log, v)
+        assert table_state(files(tmp_path / "t"), 13).properties == {"mode": "checkpoint"}
+
+
 def test_a_missing_commit_is_an_error_not_a_guess(tmp_path):
     log = tmp_path / "t" / "_delta_log"
     commit(log, 0, PROTOCOL, meta(SCHEMA))
