@@ -38,8 +38,10 @@ def prepare(rows: pa.Table, key: tuple[str, ...], across_commits: bool) -> Prepa
         return Prepared(rows, by_key, duplicates, None)
     across = _repeats(pairs, key) if across_commits else None
     kept = _latest(by_key, pairs)
-    rows = rows if kept is None else rows.take(kept)
-    return Prepared(rows, replay_order(rows, key), duplicates, across)
+    if kept is None:
+        return Prepared(rows, _by_version(rows, by_key), duplicates, across)
+    rows = rows.take(kept)  # in key order
+    return Prepared(rows, _by_version(rows), duplicates, across)
 
 
 def key_order(rows: pa.Table, key: tuple[str, ...]) -> pa.Array:
@@ -90,6 +92,15 @@ def latest_in_place(rows: pa.Table, key: tuple[str, ...]) -> pa.Table:
     by_key = key_order(rows, key)
     kept = _latest(by_key, _neighbours(rows, key, by_key))
     return rows if kept is None else rows.take(pc.take(kept, pc.sort_indices(kept)))
+
+
+def _by_version(rows: pa.Table, by_key: pa.Array | None = None) -> pa.Array:
+    """replay_order of `rows`, which `by_key` puts in key order (None: they are in it): a stable sort by
+    `_version` alone keeps that order among equal versions, the same indices as sorting by `_version` and the
+    key, at a tenth of the cost."""
+    if by_key is None:
+        return pc.sort_indices(rows.column("_version"))
+    return pc.take(by_key, pc.sort_indices(pc.take(rows.column("_version"), by_key)))
 
 
 def replay_order(rows: pa.Table, key: tuple[str, ...]) -> pa.Array:
