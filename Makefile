@@ -76,7 +76,7 @@ soak: install
 	$(BIN)/python bench/soak.py --minutes $(MINUTES) $(if $(SEED),--seed $(SEED)) --verbose
 	CDC2CH_HISTORY_EXAMPLES=$(HISTORIES) CDC2CH_HISTORY_LENGTH=14 $(BIN)/python -m pytest -q tests/test_generated_histories.py
 
-.PHONY: bench bench-quick
+.PHONY: bench bench-quick bytecode
 BENCH_STAMP := $(VENV)/.bench-installed
 $(BENCH_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet -e ".[test,bench]"
@@ -87,10 +87,7 @@ $(BENCH_STAMP): $(STAMP)
 # for 300 pipelines (goal < 2 s), what one light turn costs, what a cron poll with nothing new costs (whole
 # processes: wall, CPU, peak RSS, beside opening the embedded engine), and a fleet of small tables beside a load.
 # bench-quick: the workloads at a tenth of the size.
-# cdc2ch's modules are compiled first, as a wheel's install leaves them: an editable install leaves that to
-# each import, which writes nothing under PYTHONDONTWRITEBYTECODE, so every process timed would compile them.
-bench: $(BENCH_STAMP)
-	$(BIN)/python -m compileall -q cdc2ch
+bench: $(BENCH_STAMP) bytecode
 	$(BIN)/python bench/workloads.py
 	$(BIN)/python bench/snapshot_readers.py 2000000
 	$(BIN)/python bench/reshape_cost.py 2000000
@@ -101,9 +98,14 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/idle_poll.py
 	$(BIN)/python bench/fleet.py
 
-bench-quick: $(BENCH_STAMP)
-	$(BIN)/python -m compileall -q cdc2ch
+bench-quick: $(BENCH_STAMP) bytecode
 	$(BIN)/python bench/workloads.py --quick
 	$(BIN)/python bench/light_turn.py
 	$(BIN)/python bench/idle_poll.py --runs 3
 	$(BIN)/python bench/fleet.py --quick
+
+# cdc2ch's modules compiled before anything is timed, as a wheel's install leaves them: an editable install
+# leaves that to each import, which writes nothing under PYTHONDONTWRITEBYTECODE, so every timed process
+# would compile them.
+bytecode: $(BENCH_STAMP)
+	$(BIN)/python -m compileall -q cdc2ch
