@@ -20,12 +20,12 @@ deduplication tokens, which make replays harmless, and the settings of every ins
 it costs a process about 8 MiB, which a poll that finds nothing new does not need.
 
 Functions used inside Spark tasks (`digest`, `executor_batch_token`, `null_keys`) depend on nothing but
-the standard library and pyarrow, so Spark can ship them by value to executors without cdc2ch.
+the standard library, pyarrow and (the digest, imported where it runs) xxhash, so Spark can ship them by value
+to executors without cdc2ch.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Collection
 
 import pyarrow as pa
@@ -272,11 +272,30 @@ def check_keys(rows: pa.Table, primary_key, where: str) -> None:
 # (pipeline, versions, batch) and, where the rows pass through cdc2ch, a digest of their content, so that
 # different rows in the same place (another --batch-size, --immutable-keys) are never dropped.
 def digest(batch: pa.Table) -> str:
-    """A digest of the batch's content (its Arrow IPC stream)."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
+    """A digest of the batch's content: XXH3-128 of its Arrow IPC stream, fed buffer by buffer as the writer
+    makes it. The stream is never assembled (a 7 MB allocation per 80,000-row batch, which cost more than the
+    insert's own serialization), and XXH3 runs at memory speed where SHA-1 took 5 ms of such a batch."""
+    import xxhash
+
+    hasher = xxhash.xxh3_128()
+    with pa.ipc.new_stream(pa.PythonFile(_Feed(hasher.update), mode="w"), batch.schema) as writer:
         writer.write_table(batch)
-    return hashlib.sha1(sink.getvalue()).hexdigest()[:20]
+    return hasher.hexdigest()[:20]
+
+
+class _Feed:
+    """A write-only file that hands each block written to `take` (pyarrow.PythonFile wraps it)."""
+
+    closed = False
+
+    def __init__(self, take):
+        self.write = take
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
 
 
 def range_token(pipeline: str, start: int, end: int) -> str:
