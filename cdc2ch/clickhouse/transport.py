@@ -23,7 +23,7 @@ from cdc2ch.clickhouse import codes
 from cdc2ch.clickhouse.clients import Clients
 from cdc2ch.clickhouse.own import OwnTables
 from cdc2ch.clickhouse.placement import OneServer
-from cdc2ch.clickhouse.rows import json_row
+from cdc2ch.clickhouse.rows import arrow_file, json_row
 from cdc2ch.model import contract
 from cdc2ch.model.config import TargetName
 
@@ -175,9 +175,16 @@ class Sink:
         return self._call("run the query", lambda c: c.raw_query(sql, fmt=fmt), replicating=False)
 
     def insert_arrow(self, table_sql: str, data: pa.Table, token: str | None = None) -> int:
-        """Insert Arrow rows into a quoted table name, with the settings of `contract.target_insert(token)`."""
+        """Insert Arrow rows into a quoted table name, with the settings of `contract.target_insert(token)`:
+        what the client's insert_arrow sends (rows.arrow_file), without its copies."""
         settings = contract.target_insert(token)
-        self._call(f"insert into {table_sql}", lambda c: c.insert_arrow(table_sql, data, settings=settings))
+
+        def insert(client) -> None:
+            compression = getattr(client, "write_compression", None)
+            payload = arrow_file(data, compression if compression in ("lz4", "zstd") else None)
+            client.raw_insert(table_sql, data.schema.names, payload, settings=settings, fmt="Arrow")
+
+        self._call(f"insert into {table_sql}", insert)
         return data.num_rows
 
     def insert_row(self, table_sql: str, values: dict) -> None:
