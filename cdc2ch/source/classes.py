@@ -1,12 +1,12 @@
 """A class data sharing archive for the local Spark JVM: the classes Spark, Delta and Parquet load, kept
 mapped from one file instead of read from jars, checked and linked again by every process.
 
-A JVM that finds no archive for its exact classpath records what it loads and, at the end of a process that
-ran Spark jobs, dumps it (`jcmd VM.cds dynamic_dump`, through the JVM's own diagnostic command bean). Later
-processes map it: Spark starts ~3.5 s sooner and the first CDF read, which loads the read path, ~2.5 s
-sooner (bench/results.md). The archive is keyed by the java binary, pyspark and every jar on the session's
-classpath: another JDK, install or jar set gets its own archive, never a mismatched one. It lives next to
-the Delta jars; `CDC2CH_CLASS_ARCHIVE=off` turns it off.
+A JVM that finds no archive for its exact classpath dumps what it loaded as it exits
+(`-XX:ArchiveClassesAtExit`), at the end of a process that ran Spark jobs. Later processes map it: Spark
+starts ~3.5 s sooner and the first CDF read, which loads the read path, ~2.5 s sooner (bench/results.md). The
+archive is keyed by the java binary, pyspark and every jar on the session's classpath: another JDK, install
+or jar set gets its own archive, never a mismatched one. It lives next to the Delta jars;
+`CDC2CH_CLASS_ARCHIVE=off` turns it off.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 ENV = "CDC2CH_CLASS_ARCHIVE"
-KEEP = 3  # archives kept per cache directory (~140 MiB each)
+KEEP = 3  # archives kept per cache directory (~170 MiB each)
+DUMP_TIMEOUT = 300  # seconds a JVM may take to write its archive at exit (about 8 s here)
 # The JVM's cds logging (classes it skips while dumping, an archive it cannot map) is for JVM developers:
 # a rejected archive only means an ordinary start.
 QUIET = "-Xlog:cds=off,cds+dynamic=off,cds+map=off,class+path=off"
@@ -54,24 +55,38 @@ def archive_path(directory: Path, jars: list[str]) -> Path | None:
 
 
 def java_options(archive: Path) -> str:
-    """Map the archive when it exists, else record what is loaded so that it can be dumped."""
+    """Map the archive when it exists, else have the JVM dump one when it exits (see save_at_exit)."""
     if archive.exists():
         return f"-XX:SharedArchiveFile={archive} -Xshare:auto {QUIET}"
-    return f"-XX:+RecordDynamicDumpInfo {QUIET}"
+    _prune(archive.parent)
+    return f"-XX:ArchiveClassesAtExit={_partial(archive)} {QUIET}"
+
+
+def _partial(archive: Path, pid: int | None = None) -> Path:
+    """Where this process's JVM dumps: renamed to `archive` once complete, so no process maps half of one."""
+    return archive.with_name(f"{archive.name}.{pid or os.getpid()}.partial")
 
 
 def save_at_exit(spark, archive: Path, log) -> None:
-    """At the end of this process, dump the classes its JVM loaded to `archive` (written under another name,
-    then renamed: a concurrent process or a crash never leaves a partial archive at that path)."""
-
-    partial = archive.with_name(f"{archive.name}.{os.getpid()}.partial")
+    """At the end of this process, let its JVM dump the classes it loaded to `archive`: stop it, wait while it
+    writes, then rename. The JVM links every class it loaded before dumping at its exit, those the bytecode
+    verifier only loaded to check other classes among them (a third of a read's: on a dump requested while it
+    runs, `jcmd VM.cds dynamic_dump`, JDK 17 leaves them out, and every later JVM loaded them from the jars
+    again, W5's start and plan about a second slower). A JVM that never ran the read path, or finds the
+    archive saved meanwhile, is not waited for: its dump is never renamed, and pruned later."""
 
     def save() -> None:
+        proc = spark.sparkContext._gateway.proc
+        partial = _partial(archive)
         try:
             if archive.exists() or not spark.sparkContext.statusTracker().getJobIdsForGroup():
                 return  # another process saved it, or this one never ran the read path
             t0 = time.monotonic()
-            _dynamic_dump(spark, partial)
+            spark.stop()
+            proc.stdin.close()  # the gateway ends its JVM when its input closes; the JVM dumps as it exits
+            proc.wait(timeout=DUMP_TIMEOUT)
+            if proc.returncode != 0 or not partial.exists():
+                raise RuntimeError(f"the JVM ended with {proc.returncode} and wrote no archive at {partial}")
             os.replace(partial, archive)
             _prune(archive.parent)
             log.info(
@@ -81,39 +96,18 @@ def save_at_exit(spark, archive: Path, log) -> None:
                 seconds=round(time.monotonic() - t0, 1),
             )
         except Exception as exc:  # only a slower start for the next process
-            partial.unlink(missing_ok=True)
             log.debug("class_archive_not_saved", reason=str(exc).splitlines()[0][:300])
 
     atexit.register(save)
 
 
 def _prune(directory: Path) -> None:
-    """Keep the newest KEEP archives: other JDKs or installs sharing this cache keep theirs, old jar sets go."""
+    """Keep the newest KEEP archives: other JDKs or installs sharing this cache keep theirs, old jar sets go.
+    Dumps of processes that have ended (unwanted, or cut short) go too."""
     found = sorted(directory.glob("classes-*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in found[KEEP:]:
         old.unlink(missing_ok=True)
-
-
-def _dynamic_dump(spark, path: Path) -> None:
-    """`jcmd <pid> VM.cds dynamic_dump <path>`, run in the JVM itself (no JDK tools needed). The platform
-    MBean server's class is not exported to py4j: its public interface's method is invoked instead."""
-    gateway, jvm = spark.sparkContext._gateway, spark._jvm
-    lang = jvm.java.lang
-
-    def array(cls, items):
-        out = gateway.new_array(cls, len(items))
-        for i, item in enumerate(items):
-            out[i] = item
-        return out
-
-    server = jvm.java.lang.management.ManagementFactory.getPlatformMBeanServer()
-    types = ["javax.management.ObjectName", "java.lang.String", "[Ljava.lang.Object;", "[Ljava.lang.String;"]
-    invoke = lang.Class.forName("javax.management.MBeanServer").getMethod(
-        "invoke", array(lang.Class, [lang.Class.forName(t) for t in types])
-    )
-    bean = jvm.javax.management.ObjectName("com.sun.management:type=DiagnosticCommand")
-    command = array(lang.String, ["dynamic_dump", str(path)])
-    signature = array(lang.String, ["[Ljava.lang.String;"])
-    invoke.invoke(server, array(lang.Object, [bean, "vmCds", array(lang.Object, [command]), signature]))
-    if not path.exists():
-        raise RuntimeError(f"the JVM wrote no archive at {path}")
+    for partial in directory.glob("classes-*.jsa.*.partial"):
+        pid = partial.name.split(".")[-2]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            partial.unlink(missing_ok=True)

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 from cdc2ch.source import classes, spark
+
+
+def _gone_pid() -> int:
+    """The pid of a process that has ended."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
 
 
 def _ours(jars: list[str]) -> dict[str, str]:
@@ -21,14 +31,15 @@ def test_the_archive_is_keyed_by_the_classpath(tmp_path):
     assert classes.archive_path(tmp_path, [str(one), str(two)]) != same
 
 
-def test_a_missing_archive_is_recorded_an_existing_one_mapped(tmp_path):
+def test_a_missing_archive_is_dumped_at_exit_an_existing_one_mapped(tmp_path):
     archive = tmp_path / "classes-x.jsa"
-    assert "-XX:+RecordDynamicDumpInfo" in classes.java_options(archive)
-    assert "SharedArchiveFile" not in classes.java_options(archive)
+    options = classes.java_options(archive)
+    assert f"-XX:ArchiveClassesAtExit={archive}.{os.getpid()}.partial" in options  # renamed when complete
+    assert "SharedArchiveFile" not in options
     archive.write_bytes(b"")
     options = classes.java_options(archive)
     assert f"-XX:SharedArchiveFile={archive}" in options and "-Xshare:auto" in options
-    assert "RecordDynamicDumpInfo" not in options
+    assert "ArchiveClassesAtExit" not in options
 
 
 def test_no_archive_when_the_user_chose_the_jvm_the_jars_or_turned_it_off(tmp_path, monkeypatch):
@@ -46,15 +57,15 @@ def test_no_archive_when_the_user_chose_the_jvm_the_jars_or_turned_it_off(tmp_pa
     assert spark.class_archive([str(jar)]) is None
 
 
-def test_the_newest_archives_are_kept(tmp_path):
-    import os
-
+def test_the_newest_archives_are_kept_and_ended_processes_dumps_go(tmp_path):
     for age in range(5):
         old = tmp_path / f"classes-{age}.jsa"
         old.write_bytes(b"")
         os.utime(old, (1_000_000 - age, 1_000_000 - age))
     (tmp_path / "delta.jar").write_bytes(b"d")
+    (tmp_path / f"classes-9.jsa.{_gone_pid()}.partial").write_bytes(b"")  # its process ended: never renamed
+    (tmp_path / f"classes-9.jsa.{os.getpid()}.partial").write_bytes(b"")  # a dump under way
     classes._prune(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "classes-0.jsa", "classes-1.jsa", "classes-2.jsa", "delta.jar"
+        "classes-0.jsa", "classes-1.jsa", "classes-2.jsa", f"classes-9.jsa.{os.getpid()}.partial", "delta.jar"
     ]  # fmt: skip
