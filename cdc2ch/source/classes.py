@@ -62,9 +62,9 @@ def java_options(archive: Path) -> str:
     return f"-XX:ArchiveClassesAtExit={_partial(archive)} {QUIET}"
 
 
-def _partial(archive: Path, pid: int | None = None) -> Path:
+def _partial(archive: Path) -> Path:
     """Where this process's JVM dumps: renamed to `archive` once complete, so no process maps half of one."""
-    return archive.with_name(f"{archive.name}.{pid or os.getpid()}.partial")
+    return archive.with_name(f"{archive.name}.{os.getpid()}.partial")
 
 
 def save_at_exit(spark, archive: Path, log) -> None:
@@ -76,12 +76,12 @@ def save_at_exit(spark, archive: Path, log) -> None:
     archive saved meanwhile, is not waited for: its dump is never renamed, and pruned later."""
 
     def save() -> None:
-        proc = spark.sparkContext._gateway.proc
         partial = _partial(archive)
         try:
             if archive.exists() or not spark.sparkContext.statusTracker().getJobIdsForGroup():
-                return  # another process saved it, or this one never ran the read path
+                return  # another process saved it, or this one never ran the read path (or stopped Spark)
             t0 = time.monotonic()
+            proc = spark.sparkContext._gateway.proc
             spark.stop()
             proc.stdin.close()  # the gateway ends its JVM when its input closes; the JVM dumps as it exits
             proc.wait(timeout=DUMP_TIMEOUT)
