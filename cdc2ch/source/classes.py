@@ -55,10 +55,11 @@ def archive_path(directory: Path, jars: list[str]) -> Path | None:
 
 
 def java_options(archive: Path) -> str:
-    """Map the archive when it exists, else have the JVM dump one when it exits (see save_at_exit)."""
+    """Map the archive when it exists, else have the JVM dump one when it exits (see save_at_exit). Either way
+    the dumps that were never renamed go first: each is as large as an archive."""
+    _prune(archive.parent)
     if archive.exists():
         return f"-XX:SharedArchiveFile={archive} -Xshare:auto {QUIET}"
-    _prune(archive.parent)
     return f"-XX:ArchiveClassesAtExit={_partial(archive)} {QUIET}"
 
 

@@ -37,9 +37,12 @@ def test_a_missing_archive_is_dumped_at_exit_an_existing_one_mapped(tmp_path):
     assert f"-XX:ArchiveClassesAtExit={archive}.{os.getpid()}.partial" in options  # renamed when complete
     assert "SharedArchiveFile" not in options
     archive.write_bytes(b"")
+    left = tmp_path / f"classes-x.jsa.{_gone_pid()}.partial"  # a dump no process will rename
+    left.write_bytes(b"")
     options = classes.java_options(archive)
     assert f"-XX:SharedArchiveFile={archive}" in options and "-Xshare:auto" in options
     assert "ArchiveClassesAtExit" not in options
+    assert not left.exists()
 
 
 def test_no_archive_when_the_user_chose_the_jvm_the_jars_or_turned_it_off(tmp_path, monkeypatch):
