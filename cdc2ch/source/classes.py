@@ -20,7 +20,7 @@ from pathlib import Path
 
 ENV = "CDC2CH_CLASS_ARCHIVE"
 KEEP = 3  # archives kept per cache directory (~170 MiB each)
-DUMP_TIMEOUT = 300  # seconds a JVM may take to write its archive at exit (about 8 s here)
+DUMP_TIMEOUT = 300  # seconds a JVM may take to stop and write its archive at exit (14-16 s here)
 # The JVM's cds logging (classes it skips while dumping, an archive it cannot map) is for JVM developers:
 # a rejected archive only means an ordinary start.
 QUIET = "-Xlog:cds=off,cds+dynamic=off,cds+map=off,class+path=off"
