@@ -25,6 +25,7 @@ from datetime import datetime
 
 from cdc2ch.base.errors import Cdc2chError, SinkError, summarise
 from cdc2ch.base.log import get_logger, in_api_call
+from cdc2ch.base.processes import process_gone
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model import schema
 
@@ -59,16 +60,6 @@ class Claim:
             f"{self.holder} on host {self.host} (pid {self.pid}), which took it at "
             f"{self.claimed_at:%Y-%m-%d %H:%M:%S} UTC and last checked in {self.age_s:.0f} s ago"
         )
-
-
-def _process_gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
 
 
 def command_name() -> str:
@@ -108,7 +99,7 @@ class PipelineLock:
         claims = []
         for token, holder, host, pid, claimed_at, age in rows:
             claim = Claim(token, holder, host, int(pid), claimed_at, float(age))
-            if token != self.token and host == self.host and _process_gone(claim.pid):
+            if token != self.token and host == self.host and process_gone(claim.pid):
                 if claim.age_s < self.ttl:  # an expired one blocked no one: released without a word
                     log.warning("stale_claim_released", pipeline=self.pipeline, holder=claim.describe())
                 self._write(token=token, holder=holder, host=host, pid=claim.pid, released=1)

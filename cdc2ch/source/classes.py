@@ -18,6 +18,8 @@ import shutil
 import time
 from pathlib import Path
 
+from cdc2ch.base.processes import process_gone
+
 ENV = "CDC2CH_CLASS_ARCHIVE"
 KEEP = 3  # archives kept per cache directory (~170 MiB each)
 DUMP_TIMEOUT = 300  # seconds a JVM may take to stop and write its archive at exit (14-16 s here)
@@ -110,5 +112,5 @@ def _prune(directory: Path) -> None:
         old.unlink(missing_ok=True)
     for partial in directory.glob("classes-*.jsa.*.partial"):
         pid = partial.name.split(".")[-2]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+        if pid.isdigit() and process_gone(int(pid)):
             partial.unlink(missing_ok=True)
