@@ -106,7 +106,10 @@ def test_local_table_keeps_the_users_window_and_comment(sink, database):
     target = TargetName(database, "orders")
     mine = TableDesign(("id",), settings=(("non_replicated_deduplication_window", "500"),))
     text = parsed(sink, local_table_ddl(target, TYPES, mine, "main", comment="from s3://bucket/orders"))
-    assert "SETTINGS replicated_deduplication_window = 500" in text.splitlines()
+    assert (
+        "SETTINGS vertical_merge_algorithm_min_columns_to_activate = 1, replicated_deduplication_window = 500"
+        in text.splitlines()
+    )
     assert text.splitlines()[-1] == "COMMENT 'from s3://bucket/orders'"
     # A replicated window the user gives wins over the non-replicated one (theirs or the default).
     both = TableDesign(
@@ -114,7 +117,9 @@ def test_local_table_keeps_the_users_window_and_comment(sink, database):
         settings=(("non_replicated_deduplication_window", "500"), ("replicated_deduplication_window", "700")),
     )
     text = parsed(sink, local_table_ddl(target, TYPES, both, "main"))
-    assert text.splitlines()[-1] == "SETTINGS replicated_deduplication_window = 700"
+    assert text.splitlines()[-1] == (
+        "SETTINGS vertical_merge_algorithm_min_columns_to_activate = 1, replicated_deduplication_window = 700"
+    )
 
 
 def test_the_window_is_a_merge_tree_setting(sink):

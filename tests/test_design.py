@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pytest
 
 from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName
+from cdc2ch.model.design import TableDesign
 from tests.helpers import assert_replicated, clickhouse_rows, committed_version, create_table, delta_rows
 
 COLUMNS = "id BIGINT, name STRING, city STRING, created_at DATE, amount DOUBLE, email STRING"
@@ -258,3 +260,54 @@ def test_the_python_api_takes_the_design_as_keyword_arguments(spark, sink, chdb_
     assert list(sink.table_columns(target))[:5] == ["id", "customer", "city", "created_at", "amount"]
     delta = delta_rows(spark, path, columns=["id", "name", "city", "created_at", "amount"])
     assert clickhouse_rows(sink, target, ["id", "customer", "city", "created_at", "amount"]) == delta
+
+
+def _gathered(sink) -> int:
+    """Columns the engine has merged one at a time (the vertical algorithm's second stage), process-wide."""
+    rows = sink.query_rows("SELECT value FROM system.events WHERE name = 'GatheredColumns'")
+    return int(rows[0][0]) if rows else 0
+
+
+def _versions(ids, commit: int, deleted) -> pa.Table:
+    """Target rows of `ids` at Delta version `commit`: tombstones where `deleted`, live rows elsewhere."""
+    n = len(ids)
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "name": pa.array([f"n{i}-{commit}" for i in ids]),
+            "_commit_version": pa.array([commit] * n, pa.uint64()),
+            "_commit_timestamp": pa.array([commit * 1000] * n, pa.timestamp("ms", tz="UTC")),
+            "_change_type": pa.array(["delete" if d else "insert" for d in deleted]),
+            "_is_deleted": pa.array(deleted, pa.uint8()),
+            "_version": pa.array([commit * 4 + (2 if d else 3) for d in deleted], pa.uint64()),
+        }
+    )
+
+
+@pytest.mark.parametrize("vertical", [True, False], ids=["default", "users-threshold"])
+def test_targets_merge_one_column_at_a_time_and_keep_final(sink, database, vertical):
+    """The default settings have the engine merge a target vertically (key and version columns, then each
+    other column alone), which holds far less in memory than every column at once; the user's own threshold
+    wins. Either way FINAL keeps each key's newest state, tombstones hiding deleted keys."""
+    settings = (("min_bytes_for_wide_part", "0"),)  # wide parts at this size: the vertical algorithm's own
+    if not vertical:
+        settings += (("vertical_merge_algorithm_min_columns_to_activate", "11"),)  # the engine's default
+    target = TargetName(database, "merged")
+    sink.ensure_database(database)
+    types = {"id": "Int64", "name": "Nullable(String)"}
+    sink.command(schema.target_table_ddl(target, types, TableDesign(("id",), settings=settings)))
+    table = schema.qualified(target)
+    # two parts of 100,000 rows (the engine merges vertically from 131,072): the second replaces half of
+    # the first's keys and adds as many, every other one of its keys a tombstone
+    sink.insert_arrow(table, _versions(range(100_000), 1, [0] * 100_000))
+    sink.insert_arrow(table, _versions(range(50_000, 150_000), 2, [i % 2 for i in range(50_000, 150_000)]))
+    before = _gathered(sink)
+    sink.command(f"OPTIMIZE TABLE {table} FINAL")
+    assert (_gathered(sink) > before) == vertical
+    assert sink.query_rows(f"SELECT count() FROM system.parts WHERE active AND database = '{database}'") == [
+        (1,)
+    ]
+    live = [*range(50_000), *range(50_000, 150_000, 2)]
+    rows = sink.query_rows(f"SELECT count(), sum(id), countIf(name LIKE '%-2') FROM {table} FINAL")
+    assert rows == [(len(live), sum(live), 50_000)]  # the second version of each key it left alive
+    assert sink.query_rows(f"SELECT count(), sum(_is_deleted) FROM {table}") == [(150_000, 50_000)]

@@ -134,7 +134,8 @@ def test_ddl_of_a_designed_table():
     assert "`email` Nullable(String) CODEC(ZSTD(3))" in ddl
     assert "PARTITION BY toYYYYMM(created_at) ORDER BY (`city`, `id`)" in ddl
     assert ddl.endswith(
-        "SETTINGS non_replicated_deduplication_window = 10000, allow_nullable_key = 1, index_granularity = 1024"
+        "SETTINGS non_replicated_deduplication_window = 10000, vertical_merge_algorithm_min_columns_to_activate = 1, "
+        "allow_nullable_key = 1, index_granularity = 1024"
     )
 
 
