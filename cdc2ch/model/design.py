@@ -18,8 +18,8 @@ from cdc2ch.model.identity import Identity
 # take the vertical algorithm (the key and version columns first, then one column at a time) wherever
 # ClickHouse allows it, not only from 11 columns besides the key. A target receives a backlog in many
 # parts of about a batch each, which the engine merges while more arrive: with every column at once, its
-# read buffers for each part and column held -130 to -180 MiB more at the peak of a 20M-row load, and the
-# load ran 13-15 % longer (bench/results.md).
+# read buffers for each part and column held 110-180 MiB more at the peak of a 20M-row load, and the load
+# ran 13-15 % longer (bench/results.md).
 DEFAULT_SETTINGS = (
     ("non_replicated_deduplication_window", "10000"),
     ("vertical_merge_algorithm_min_columns_to_activate", "1"),
