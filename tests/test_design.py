@@ -10,7 +10,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from cdc2ch.model import schema
+from cdc2ch.model import contract, schema
 from cdc2ch.model.config import TargetName
 from cdc2ch.model.design import TableDesign
 from tests.helpers import assert_replicated, clickhouse_rows, committed_version, create_table, delta_rows
@@ -269,19 +269,19 @@ def _gathered(sink) -> int:
 
 
 def _versions(ids, commit: int, deleted) -> pa.Table:
-    """Target rows of `ids` at Delta version `commit`: tombstones where `deleted`, live rows elsewhere."""
+    """Target rows (contract.arrow_rows) of `ids` at Delta version `commit`: deletes where `deleted`, inserts
+    elsewhere."""
     n = len(ids)
-    return pa.table(
+    cdf = pa.table(
         {
             "id": pa.array(ids, pa.int64()),
             "name": pa.array([f"n{i}-{commit}" for i in ids]),
-            "_commit_version": pa.array([commit] * n, pa.uint64()),
-            "_commit_timestamp": pa.array([commit * 1000] * n, pa.timestamp("ms", tz="UTC")),
             "_change_type": pa.array(["delete" if d else "insert" for d in deleted]),
-            "_is_deleted": pa.array(deleted, pa.uint8()),
-            "_version": pa.array([commit * 4 + (2 if d else 3) for d in deleted], pa.uint64()),
+            "_commit_version": pa.array([commit] * n, pa.int64()),
+            "_commit_timestamp": pa.array([commit * 1000] * n, pa.timestamp("ms", tz="UTC")),
         }
     )
+    return contract.arrow_rows(cdf)
 
 
 @pytest.mark.parametrize("vertical", [True, False], ids=["default", "users-threshold"])
