@@ -308,7 +308,7 @@ CATALOGUE: tuple[Option, ...] = (
            help="Name under which the offset is stored. Default: the target name. With --config: run only "
            "the pipeline of that name."),
     Option("batch-size", PIPELINES, PIPELINE, type=click.INT, default=_DEFAULT["batch_size"],
-           show_default=True, help="Rows per ClickHouse insert."),
+           show_default=True, help="Rows per ClickHouse insert, about (equal inserts of 0.5-1.5 times it)."),
     Option("max-rows-per-read", PIPELINES, PIPELINE, type=click.INT, default=_DEFAULT["max_rows_per_read"],
            show_default=True,
            help="run: versions are read together until their estimated change rows reach this; "

@@ -229,6 +229,27 @@ def test_the_driver_writer_cuts_replayable_batches_and_stops_between_them():
     assert not result.committed and result.rows == 4 and len(third.sink.inserts) == 2
 
 
+@pytest.mark.parametrize(
+    "rows, sizes",
+    [(0, []), (30, [30]), (100, [100]), (149, [149]), (151, [75, 76]), (250, [125, 125]),
+     (399, [99, 100, 100, 100])],
+)  # fmt: skip
+def test_inserts_are_equal_batches_of_about_the_batch_size_with_no_remainder_alone(rows, sizes):
+    """A Spark task of 100,000 rows was an insert of 80,000 and one of 20,000: the rows of a read are cut into
+    round(rows / batch size) equal batches instead, each half to one and a half times the batch size; taken in
+    the replay order when one is given."""
+    import pyarrow as pa
+
+    from cdc2ch.replication.changes import batches
+
+    table = pa.table({"id": pa.array(range(rows), pa.int64())})
+    assert [b.num_rows for b in batches(table, 100)] == sizes
+    order = pa.array(range(rows - 1, -1, -1), pa.int64())
+    assert [i for b in batches(table, 100, order) for i in b.column("id").to_pylist()] == list(range(rows))[
+        ::-1
+    ]
+
+
 def test_the_pushdown_writer_sends_one_statement_and_names_null_keys_by_error_code():
     import contextlib
     import threading

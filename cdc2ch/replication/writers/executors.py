@@ -53,7 +53,7 @@ def write_partitions(
     safe = safe.repartition(partitions, *[F.col(k) for k in keys]).sortWithinPartitions(version, *keys)
     null_keys, batch_token, call = contract.null_keys, contract.executor_batch_token, retry.call
     insert_settings = contract.target_insert
-    latest = changes.latest_in_place
+    latest, cut = changes.latest_in_place, changes.batches
 
     def write(batches):  # runs in a Spark task; nested so it ships by value
         import functools
@@ -83,8 +83,7 @@ def write_partitions(
         client = clickhouse_connect.get_client(**client_kwargs)
         written = count = 0
         try:
-            for offset in range(0, table.num_rows, batch_size):
-                batch = table.slice(offset, batch_size)
+            for batch in cut(table, batch_size):
                 settings = insert_settings(batch_token(token_prefix, part, count, batch))
                 insert = functools.partial(client.insert_arrow, table_sql, batch, settings=settings)
                 call(insert, attempts, lambda exc: True)  # any failure: the same token makes a retry safe
