@@ -3,8 +3,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# The official Delta Sharing connector, the tests' independent client of tests/sharing_server.py, in its own
-# virtualenv: it pins an older pyarrow than cdc2ch runs.
+# The official Delta Sharing connector, the tests' independent client of tests/support/sharing_server.py, in
+# its own virtualenv: it pins an older pyarrow than cdc2ch runs.
 SHARING_VENV  := .venv-sharing
 SHARING_STAMP := $(SHARING_VENV)/.installed
 
@@ -43,9 +43,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m cdc2ch.source.spark > /dev/null
 	touch $(STAMP)
 
-$(SHARING_STAMP): tests/sharing-requirements.txt
+$(SHARING_STAMP): tests/support/sharing-requirements.txt
 	$(PYTHON) -m venv $(SHARING_VENV)
-	$(SHARING_VENV)/bin/pip install --quiet -r tests/sharing-requirements.txt
+	$(SHARING_VENV)/bin/pip install --quiet -r tests/support/sharing-requirements.txt
 	touch $(SHARING_STAMP)
 
 demo: install
@@ -70,11 +70,12 @@ SEED    ?=
 MINUTES ?= 60
 # A soak under faults (bench/soak.py): MINUTES of chaos over both targets, then an independent check.
 # A failure prints its seed: `make soak SEED=...` replays the same schedule and the same writes.
-# Then the generated histories (tests/test_generated_histories.py) with HISTORIES examples instead of the suite's few.
+# Then the generated histories (tests/e2e/replication/test_generated_histories.py) with HISTORIES examples
+# instead of the suite's few.
 HISTORIES ?= 100
 soak: install
 	$(BIN)/python bench/soak.py --minutes $(MINUTES) $(if $(SEED),--seed $(SEED)) --verbose
-	CDC2CH_HISTORY_EXAMPLES=$(HISTORIES) CDC2CH_HISTORY_LENGTH=14 $(BIN)/python -m pytest -q tests/test_generated_histories.py
+	CDC2CH_HISTORY_EXAMPLES=$(HISTORIES) CDC2CH_HISTORY_LENGTH=14 $(BIN)/python -m pytest -q tests/e2e/replication/test_generated_histories.py
 
 .PHONY: bench bench-quick bytecode
 BENCH_STAMP := $(VENV)/.bench-installed
@@ -109,3 +110,4 @@ bench-quick: $(BENCH_STAMP) bytecode
 # would compile them.
 bytecode: $(BENCH_STAMP)
 	$(BIN)/python -m compileall -q cdc2ch
+

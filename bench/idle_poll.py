@@ -2,7 +2,7 @@
 
 One small Delta table (written by delta-rs), replicated once; then `cdc2ch run --once` is timed as a whole
 process (its bytecode compiled, as installed), N times, while no version is new: against the embedded default
-(chdb:///dir) and against a server target (tests/chserver.py: cdc2ch's ClickHouse HTTP interface on chdb, in
+(chdb:///dir) and against a server target (tests/support/chserver.py: cdc2ch's ClickHouse HTTP interface on chdb, in
 a process of its own). Beside it, two references, each a process that opens the embedded engine and answers
 one query: through chdb's own API (the engine itself), and through clickhouse-connect (the client cdc2ch
 writes with, whose import brings urllib3 and ssl); and a third, the floor of any poll that reads its offset
@@ -159,10 +159,10 @@ c = engine.connect("file:" + sys.argv[1])
 
 
 def start_server(directory: str, env: dict) -> tuple[subprocess.Popen, int]:
-    """tests/chserver.py in a process of its own on the chdb directory; (process, port)."""
+    """tests/support/chserver.py in a process of its own on the chdb directory; (process, port)."""
     code = (
         "import sys, time\n"
-        "from tests.chserver import ChServer\n"
+        "from tests.support.chserver import ChServer\n"
         f"server = ChServer({directory!r}, user='default', password={PASSWORD!r}).__enter__()\n"
         "print(server.port, flush=True)\n"
         "time.sleep(10**9)\n"

@@ -2,7 +2,7 @@
 (default 1,000,000).
 
 Writes a Delta table with Spark (an insert of `rows` rows, then an UPDATE of a tenth of them: change files),
-shares it through the test server (tests/sharing_server.py, HTTP on localhost, files served by the same
+shares it through the test server (tests/support/sharing_server.py, HTTP on localhost, files served by the same
 server), and runs `cdc2ch run --once` on each into a fresh embedded ClickHouse as separate processes. Prints
 each one's rows/s from its `start` event to its last `committed` event (Spark start-up excluded) and its wall
 time (included).
@@ -43,7 +43,7 @@ def replicate(table: str, clickhouse: str) -> tuple[int, float, float]:
 def main(rows: int) -> None:
     from cdc2ch.model.config import SparkSettings
     from cdc2ch.source.spark import session
-    from tests.sharing_server import SharingServer
+    from tests.support.sharing_server import SharingServer
 
     with tempfile.TemporaryDirectory(prefix="cdc2ch-sharing-bench-") as tmp:
         path = str(Path(tmp) / "delta")

@@ -10,7 +10,7 @@ count below is 0 and every offset equals the table's latest version.
   identities (key UPDATEs, sorting-column UPDATEs, delete + re-insert of a key in one commit, MERGEs that
   delete and insert), one that gains a column mid-soak, and one created mid-soak, which reaches the service
   through a config change and a restart. It also compacts (OPTIMIZE: a commit without data change).
-- `server`: the target is the test ClickHouse HTTP endpoint (tests/chserver.py, on the engine of this
+- `server`: the target is the test ClickHouse HTTP endpoint (tests/support/chserver.py, on the engine of this
   process) behind a FaultProxy. Chaos: kill -9, SIGTERM, SIGINT, a kill of Spark's JVM, connections
   refused, a reset after an insert landed, HTTP 500 with retryable codes, an answer slower than
   `send_receive_timeout`, the endpoint down for longer than the retries last, a second `run` of the same
@@ -389,7 +389,7 @@ class Endpoints:
         self.p, self.holder, self.server = p, None, None
         if p.target == "server":
             from cdc2ch.clickhouse.dsn import connect
-            from tests.chserver import ChServer, FaultProxy
+            from tests.support.chserver import ChServer, FaultProxy
 
             self.holder = connect(f"chdb://{p.work / 'clickhouse'}", 1)
             self.holder.__enter__()  # the engine this process hosts; the endpoint adds its handles to it

@@ -1,8 +1,8 @@
 """How long `cdc2ch status` takes for a fleet: `python bench/status_fleet.py [pipelines]` (default 300; the
 goal is under 2 s).
 
-Builds the fleet of tests/test_status_fleet.py in a fresh embedded ClickHouse, but with a Delta table of its
-own per pipeline: `pipelines` pipelines in two databases over as many small Delta tables written by
+Builds the fleet of tests/e2e/commands/test_status_fleet.py in a fresh embedded ClickHouse, but with a Delta
+table of its own per pipeline: `pipelines` pipelines in two databases over as many small Delta tables written by
 delta-rs (1 to 7 commits, a quarter of them checkpointed), their offsets and health recorded through
 cdc2ch's own stores. Then prints the wall time of `cdc2ch status` as a user runs it
 (a new process: Python start-up, imports and opening the engine included), best of 5, and of the work
@@ -39,7 +39,7 @@ def timed(fn, repeat: int = 5) -> tuple[float, object]:
 def main(pipelines: int) -> None:
     from cdc2ch.clickhouse.dsn import connect
     from cdc2ch.commands import status
-    from tests import fleet
+    from tests.support import fleet
 
     with tempfile.TemporaryDirectory(prefix="cdc2ch-status-bench-") as tmp:
         dsn = f"chdb://{Path(tmp) / 'clickhouse'}"

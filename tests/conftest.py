@@ -90,7 +90,7 @@ def cli(chdb_dsn):
 
 
 # -- ClickHouse over HTTP ---------------------------------------------------------------------------------
-# Server-target tests talk HTTP to `clickhouse_http`: the session's chdb engine behind tests/chserver.py, or a
+# Server-target tests talk HTTP to `clickhouse_http`: the session's chdb engine behind tests/support/chserver.py, or a
 # real server when CDC2CH_TEST_CLICKHOUSE_URL (http://user@host:8123/, password in
 # CDC2CH_TEST_CLICKHOUSE_PASSWORD) is set.
 CHSERVER_PASSWORD = "s3cr3t-test"
@@ -98,7 +98,7 @@ CHSERVER_PASSWORD = "s3cr3t-test"
 
 @pytest.fixture(scope="session")
 def chserver(chdb_dsn, sink):
-    from tests.chserver import ChServer
+    from tests.support.chserver import ChServer
 
     # `sink` first: the embedded client opens the engine; ChServer adds its own handles to it.
     with ChServer(chdb_dsn[len("chdb://") :], user="default", password=CHSERVER_PASSWORD) as server:
@@ -109,7 +109,7 @@ def chserver(chdb_dsn, sink):
 def clickhouse_http(request):
     from urllib.parse import unquote, urlsplit
 
-    from tests.chserver import Endpoint
+    from tests.support.chserver import Endpoint
 
     url = os.environ.get("CDC2CH_TEST_CLICKHOUSE_URL")
     if url:
@@ -122,7 +122,7 @@ def clickhouse_http(request):
 
 @pytest.fixture
 def fault_proxy(clickhouse_http):
-    from tests.chserver import FaultProxy
+    from tests.support.chserver import FaultProxy
 
     with FaultProxy(clickhouse_http.host, clickhouse_http.port) as proxy:
         yield proxy

@@ -5,7 +5,7 @@ Foundation SDK (the `grafana-foundation-sdk` package, in the `test` extra).
     python deploy/grafana/build.py --check   # exit 1 if cdc2ch.json is not what this builds
 
 Every query selects its series with `{instance=~"$instance", pipeline=~"$pipeline"}` (the process metrics,
-which have no pipeline, with the instance alone); tests/test_prometheus.py checks that each names a metric
+which have no pipeline, with the instance alone); tests/e2e/deploy/test_prometheus.py checks that each names a metric
 a running cdc2ch exports and that a real Prometheus answers it. deploy/README.md says what each panel answers.
 """
 
