@@ -22,7 +22,7 @@ def main() -> None:
     leave(0)
 
 
-def leave(code: object) -> None:
+def leave(code: str | int | None) -> None:
     """End the process with `code` (as SystemExit reads it). Tearing down the interpreter frees ~570 modules
     and the embedded engine's globals one by one, 0.1-0.2 s of a cron poll that lasts about a second, for a
     process that is about to end anyway. So, once nothing else runs, the exit handlers run and the output is

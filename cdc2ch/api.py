@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -25,6 +25,9 @@ from cdc2ch.base.log import api_call
 from cdc2ch.commands import options as catalogue
 from cdc2ch.fleet.patterns import is_pattern
 from cdc2ch.model.config import RunConfig, TargetName
+
+if TYPE_CHECKING:
+    from cdc2ch.model.offset import PipelineState
 
 __all__ = [
     "Discovered",
@@ -72,7 +75,9 @@ class ReplicateResult:
     @property
     def versions(self) -> int:
         """How many Delta versions this call committed."""
-        return 0 if self.start_version is None else self.end_version - self.start_version + 1
+        if self.start_version is None or self.end_version is None:  # (both or neither)
+            return 0
+        return self.end_version - self.start_version + 1
 
 
 @dataclass(frozen=True)
@@ -157,20 +162,25 @@ def replicate(
             runner = Runner([cfg], spark, sink, stop or threading.Event(), Metrics(), isolate=False)
             runner.run()  # raises what failed, as the command would report it
             job = runner.slots[0].job
+            before: PipelineState | None
             if job is not None and job.started is not None:
                 before, after = job.started, job.state
             else:  # stopped before it started
                 before = after = StateStore(sink, cfg.target.database).load(cfg.pipeline)
         committed = after.committed_version if after else -1
-        moved = before is not None and committed > before.committed_version
+        start_version = end_version = None
+        rows = 0
+        if before is not None and after is not None and committed > before.committed_version:  # moved
+            start_version, end_version = before.committed_version + 1, committed
+            rows = after.rows_written - before.rows_written
         return ReplicateResult(
             pipeline=cfg.pipeline,
             target=str(cfg.target),
             source=after.source if after else cfg.table,
-            start_version=before.committed_version + 1 if moved else None,
-            end_version=committed if moved else None,
+            start_version=start_version,
+            end_version=end_version,
             committed_version=committed,
-            rows=after.rows_written - before.rows_written if moved else 0,
+            rows=rows,
             seconds=round(time.monotonic() - t0, 3),
         )
 
@@ -252,7 +262,8 @@ def status(
         with connect(values["clickhouse_dsn"], create=False, reader=True) as sink:
             rows = report.collect(sink, spark_factory, wanted, select=select)
         names = [f.name for f in fields(PipelineStatus)]
-        return [PipelineStatus(**{n: row.get(n) for n in names}) for row in rows]
+        found: list[dict[str, Any]] = [{n: row.get(n) for n in names} for row in rows]
+        return [PipelineStatus(**values) for values in found]
 
 
 # -- options ----------------------------------------------------------------------------------------------
@@ -312,6 +323,7 @@ def _values(command: str, function: str, keywords: dict[str, Any]) -> dict[str, 
         if o.name not in NOT_IN_API and o.name != "once"
     }
     values: dict[str, Any] = {}
+    option: catalogue.Option | None
     for option in accepted.values():
         default = option.default() if callable(option.default) else option.default
         values[option.param] = False if option.flag and default is None else default

@@ -51,7 +51,9 @@ def invocation(ctx: click.Context) -> Invocation:
     """The command's option values, and which of them came from a flag or an environment variable."""
     given = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
     explicit = frozenset(name for name in ctx.params if ctx.get_parameter_source(name) in given)
-    return Invocation(ctx.command.name, dict(ctx.params), explicit)
+    command = ctx.command.name
+    assert command is not None  # every cdc2ch command has one
+    return Invocation(command, dict(ctx.params), explicit)
 
 
 def _current() -> Invocation:

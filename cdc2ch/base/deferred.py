@@ -15,6 +15,8 @@ import importlib.util
 import sys
 import threading
 import types
+from collections.abc import Callable
+from typing import Any
 
 _LOCK = threading.RLock()
 
@@ -22,10 +24,10 @@ _LOCK = threading.RLock()
 class _Deferred(types.ModuleType):
     """Stands in sys.modules for a module not imported yet; becomes a view of it on first use."""
 
-    def __getattr__(self, attr: str):  # only called for names not already copied here
+    def __getattr__(self, attr: str) -> Any:  # only called for names not already copied here
         return getattr(self._load(), attr)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[[str], types.ModuleType], tuple[str]]:
         # Pickled (a Spark task's function whose globals hold `pa`, sent to executors) as the module it stands
         # for, by name, as pickle and cloudpickle send a module; without it pickling the stand-in fails.
         return importlib.import_module, (self.__name__,)

@@ -31,7 +31,8 @@ class SinkError(Cdc2chError):
         super().__init__(message)
         self.code = code
 
-    def __reduce__(self):  # keeps the code across pickling (Spark, multiprocessing)
+    def __reduce__(self) -> tuple[type["SinkError"], tuple[str, int | None]]:
+        # keeps the code across pickling (Spark, multiprocessing)
         return (type(self), (str(self), self.code))
 
 

@@ -14,8 +14,10 @@ import logging
 import re
 import sys
 import threading
+from collections.abc import Callable, Iterator, MutableMapping
 from contextlib import contextmanager
 from datetime import datetime, timezone
+from typing import IO, Any
 
 import structlog
 
@@ -39,11 +41,11 @@ NOISE = ("WARNING: Using incubator modules:", "Dynamic dump to file")
 
 
 _configured = False  # configure() ran: the format of lines is known
-_deferred: list = []  # log calls made before that, to make once it is
+_deferred: list[Callable[[], object]] = []  # log calls made before that, to make once it is
 _deferred_lock = threading.Lock()
 
 
-def when_configured(call) -> None:
+def when_configured(call: Callable[[], object]) -> None:
     """Make the log call `call()` now if logging is set up, else as soon as configure() runs: a line logged
     before the command's format is known is not printed in another one."""
     with _deferred_lock:
@@ -98,7 +100,7 @@ class _Libraries(logging.Handler):
     connection to the JVM it lost with a traceback; cdc2ch says what that means itself, so py4j's records
     are shown at --log-level debug only."""
 
-    def __init__(self, stream):
+    def __init__(self, stream: IO[str]) -> None:
         super().__init__()
         self.stream = stream  # structlog's, as configured with this handler
 
@@ -159,7 +161,7 @@ _api_lock = threading.Lock()
 
 
 @contextmanager
-def api_call():
+def api_call() -> Iterator[None]:
     """While this runs (API calls may overlap on several threads), cdc2ch's events are stdlib records and
     cdc2ch draws nothing on the terminal. Nothing global is configured: structlog's set-up stays as it was."""
     global _api_calls
@@ -177,7 +179,7 @@ def in_api_call() -> bool:
     return _api_calls > 0
 
 
-def _stdlib_record(logger, method: str, event_dict: dict) -> dict:
+def _stdlib_record(logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> dict[str, Any]:
     """The stdlib call for one event: a message `event key=value ...`, the event's name and fields as the
     record's `event` and `fields` attributes (for structured handlers), and its exception if any."""
     event = str(event_dict.pop("event", ""))
@@ -186,7 +188,7 @@ def _stdlib_record(logger, method: str, event_dict: dict) -> dict:
     return {"msg": " ".join(words), "exc_info": exc_info, "extra": {"event": event, "fields": event_dict}}
 
 
-def _text(value) -> str:
+def _text(value: object) -> str:
     text = str(value)
     return json.dumps(text) if not text or any(c.isspace() or c in '"=' for c in text) else text
 
@@ -195,13 +197,13 @@ class Logger:
     """A cdc2ch logger that picks its route at each call: structlog as configured, or the stdlib logger of
     the same name during an API call. `bind` keeps the context for either route."""
 
-    def __init__(self, name: str, context: dict | None = None):
+    def __init__(self, name: str, context: dict[str, Any] | None = None) -> None:
         self._name, self._context = name, context or {}
 
-    def bind(self, **values) -> "Logger":
+    def bind(self, **values: Any) -> "Logger":
         return Logger(self._name, {**self._context, **values})
 
-    def _route(self):
+    def _route(self) -> Any:
         if in_api_call():
             logger = structlog.wrap_logger(
                 logging.getLogger(self._name),
@@ -212,7 +214,7 @@ class Logger:
             logger = structlog.get_logger(self._name)
         return logger.bind(**self._context)
 
-    def __getattr__(self, method: str):  # info, warning, error, exception, debug
+    def __getattr__(self, method: str) -> Any:  # info, warning, error, exception, debug
         return getattr(self._route(), method)
 
 

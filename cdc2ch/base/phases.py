@@ -13,9 +13,10 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 ORDER = ("jvm", "log", "plan", "scan", "transfer", "arrow", "rank", "insert", "offsets")
 
@@ -90,11 +91,20 @@ def recording_now() -> bool:
     return _current.get() is not None
 
 
-def recorded(method):
+class _Recorder(Protocol):
+    phases: Phases
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_S = TypeVar("_S", bound=_Recorder)
+
+
+def recorded(method: Callable[Concatenate[_S, _P], _R]) -> Callable[Concatenate[_S, _P], _R]:
     """A method of an object with a `phases` (Phases) attribute, recording its work there."""
 
     @functools.wraps(method)
-    def run(self, *args, **kwargs):
+    def run(self: _S, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         with recording(self.phases):
             return method(self, *args, **kwargs)
 
@@ -104,15 +114,15 @@ def recorded(method):
 class Timed:
     """`target` with each of its method calls timed as phase `name` (the Delta log's files, read on a poll)."""
 
-    def __init__(self, target, name: str = "log"):
+    def __init__(self, target: Any, name: str = "log") -> None:
         self._target, self._name = target, name
 
-    def __getattr__(self, attr: str):
+    def __getattr__(self, attr: str) -> Any:
         value = getattr(self._target, attr)
         if not callable(value):
             return value
 
-        def call(*args, **kwargs):
+        def call(*args: Any, **kwargs: Any) -> Any:
             with timed(self._name):
                 return value(*args, **kwargs)
 

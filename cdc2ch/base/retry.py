@@ -45,7 +45,8 @@ class honour_retry_after(wait_base):  # named as tenacity names its waits
     def __call__(self, retry_state: RetryCallState) -> float:
         wait = self.inner(retry_state)
         outcome = retry_state.outcome
-        asked = self.hint(outcome.exception()) if outcome is not None and outcome.failed else None
+        exc = outcome.exception() if outcome is not None and outcome.failed else None
+        asked = self.hint(exc) if exc is not None else None
         return wait if asked is None else min(max(wait, asked), self.max_wait)
 
 
@@ -71,8 +72,10 @@ def call(
     if hint is not None:
         wait = honour_retry_after(wait, hint, max_wait)
 
-    def before_sleep(state: RetryCallState) -> None:
-        on_retry(state.attempt_number, state.outcome.exception(), state.upcoming_sleep)
+    def before_sleep(state: RetryCallState) -> None:  # after a failed attempt, when on_retry is given
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if on_retry is not None and exc is not None:
+            on_retry(state.attempt_number, exc, state.upcoming_sleep)
 
     return Retrying(
         stop=stop_after_attempt(max(1, attempts)),

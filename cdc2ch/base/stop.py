@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import FrameType
+from typing import Any
 
 from cdc2ch.base import log as logsetup
 
@@ -14,9 +17,10 @@ log = logsetup.get_logger("cdc2ch")
 
 # SIGINT first: a process that catches SIGTERM (visible in /proc/PID/status) catches both.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_Handler = Callable[[int, FrameType | None], Any] | int | None  # what signal.signal returns
 
 _early: list[int] = []  # signals caught before a command took them over
-_before: dict = {}  # the handlers catch_early replaced
+_before: dict[signal.Signals, _Handler] = {}  # the handlers catch_early replaced
 
 
 def catch_early() -> None:
@@ -41,7 +45,7 @@ def release() -> None:
 
 
 @contextmanager
-def stop_on_signals():
+def stop_on_signals() -> Iterator[threading.Event]:
     """Yields an event that SIGTERM or SIGINT (Ctrl-C: sent to the whole process group, where the Spark JVM
     ignores it and PySpark's workers are in a group of their own) set: the work stops after the current
     batch, exit 0. A second signal means now (KeyboardInterrupt). A signal `catch_early` recorded counts
@@ -57,7 +61,7 @@ def stop_on_signals():
     read_end, write_end = os.pipe()
     received: list[int] = []
 
-    def handler(signum, frame):
+    def handler(signum: int, frame: FrameType | None) -> None:
         if received:
             raise KeyboardInterrupt
         received.append(signum)

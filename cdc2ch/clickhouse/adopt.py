@@ -137,6 +137,7 @@ def check(sink: Sink, target: TargetName, design: TableDesign, types: dict[str, 
     stored = sink.placement.stored(target)
     if not found:
         table = describe(sink, stored) if stored != target else table
+        assert table is not None  # where_problems found the shard table
         found = problems(table, design, types, new)
     if not found:
         return

@@ -46,6 +46,7 @@ class Clients:
                 return self._free.pop()
             self._opening += 1
         try:
+            assert self._opener is not None  # (_may_open)
             client = self._opener()
         except BaseException:
             with self._cond:

@@ -104,7 +104,7 @@ def state_table_ddl_on_cluster(database: str, table: str, template: str, cluster
 
 # -- rewriting the single-node DDL ------------------------------------------------------------------------
 # Each rewrite must apply exactly once: a template that no longer has the expected shape fails loudly here
-# (and in tests/test_cluster_ddl.py) instead of yielding a table that is not replicated.
+# (and in tests/e2e/clickhouse/test_cluster_ddl.py) instead of yielding a table that is not replicated.
 
 
 def _on_cluster(ddl: str, table: str, cluster: str) -> str:

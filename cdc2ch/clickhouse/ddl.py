@@ -136,6 +136,7 @@ class TargetTables:
 
     def _check_view_name(self) -> None:
         """Refuse, before any DDL, a --current-view name an existing table (not a view) has."""
+        assert self.view is not None  # (not _view_kept)
         rows = self.sink.query_rows(
             "SELECT engine FROM system.tables WHERE database = {db:String} AND name = {t:String}",
             {"db": self.view.database, "t": self.view.table},

@@ -65,6 +65,7 @@ class Cluster(OneServer):
     # An insert into a Distributed table returns once every shard has its rows (not once they are queued on
     # the node cdc2ch talks to): the offset must never move past rows that could still be lost in a queue.
     client_settings = {"insert_distributed_sync": 1}
+    cluster: str
 
     def __init__(self, name: str):
         self.cluster = name

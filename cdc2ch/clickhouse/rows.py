@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
+from typing import Literal
 
 
 def json_row(values: dict) -> bytes:
@@ -18,7 +19,7 @@ def json_row(values: dict) -> bytes:
     return json.dumps({k: _utc_text(v) if isinstance(v, datetime) else v for k, v in values.items()}).encode()
 
 
-def arrow_file(rows, compression: str | None = None) -> memoryview:
+def arrow_file(rows, compression: Literal["lz4", "zstd"] | None = None) -> memoryview:
     """`rows` (a pyarrow Table) as the Arrow IPC file clickhouse-connect's insert_arrow sends (its buffers
     compressed with `compression`, "lz4" or "zstd"), handed over without the copy into bytes the client
     makes. Uncompressed, its size is measured first (nothing is copied for that) and it is written once into

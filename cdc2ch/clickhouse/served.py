@@ -21,10 +21,14 @@ import os
 import re
 import threading
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 import chdb
 
 from cdc2ch.clickhouse import readonly as gate
+
+if TYPE_CHECKING:
+    from chdb.state.sqlitelike import Connection
 
 # URL parameters the HTTP layer consumes; any other (but param_*) is a ClickHouse setting for the statement.
 HTTP_ONLY = {
@@ -69,8 +73,9 @@ class Engine:
         self.readonly, self.max_sessions = readonly, max_sessions
         self.version = self.timezone = ""
         self._lock = threading.Lock()  # guards the sessions table, not the statements
-        self._sessions: OrderedDict[str, tuple[object, threading.Lock]] = OrderedDict()  # least recent first
-        self._base = None
+        # least recent first
+        self._sessions: OrderedDict[str, tuple[Connection, threading.Lock]] = OrderedDict()
+        self._base: Connection | None = None
 
     def open(self) -> Engine:
         self._base = chdb.connect(self.path)

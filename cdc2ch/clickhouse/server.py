@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import clickhouse_connect
@@ -106,7 +107,7 @@ def connect(
         )
     timeouts = _timeouts(parts.query, display)
 
-    kwargs = dict(
+    kwargs: dict[str, Any] = dict(
         host=parts.hostname,
         port=port,
         username=unquote(parts.username or "default"),

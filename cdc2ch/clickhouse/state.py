@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
+from typing import overload
 
 from cdc2ch.base import phases
 from cdc2ch.clickhouse.layout import LAYOUT_TABLE, Layout
@@ -28,6 +29,10 @@ COMPACT_TABLE = "cdc2ch_compact"
 CONTROL_TABLE = "cdc2ch_control"
 
 
+@overload
+def _utc(ts: datetime) -> datetime: ...
+@overload
+def _utc(ts: None) -> None: ...
 def _utc(ts: datetime | None) -> datetime | None:
     """A DateTime64(3, 'UTC') value as the driver returns it (sometimes naive) -> an aware datetime."""
     return ts.replace(tzinfo=timezone.utc) if ts is not None and ts.tzinfo is None else ts

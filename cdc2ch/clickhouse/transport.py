@@ -128,7 +128,8 @@ class Sink:
                 f"ClickHouse could not be reached after {self._retries} attempts; check that it is up and "
                 f"reachable, then {again}."
             )
-        refused = codes.REFUSED.get(codes.error_code(exc))
+        code = codes.error_code(exc)
+        refused = codes.REFUSED.get(code) if code is not None else None
         if refused is not None:
             return refused + (" The replication offset was not moved." if replicating else "")
         if replicating:

@@ -316,7 +316,7 @@ def status(invocation: Invocation) -> None:
     click.echo(json.dumps(rows, indent=2) if as_json else report.render_table(rows, empty))
     behind = [r for r in rows if report.over_limit(r, *limit)] if limit else []
     if behind:
-        click.echo(f"cdc2ch: {report.behind_message(behind, max_lag)}", err=True)
+        click.echo(f"cdc2ch: {report.behind_message(behind, str(max_lag))}", err=True)
         sys.exit(2)
 
 

@@ -7,6 +7,7 @@ may hold and where (options.py resolves them into configurations).
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import KW_ONLY, dataclass, field, fields
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -74,7 +75,7 @@ class Option:
     environment variable (default: CDC2CH_<NAME>); `parse` a last step after type conversion."""
 
     name: str
-    commands: frozenset[str]
+    commands: AbstractSet[str]  # a frozenset once made
     scope: str
     _: KW_ONLY
     help: str
@@ -102,6 +103,7 @@ class Option:
     def parse_flag(self, value: Any) -> Any:
         """`parse` as click calls it while reading the command line: a refusal is a usage error (exit 2),
         not an exception escaping click."""
+        assert self.parse is not None  # the callback click_attrs sets only then
         try:
             return self.parse(value)
         except ConfigError as exc:

@@ -50,7 +50,7 @@ def pipelines(invocation: Invocation) -> Listed:
 
     items, process = resolve(invocation, load_config(invocation))
     if all(isinstance(item, RunConfig) for item in items):
-        return Listed(items, process, [], None)
+        return Listed([item for item in items if isinstance(item, RunConfig)], process, [], None)
     start_logging(process)
     reported: set[str] = set()  # skipped tables already logged: a service lists them again and again
     spark = lazy_session(process.spark)  # the one session, started once a listing needs it
@@ -97,6 +97,7 @@ def wait_for_tables(listed: Listed, stop: threading.Event) -> Listed:
     """A service whose patterns match no table it can follow yet (an empty schema, or only tables it skips)
     lists them again every --discover-interval until one appears, rather than exit."""
     interval = listed.process.discover_interval
+    assert listed.again is not None  # a service of patterns
     log.warning(
         "waiting_for_tables",
         skipped=len(listed.skipped),

@@ -91,7 +91,7 @@ def convert(option: Option, value: Any) -> Any:
         value = [value]
     elif isinstance(value, datetime):
         value = value.isoformat()
-    converted = _click_option(option).type_cast_value(None, value)
+    converted = _click_option(option).type_cast_value(None, value)  # type: ignore[arg-type]  # takes ctx=None
     return option.parse(converted) if option.parse else converted
 
 
@@ -121,6 +121,7 @@ def merge(invocation: Invocation, file: ConfigFile | None) -> list[dict[str, Any
     if file is None:
         return [dict(invocation.values)]
     mine = {o.name: o for o in options_of(invocation.command) if o.scope != COMMAND}
+    option: Option | None
     for option in mine.values():
         if option.scope == TABLE and option.param in invocation.explicit:
             key = option.name

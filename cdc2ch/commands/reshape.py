@@ -102,6 +102,7 @@ class Reshape:
                               self.stop)  # fmt: skip
             if job.run(comment=self.mark) is None:
                 return None
+            assert job.loaded is not None  # set by a run that ends
             rows = job.loaded[1]
         if self._catch_up() is None:  # while `run` serves the old table
             return None
@@ -134,6 +135,7 @@ class Reshape:
             return None
         try:
             state = self.store.load(self.cfg.pipeline)
+            assert state is not None  # (run checked it)
             side = self._catch_up()
             if side is None:
                 return None

@@ -23,8 +23,10 @@ import ssl
 import threading
 import uuid
 import zlib
+from collections.abc import Sequence
 from email.parser import BytesParser
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, cast
 from urllib.parse import parse_qsl, urlsplit
 
 import lz4.frame
@@ -93,16 +95,16 @@ def _inflate(data: bytes, enc: str, limit: int) -> bytes:
             out.append(chunk)
             data = frame.unused_data
         return b"".join(out)
-    out = zlib.decompressobj(31 if enc == "gzip" else 15).decompress(data, limit + 1)
-    if len(out) > limit:
+    inflated = zlib.decompressobj(31 if enc == "gzip" else 15).decompress(data, limit + 1)
+    if len(inflated) > limit:
         raise too_big
-    return out
+    return inflated
 
 
 def form_fields(content_type: str, body: bytes) -> dict[str, str]:
     """The fields of a multipart/form-data body (ClientError 400 for one that is not)."""
     form = BytesParser().parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + body)
-    parts = form.get_payload()
+    parts: Any = form.get_payload()  # a list of parts, or else what fails below
     try:
         return {
             p.get_param("name", header="content-disposition"): p.get_payload(decode=True).decode()
@@ -120,6 +122,7 @@ class Handler(BaseHTTPRequestHandler):
     # A reply is two writes (headers, then body): with Nagle's algorithm the body waits for the client's
     # delayed ACK of the headers, about 40 ms on every answer that has rows.
     disable_nagle_algorithm = True
+    server: _Server
 
     def do_GET(self):
         self.server.owner.handle(self)
@@ -170,7 +173,9 @@ class Handler(BaseHTTPRequestHandler):
             pass
         return b"".join(parts)
 
-    def reply(self, status: int, body: bytes, headers: dict | list = ()) -> None:
+    def reply(
+        self, status: int, body: bytes, headers: dict[str, Any] | Sequence[tuple[str, Any]] = ()
+    ) -> None:
         self.send_response(status)
         for k, v in headers.items() if isinstance(headers, dict) else headers:
             self.send_header(
@@ -186,6 +191,7 @@ class Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    owner: HTTPService
     request_queue_size = (
         1024  # listen backlog: with socketserver's 5, a burst of connections waits out SYN retries
     )
@@ -360,7 +366,8 @@ class ClickHouseHTTP(HTTPService):
     def _error(self, h: Handler, exc: Exception, headers: dict, status: int | None = None) -> None:
         text = str(exc)
         text = text[text.index("Code: ") :] if "Code: " in text else f"Code: 1001. DB::Exception: {text}"
-        code = int(re.match(r"Code: (\d+)", text).group(1))
+        found = cast("re.Match[str]", re.match(r"Code: (\d+)", text))  # digits follow, as ClickHouse writes
+        code = int(found.group(1))
         if status is None:
             status = exc.status if isinstance(exc, ClientError) else HTTP_STATUS.get(code, 500)
         headers |= {"X-ClickHouse-Exception-Code": str(code), "Content-Type": "text/plain; charset=UTF-8"}

@@ -76,6 +76,7 @@ def collect(
     """One dict per pipeline: every pipeline with a record in ClickHouse, or just `pipelines` (from a config
     file: those that never ran are listed too) or those writing `target`; of these, those `select` keeps
     (its pattern and --failing apply before any Delta log is read)."""
+    databases: set[str] | None
     if pipelines is not None:
         databases = {t.database for _, t in pipelines}
     else:
@@ -155,6 +156,7 @@ def with_request(row: dict, request) -> None:
 def _row(state: PipelineState | None, health: Health | None) -> dict:
     """A pipeline's row from its records; its lag is added by add_lag."""
     first = state or health
+    assert first is not None  # a pipeline has a record of one kind or both
     failing = health is not None and health.failures > 0
     row = {
         "pipeline": first.pipeline,
@@ -178,7 +180,7 @@ def _row(state: PipelineState | None, health: Health | None) -> dict:
         "last_error": (health.last_error or None) if health else None,
         "last_error_kind": (health.last_error_kind or None) if health else None,
         "last_error_at": _iso(health.last_error_at) if health else None,
-        "error": health.last_error if failing else None,
+        "error": health.last_error if health is not None and failing else None,
     }
     if not first.source:
         row["error"] = row["error"] or "has not run yet"

@@ -364,9 +364,9 @@ def _compare(delta: dict, target: dict, version: int) -> tuple[dict, set]:
         live = t is not None and not t[2]
         if d is not None and not live:
             found[k] = ("missing", d[1])
-        elif d is None and live:
+        elif d is None and t is not None and live:
             found[k] = ("extra", t[3])
-        elif d is not None and live and d[0] != t[0]:
+        elif d is not None and t is not None and live and d[0] != t[0]:
             found[k] = ("differing", d[1])
     return found, newer
 

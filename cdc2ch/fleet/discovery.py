@@ -60,7 +60,8 @@ def _storage(pattern: Pattern, spark: Any) -> tuple[list[Match], list[Match]]:
     text = normalize_uri(pattern.text)
     glob = jvm.org.apache.hadoop.fs.Path(text)
     fs = glob.getFileSystem(spark._jsc.hadoopConfiguration())
-    found, others = [], []
+    found: list[Match] = []
+    others: list[Match] = []
     for status in fs.globStatus(glob) or []:
         if not status.isDirectory():
             continue
@@ -90,7 +91,8 @@ def _local(pattern: Pattern) -> tuple[list[Match], list[Match]] | None:
                 continue
             below += [e.path for e in entries if fnmatch.fnmatchcase(e.name, glob) and e.is_dir()]
         level = below
-    found, others = [], []
+    found: list[Match] = []
+    others: list[Match] = []
     for path in level:
         match = Match(path, os.path.basename(path), os.path.basename(os.path.dirname(path)))
         (found if os.path.isdir(os.path.join(path, DELTA_LOG)) else others).append(match)

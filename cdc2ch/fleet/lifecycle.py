@@ -73,7 +73,7 @@ class Lifecycle:
             changed = paused != (cfg.pipeline in self._paused)
             (self._paused.add if paused else self._paused.discard)(cfg.pipeline)
         metrics.paused(paused)
-        if changed and paused:
+        if changed and paused and request is not None:  # (paused: there is a request)
             log.warning(
                 "paused",
                 pipeline=cfg.pipeline,

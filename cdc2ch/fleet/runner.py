@@ -58,7 +58,7 @@ class Slot:
         self.metrics.error(exc, self.health.failures)
         pause = backoff(poll_interval, self.health.failures)
         self.retry_at = time.monotonic() + pause
-        fields = {"pipeline": self.cfg.pipeline, "kind": kind, "error": _kept(text)}
+        fields: dict[str, object] = {"pipeline": self.cfg.pipeline, "kind": kind, "error": _kept(text)}
         if retry_told:
             fields["retry_in_s"] = round(pause, 1)
         if isinstance(exc, Cdc2chError):
@@ -225,6 +225,7 @@ class Runner:
         """List the patterns again: pipelines for new tables, none for tables gone (a listing that fails
         changes nothing and is tried again next interval)."""
         self._discover_at = time.monotonic() + self.discover_interval
+        assert self.discover is not None  # (called with patterns to list only)
         try:
             wanted, skipped = self.discover(frozenset(s.cfg.pipeline for s in self.slots if s.error is None))
         except Cdc2chError as exc:

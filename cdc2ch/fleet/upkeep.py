@@ -52,6 +52,7 @@ class Upkeep:
                 return self._due[cfg.pipeline]
         last, due = self._last(cfg), float("-inf")
         if last is not None:
+            assert cfg.compact_every is not None  # asked for pipelines that compact only
             since = (datetime.now(timezone.utc) - last.finished_at).total_seconds()
             due = self.clock() + cfg.compact_every.total_seconds() - since
         with self._guard:
@@ -68,6 +69,7 @@ class Upkeep:
         return self._recorded[database].get(str(cfg.target))
 
     def _compact(self, cfg: RunConfig, metrics: PipelineMetrics) -> bool:
+        assert cfg.compact_every is not None  # (after_turn checks)
         every = cfg.compact_every.total_seconds()
         try:
             result = compact(self.sink, cfg.target, cfg.compact_older_than)

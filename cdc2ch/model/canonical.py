@@ -189,7 +189,7 @@ def quoted(name: str, d: Dialect) -> str:
     )
 
 
-def row_text(fields: list[dict], d: Dialect) -> str:
+def row_text(fields: list[dict[str, Any]], d: Dialect) -> str:
     """The canonical text of a row of `fields` (Spark schema JSON fields, in table order)."""
     parts = [text(quoted(f["name"], d), f["type"], d) for f in fields]
     return d.concat(*_commas(parts, d)) if len(parts) > 1 else parts[0]

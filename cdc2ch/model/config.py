@@ -10,6 +10,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from cdc2ch.base.errors import ConfigError
 from cdc2ch.model.design import TableDesign
@@ -166,7 +167,7 @@ class RunConfig:
     snapshot_version: int | None = None
     reader: str = "spark"
     # the target table's design (design.py); default: sorted by the primary key, every column as Delta has it
-    design: TableDesign | None = None
+    design: TableDesign = None  # type: ignore[assignment]  # None: __post_init__ sets the default
     # the ClickHouse cluster the target lives on (clickhouse/placement.py); None: one server
     cluster: str | None = None
     # a service compacts the target this often (fleet/upkeep.py), dropping tombstones older than
@@ -318,8 +319,8 @@ class ConfigFile:
     `primary_key` works too). Without [[pipelines]] the top level is the one pipeline."""
 
     path: str
-    common: dict
-    pipelines: tuple[dict, ...]
+    common: dict[str, Any]
+    pipelines: tuple[dict[str, Any], ...]
 
     @classmethod
     def load(cls, path: str, top_level: Collection[str], entry: Collection[str]) -> "ConfigFile":
@@ -370,8 +371,12 @@ class ConfigFile:
 
 
 def _normalized(
-    section: dict, path: str, where: str, known: set[str], process_wide: set[str] = frozenset()
-) -> dict:
+    section: dict[str, Any],
+    path: str,
+    where: str,
+    known: set[str],
+    process_wide: Collection[str] = frozenset(),
+) -> dict[str, Any]:
     out = {}
     for key, value in section.items():
         name = key.replace("_", "-")

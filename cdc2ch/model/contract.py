@@ -26,11 +26,15 @@ to executors without cdc2ch.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Iterable
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from cdc2ch.base.errors import SourceError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
 
 # Columns the Change Data Feed adds to every row.
 CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
@@ -86,24 +90,25 @@ def is_deleted(change_type: str) -> bool:
 
 
 # -- Spark form ------------------------------------------------------------------------------------------
-def spark_col(name: str):
+def spark_col(name: str) -> Column:
     """A top-level column by its exact name, even with dots or backticks in it."""
     from pyspark.sql import functions as F
 
     return F.col("`" + name.replace("`", "``") + "`")
 
 
-def _spark_rank(change):
+def _spark_rank(change: Column) -> Column:
     from pyspark.sql import functions as F
 
-    expr = F
+    expr: Column | None = None
     for change_type, rank in RANK.items():
         if rank != LIVE_RANK:
-            expr = expr.when(change == change_type, rank)
-    return expr.otherwise(LIVE_RANK)
+            test = change == change_type
+            expr = F.when(test, rank) if expr is None else expr.when(test, rank)
+    return F.lit(LIVE_RANK) if expr is None else expr.otherwise(LIVE_RANK)
 
 
-def spark_changes(cdf, no_preimages: bool = False, needless: Collection[int] = ()):
+def spark_changes(cdf: DataFrame, no_preimages: bool = False, needless: Collection[int] = ()) -> DataFrame:
     """The Spark CDF rows to write: all of them, or without update pre-images (`no_preimages`: the caller
     promises that updates never change key columns, --immutable-keys, or no commit of the range needs its
     own), or without those of the commits `needless` names (each outranked by another row of its key:
@@ -118,7 +123,7 @@ def spark_changes(cdf, no_preimages: bool = False, needless: Collection[int] = (
     return cdf
 
 
-def spark_rows(cdf, no_preimages: bool = False, needless: Collection[int] = ()):
+def spark_rows(cdf: DataFrame, no_preimages: bool = False, needless: Collection[int] = ()) -> DataFrame:
     """Spark DataFrame of CDF rows -> DataFrame in the target table's layout (user columns + metadata)."""
     from pyspark.sql import functions as F
 
@@ -135,7 +140,9 @@ def spark_rows(cdf, no_preimages: bool = False, needless: Collection[int] = ()):
     )
 
 
-def spark_snapshot_rows(snapshot, commit_version: int, timestamp_ms: int, change_type: str = SNAPSHOT):
+def spark_snapshot_rows(
+    snapshot: DataFrame, commit_version: int, timestamp_ms: int, change_type: str = SNAPSHOT
+) -> DataFrame:
     """Spark DataFrame of a table at `commit_version` -> target layout: live rows at that version (written
     by a snapshot, or by a repair)."""
     from pyspark.sql import functions as F
@@ -195,12 +202,12 @@ def arrow_rows(cdf: pa.Table, immutable_keys: bool = False) -> pa.Table:
 
     change = cdf.column("_change_type")
     if immutable_keys:
-        cdf = cdf.filter(pc.not_equal(change, PREIMAGE))
+        cdf = cdf.filter(pc.not_equal(change, pa.scalar(PREIMAGE)))
         change = cdf.column("_change_type")
     rank = pa.scalar(LIVE_RANK, pa.int64())
     for change_type, r in RANK.items():
         if r != LIVE_RANK:
-            rank = pc.if_else(pc.equal(change, change_type), pa.scalar(r, pa.int64()), rank)
+            rank = pc.if_else(pc.equal(change, pa.scalar(change_type)), pa.scalar(r, pa.int64()), rank)
     commit = pc.cast(cdf.column("_commit_version"), pa.int64())
     user = [c for c in cdf.column_names if c not in CDF_COLUMNS]
     # Fields as Spark's select gives them (a NOT NULL column stays so): the same batches, the same digests.
@@ -237,7 +244,7 @@ def arrow_snapshot_rows(
 
 
 # -- keys ----------------------------------------------------------------------------------------------------
-def null_keys(rows: pa.Table, primary_key) -> tuple[str, int, object] | None:
+def null_keys(rows: pa.Table, primary_key: Iterable[str]) -> tuple[str, int, object] | None:
     """(key column, null count, first version) of the first key column holding nulls, else None.
     ClickHouse would silently turn a null key into 0 or '' and merge unrelated rows."""
     import pyarrow.compute as pc
@@ -252,7 +259,7 @@ def null_keys(rows: pa.Table, primary_key) -> tuple[str, int, object] | None:
     return None
 
 
-def null_key_error(nulls: int, key: str, first_version, where: str) -> SourceError:
+def null_key_error(nulls: int, key: str, first_version: object, where: str) -> SourceError:
     return SourceError(
         f"{nulls} row(s) in {where} have a null in primary-key column {key!r} (first at version "
         f"{first_version}). A key must identify a row: choose non-null key columns for --primary-key, or fix "
@@ -260,7 +267,7 @@ def null_key_error(nulls: int, key: str, first_version, where: str) -> SourceErr
     )
 
 
-def check_keys(rows: pa.Table, primary_key, where: str) -> None:
+def check_keys(rows: pa.Table, primary_key: Iterable[str], where: str) -> None:
     found = null_keys(rows, primary_key)
     if found is not None:
         key, nulls, first = found
@@ -278,7 +285,8 @@ def digest(batch: pa.Table) -> str:
     import xxhash
 
     hasher = xxhash.xxh3_128()
-    with pa.ipc.new_stream(pa.PythonFile(_Feed(hasher.update), mode="w"), batch.schema) as writer:
+    sink = pa.PythonFile(_Feed(hasher.update), mode="w")  # type: ignore[arg-type]  # takes any file-like object
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_table(batch)
     return hasher.hexdigest()[:20]
 
@@ -288,7 +296,7 @@ class _Feed:
 
     closed = False
 
-    def __init__(self, take):
+    def __init__(self, take: Callable[[bytes], object]) -> None:
         self.write = take
 
     def flush(self) -> None:
@@ -315,7 +323,9 @@ def pushdown_range_token(pipeline: str, start: int, end: int) -> str:
     return f"{range_token(pipeline, start, end)}:clickhouse"
 
 
-def snapshot_batch_token(pipeline: str, version_: int, plan: str, chunk: int, index: int, batch) -> str:
+def snapshot_batch_token(
+    pipeline: str, version_: int, plan: str, chunk: int, index: int, batch: pa.Table
+) -> str:
     return f"{snapshot_chunk_token(pipeline, version_, plan, chunk)}:{index}:{digest(batch)}"
 
 
@@ -327,17 +337,17 @@ def sweep_token(pipeline: str, version_: int) -> str:
     return f"{pipeline}:sweep{version_}"
 
 
-def repair_token(pipeline: str, version_: int, batch) -> str:
+def repair_token(pipeline: str, version_: int, batch: pa.Table) -> str:
     return f"{pipeline}:repair{version_}:{digest(batch)}"
 
 
-def target_insert(token: str | None) -> dict:
+def target_insert(token: str | None) -> dict[str, int | str]:
     """ClickHouse settings of every insert into a target table. A replay with the same `token` is dropped
     (no token: deduplication off). The replacing pass ClickHouse would run over each inserted block
     (`optimize_on_insert`) is left to merges: FINAL replaces either way, and the pass cost 10-15% of a lake
     read's `INSERT ... SELECT` (W1, W2) while finding nothing to replace in rows cdc2ch ranked first. The
     setting exists on every server cdc2ch accepts (23.2 and later)."""
-    dedup = (
+    dedup: dict[str, int | str] = (
         {"insert_deduplicate": 1, "insert_deduplication_token": token} if token else {"insert_deduplicate": 0}
     )
     return {**dedup, "optimize_on_insert": 0}

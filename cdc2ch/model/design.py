@@ -9,7 +9,9 @@ from the design is `identity` (identity.py), in target names.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from cdc2ch.base.errors import ConfigError
 from cdc2ch.model.identity import Identity
@@ -49,13 +51,13 @@ def split_top(text: str) -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
-def names(value) -> tuple[str, ...]:
+def names(value: str | Iterable[str] | None) -> tuple[str, ...]:
     """`a,b` (or a list of such) as a tuple of names."""
     items = [value] if isinstance(value, str) else list(value or ())
     return tuple(n.strip() for item in items for n in item.split(",") if n.strip())
 
 
-def pairs(value, flag: str, example: str) -> Pairs:
+def pairs(value: str | Iterable[str] | None, flag: str, example: str) -> Pairs:
     """`k=v,k2=v2` items (repeatable) as ((k, v), ...); a piece without `=` continues the value before it, so
     a codec list or a type with commas needs no quoting: `ts=Delta, ZSTD(3)`."""
     items = [value] if isinstance(value, str) else list(value or ())
@@ -174,7 +176,7 @@ class TableDesign:
                 f"ones by their new name, excluded ones cannot be used)."
             )
 
-    def checked_schema(self, schema_json: dict, where: str = "the Delta table") -> dict:
+    def checked_schema(self, schema_json: dict[str, Any], where: str = "the Delta table") -> dict[str, Any]:
         """project_schema, after checking the options' columns against the schema (a table's latest one: an
         older version may lack a column added since)."""
         from cdc2ch.model.contract import CDF_COLUMNS
@@ -182,7 +184,7 @@ class TableDesign:
         self.check_columns([f["name"] for f in schema_json["fields"] if f["name"] not in CDF_COLUMNS], where)
         return self.project_schema(schema_json)
 
-    def project_schema(self, schema_json: dict) -> dict:
+    def project_schema(self, schema_json: dict[str, Any]) -> dict[str, Any]:
         """A Spark JSON schema as the target sees it: excluded fields left out, renamed ones renamed."""
         if not self.reshapes:
             return schema_json
@@ -207,9 +209,9 @@ class TableDesign:
         base = DEFAULT_SETTINGS + ((("allow_nullable_key", "1"),) if nullable_key else ())
         return tuple((k, v) for k, v in base if k not in mine) + self.settings
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """The design as `status` and logs show it (only what differs from the defaults)."""
-        out: dict = {}
+        out: dict[str, Any] = {}
         if self.identity.order_by != self.identity.primary_key:
             out["order_by"] = list(self.identity.order_by)
         for key, value in (

@@ -11,6 +11,7 @@ that is the safe side (it writes a row ClickHouse would collapse anyway, never l
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cdc2ch.base.errors import ConfigError
@@ -64,7 +65,9 @@ class Identity:
             raise ConfigError(f"--order-by {','.join(self.order_by)} names a column twice.")
 
     @classmethod
-    def of(cls, primary_key, order_by=(), partition_by: str | None = None) -> "Identity":
+    def of(
+        cls, primary_key: Sequence[str], order_by: Sequence[str] = (), partition_by: str | None = None
+    ) -> "Identity":
         return cls(tuple(primary_key), tuple(order_by or primary_key), expression_columns(partition_by))
 
     @property

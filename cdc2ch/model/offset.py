@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from cdc2ch.base.errors import StateError
 from cdc2ch.model.tableref import is_path, same_location
@@ -74,7 +75,7 @@ class PipelineState:
     def epoch() -> datetime:
         return datetime(1970, 1, 1, tzinfo=timezone.utc)
 
-    def _touched(self, **changes) -> "PipelineState":
+    def _touched(self, **changes: Any) -> "PipelineState":
         return replace(self, updated_at=stamp_after(self.updated_at), **changes)
 
     def advanced(self, version: int, rows: int) -> "PipelineState":

@@ -4,6 +4,7 @@ target table must do about them (`--on-schema-change follow`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from cdc2ch.base.errors import SchemaChangeError
 from cdc2ch.model.contract import CDF_COLUMNS
@@ -30,7 +31,7 @@ class TargetMoves:
     breaking: tuple[str, ...] = ()  # what ClickHouse cannot follow in place, described for the user
 
 
-def field_ids(schema_json: dict | None) -> dict[int, str] | None:
+def field_ids(schema_json: dict[str, Any] | None) -> dict[int, str] | None:
     """{field id: name} of a schema's own top-level columns, or None when a column has no field id (no
     column mapping: a rename cannot be told from a drop and an add)."""
     if not schema_json:
@@ -46,7 +47,7 @@ def field_ids(schema_json: dict | None) -> dict[int, str] | None:
     return out
 
 
-def column_moves(before: dict | None, after: dict | None) -> Moves | None:
+def column_moves(before: dict[str, Any] | None, after: dict[str, Any] | None) -> Moves | None:
     """The renames, drops and replacements between two schemas with column mapping, by field id; None when
     either has no field ids."""
     old, new = field_ids(before), field_ids(after)
@@ -105,7 +106,9 @@ def pending(current: list[str], moves: TargetMoves) -> tuple[list[tuple[str, str
     return renames, [c for c in moves.dropped if c in have], breaking
 
 
-def renamed_columns(current: dict[str, str], renames: list[tuple[str, str]], drops: list[str]) -> dict:
+def renamed_columns(
+    current: dict[str, str], renames: list[tuple[str, str]], drops: list[str]
+) -> dict[str, str]:
     """The table's {column: type} once `renames` and `drops` are applied, in its order."""
     names = dict(renames)
     return {names.get(c, c): t for c, t in current.items() if c not in drops}
@@ -116,7 +119,9 @@ def check_keys(moves: Moves, design: TableDesign, where: str, committed: int, ta
     expression): ClickHouse cannot rename or drop such a column in place, and the pipeline's key options
     name the old column. Nothing is changed."""
     identity = design.identity
-    hit = [(old, new) for old, new in moves.renamed if design.target_name(old) in identity.columns]
+    hit: list[tuple[str, str | None]] = [
+        (old, new) for old, new in moves.renamed if design.target_name(old) in identity.columns
+    ]
     hit += [
         (old, None) for old in moves.dropped + moves.replaced if design.target_name(old) in identity.columns
     ]

@@ -19,6 +19,9 @@ from cdc2ch.model.design import TableDesign
 from cdc2ch.model.design import setting_sql as _setting
 from cdc2ch.model.identity import Identity
 
+# A parsed ClickHouse type: (name, args), args being nested trees, (field name or None, tree) pairs, or text.
+TypeTree = tuple[str, tuple[Any, ...]]
+
 _PRIMITIVE = {
     "boolean": "Bool",
     "byte": "Int8",
@@ -97,12 +100,12 @@ def contains_type(spark_type: Any, name: str) -> bool:
     return kind == "udt" and contains_type(spark_type.get("sqlType", ""), name)
 
 
-def user_fields(schema_json: dict) -> list[dict]:
+def user_fields(schema_json: dict[str, Any]) -> list[dict[str, Any]]:
     """The Delta table's own columns, without the CDF metadata columns."""
     return [f for f in schema_json["fields"] if f["name"] not in CDF_COLUMNS]
 
 
-def column_types(schema_json: dict, design: TableDesign) -> dict[str, str]:
+def column_types(schema_json: dict[str, Any], design: TableDesign) -> dict[str, str]:
     """Ordered {column: ClickHouse type} for the user columns of a schema as the target sees it (design's
     names, design.project_schema): the design's chosen types where it has them; checks the identity columns
     and reserved names."""
@@ -166,7 +169,7 @@ def fits(column_type: str, needed: str) -> bool:
 
 
 def _template(name: str) -> str:
-    packaged = resources.files("cdc2ch").joinpath("sql", name)
+    packaged = resources.files("cdc2ch").joinpath("sql").joinpath(name)
     if packaged.is_file():
         return packaged.read_text()
     # Source checkout: the templates live in the top-level sql/ folder.
@@ -247,14 +250,14 @@ def _unquote_name(name: str) -> str:
     return name
 
 
-def parse_type(text: str) -> tuple:
+def parse_type(text: str) -> TypeTree:
     text = text.strip()
     if "(" not in text:
         return (text, ())
     name, inner = text[: text.index("(")], text[text.index("(") + 1 : text.rindex(")")]
     args = _split_top(inner, ",")
     if name == "Tuple":
-        elements = []
+        elements: list[tuple[str | None, TypeTree]] = []
         for arg in args:
             head = _split_top(arg, " ")
             if len(head) > 1:
@@ -267,7 +270,7 @@ def parse_type(text: str) -> tuple:
     return (name, tuple(args))
 
 
-def render_type(tree: tuple) -> str:
+def render_type(tree: TypeTree) -> str:
     name, args = tree
     if not args:
         return name
@@ -280,7 +283,7 @@ def render_type(tree: tuple) -> str:
     return f"{name}({inner})"
 
 
-def _widen_base(old: tuple, new: tuple) -> tuple | None:
+def _widen_base(old: TypeTree, new: TypeTree) -> TypeTree | None:
     """The type a column of type `old` must become to hold values of type `new` without loss
     (Delta type widening), or None when `new` is narrower or unrelated."""
     if old == new:
@@ -321,7 +324,7 @@ def _widen_base(old: tuple, new: tuple) -> tuple | None:
     return None
 
 
-def _plain(tree: tuple) -> tuple:
+def _plain(tree: TypeTree) -> TypeTree:
     """A type without LowCardinality, which changes how values are stored, not which values fit."""
     name, args = tree
     if name == "LowCardinality":
@@ -331,7 +334,7 @@ def _plain(tree: tuple) -> tuple:
     return tree
 
 
-def widen(old: tuple, new: tuple) -> tuple | None:
+def widen(old: TypeTree, new: TypeTree) -> TypeTree | None:
     """Like _widen_base, also across Nullable: a column stays Nullable once it is."""
     old, new = _plain(old), _plain(new)
     nullable = old[0] == "Nullable" or new[0] == "Nullable"

@@ -106,7 +106,9 @@ def _shared(text: str) -> TableRef:
             f"--table ./config.share#my_share.sales.orders (names without spaces or slashes; schema and "
             f"table without dots)."
         )
-    return TableRef(text, profile=os.path.abspath(os.path.expanduser(profile)), shared=tuple(parts))
+    return TableRef(
+        text, profile=os.path.abspath(os.path.expanduser(profile)), shared=(parts[0], parts[1], parts[2])
+    )
 
 
 def parse_table(text: str) -> TableRef:
@@ -126,6 +128,7 @@ def parse_table(text: str) -> TableRef:
                 f"e.g. s3a://bucket/orders or file:///lake/orders."
             )
         return TableRef(t)
+    parts: list[str] | None
     try:
         parts = split_name(t)
     except ValueError as exc:

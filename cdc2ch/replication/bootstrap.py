@@ -16,6 +16,7 @@ the same flags or others, starts a new pipeline again. A snapshot with chunks la
 from __future__ import annotations
 
 from cdc2ch.base.errors import StateError, summarise
+from cdc2ch.base.log import Logger
 from cdc2ch.clickhouse.lock import LockedError
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.offset import PipelineState
@@ -26,7 +27,7 @@ from cdc2ch.source import history
 
 
 class Bootstrap:
-    def __init__(self, cfg: RunConfig, source: ChangeSource, ports: Ports, log):
+    def __init__(self, cfg: RunConfig, source: ChangeSource, ports: Ports, log: Logger) -> None:
         self.cfg, self.source, self.ports, self.log = cfg, source, ports, log
         self.pending: Choice | None = None  # a snapshot to load before the change feed
         self.locked = False
@@ -124,6 +125,7 @@ class Bootstrap:
     def load(self, state: PipelineState) -> PipelineState | None:
         """Load the pending snapshot and record the offset at its version (returned); None when stopped
         between chunks (the next run resumes it)."""
+        assert self.pending is not None  # the caller checks
         version = self.pending.version
         self.claim()
         rows = self.ports.load_snapshot(self.cfg, version, None)

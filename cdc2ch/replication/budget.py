@@ -81,7 +81,7 @@ class Leases:
     def __enter__(self) -> "Leases":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         for key in list(self._held):
             self.done(key)
 

@@ -8,7 +8,9 @@ partition columns, not the primary key alone. A null in a sorting column never m
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any, TypeAlias, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,9 +23,9 @@ class Prepared:
     """A range's rows ready to insert, and what was found on the way."""
 
     rows: pa.Table  # without the rows another row of their key outranks
-    order: pa.Array  # replay order of `rows`
-    duplicates: list[dict]  # duplicate_keys()
-    across: dict | None  # repeated_across_commits(), when asked for
+    order: pa.UInt64Array  # replay order of `rows`
+    duplicates: list[dict[str, Any]]  # duplicate_keys()
+    across: dict[str, Any] | None  # repeated_across_commits(), when asked for
 
 
 def prepare(rows: pa.Table, key: tuple[str, ...], across_commits: bool) -> Prepared:
@@ -44,21 +46,21 @@ def prepare(rows: pa.Table, key: tuple[str, ...], across_commits: bool) -> Prepa
     return Prepared(rows, _by_version(rows), duplicates, across)
 
 
-def key_order(rows: pa.Table, key: tuple[str, ...]) -> pa.Array:
+def key_order(rows: pa.Table, key: tuple[str, ...]) -> pa.UInt64Array:
     """Row indices by key, then `_version`: each key's rows next to each other, oldest first (stable)."""
     return pc.sort_indices(rows, sort_keys=[(k, "ascending") for k in key] + [("_version", "ascending")])
 
 
-Pairs = tuple[pa.Table, pa.Table, pa.ChunkedArray] | None
+Pairs: TypeAlias = "tuple[pa.Table, pa.Table, pa.ChunkedArray[pa.BooleanScalar]] | None"
 
 
-def _neighbours(rows: pa.Table, key: tuple[str, ...], order: pa.Array, updates: bool = False) -> Pairs:
+def _neighbours(rows: pa.Table, key: tuple[str, ...], order: pa.UInt64Array, updates: bool = False) -> Pairs:
     """Each row beside the next one in `order`: (head, tail, whether their keys are equal), over the key and
     metadata columns, and with `updates` whether each row is an update's post-image (`_update`, for
     _repeats); None for fewer than two rows. The checks below compare neighbours this way."""
     cols = rows.select([*key, "_commit_version", "_version", "_is_deleted"])
     if updates:
-        cols = cols.append_column("_update", pc.equal(rows.column("_change_type"), POSTIMAGE))
+        cols = cols.append_column("_update", pc.equal(rows.column("_change_type"), pa.scalar(POSTIMAGE)))
     cols = cols.take(order)
     n = cols.num_rows
     if n < 2:
@@ -67,10 +69,10 @@ def _neighbours(rows: pa.Table, key: tuple[str, ...], order: pa.Array, updates: 
     same = pc.equal(head.column(key[0]), tail.column(key[0]))
     for column in key[1:]:
         same = pc.and_(same, pc.equal(head.column(column), tail.column(column)))
-    return head, tail, same
+    return head, tail, same  # type: ignore[return-value]  # pyarrow-stubs: on ChunkedArrays, a ChunkedArray
 
 
-def _latest(by_key: pa.Array, pairs: Pairs) -> pa.Array | None:
+def _latest(by_key: pa.UInt64Array, pairs: Pairs) -> pa.UInt64Array | None:
     """Which rows to write: those no row of the same key and a higher `_version` outranks (design.md section
     3), as indices in `by_key` order; None when that is all of them. FINAL would never show an outranked row,
     so it need not be written. An ordinary update's pre-image goes (its post-image outranks it), a
@@ -80,7 +82,9 @@ def _latest(by_key: pa.Array, pairs: Pairs) -> pa.Array | None:
     if pairs is None:
         return None
     head, tail, same = pairs
-    outranked = pc.fill_null(pc.and_(same, pc.less(head.column("_version"), tail.column("_version"))), False)
+    older = pc.less(head.column("_version"), tail.column("_version"))
+    outranked: pa.ChunkedArray[pa.BooleanScalar]
+    outranked = pc.fill_null(pc.and_(same, older), False)  # type: ignore[arg-type]  # stubs lack ChunkedArrays
     if not pc.any(outranked).as_py():
         return None
     return by_key.filter(pc.invert(pa.concat_arrays([outranked.combine_chunks(), pa.array([False])])))
@@ -94,7 +98,7 @@ def latest_in_place(rows: pa.Table, key: tuple[str, ...]) -> pa.Table:
     return rows if kept is None else rows.take(pc.take(kept, pc.sort_indices(kept)))
 
 
-def _by_version(rows: pa.Table, by_key: pa.Array | None = None) -> pa.Array:
+def _by_version(rows: pa.Table, by_key: pa.UInt64Array | None = None) -> pa.UInt64Array:
     """replay_order of `rows`, which `by_key` puts in key order (None: they are in it): a stable sort by
     `_version` alone keeps that order among equal versions, the same indices as sorting by `_version` and the
     key, at a tenth of the cost."""
@@ -103,13 +107,13 @@ def _by_version(rows: pa.Table, by_key: pa.Array | None = None) -> pa.Array:
     return pc.take(by_key, pc.sort_indices(pc.take(rows.column("_version"), by_key)))
 
 
-def replay_order(rows: pa.Table, key: tuple[str, ...]) -> pa.Array:
+def replay_order(rows: pa.Table, key: tuple[str, ...]) -> pa.UInt64Array:
     """Row indices in a deterministic order, so a replayed range produces the same batches (and dedup
     tokens match). Indices, not a sorted copy: batches are taken from them one at a time."""
-    return pc.sort_indices(rows, sort_keys=[("_version", "ascending")] + [(k, "ascending") for k in key])
+    return pc.sort_indices(rows, sort_keys=[("_version", "ascending"), *[(k, "ascending") for k in key]])
 
 
-def batches(rows: pa.Table, batch_size: int, order: pa.Array | None = None):
+def batches(rows: pa.Table, batch_size: int, order: pa.UInt64Array | None = None) -> Iterator[pa.Table]:
     """Insert batches of about batch_size rows: the rows cut into round(rows / batch_size) batches of equal
     size (one when fewer), from half to one and a half times batch_size each, so that no insert carries a
     remainder alone (a streamed range comes a Spark task's rows at a time: 100,000 rows were an insert of
@@ -122,7 +126,9 @@ def batches(rows: pa.Table, batch_size: int, order: pa.Array | None = None):
         yield rows.slice(first, end - first) if order is None else rows.take(order.slice(first, end - first))
 
 
-def duplicate_keys(rows: pa.Table, key: tuple[str, ...], order: pa.Array, limit: int = 10) -> list[dict]:
+def duplicate_keys(
+    rows: pa.Table, key: tuple[str, ...], order: pa.UInt64Array, limit: int = 10
+) -> list[dict[str, Any]]:
     """Keys written live more than once by one commit: the Delta table holds duplicate keys, and
     ClickHouse will keep only one of those rows. One summary per version (at most `limit`).
 
@@ -132,21 +138,22 @@ def duplicate_keys(rows: pa.Table, key: tuple[str, ...], order: pa.Array, limit:
     return _duplicates(_neighbours(rows, key, order), key, limit)
 
 
-def _duplicates(pairs: Pairs, key: tuple[str, ...], limit: int = 10) -> list[dict]:
+def _duplicates(pairs: Pairs, key: tuple[str, ...], limit: int = 10) -> list[dict[str, Any]]:
     if pairs is None:
         return []
     head, tail, same = pairs
     repeat = pc.and_(
         pc.and_(same, pc.equal(head.column("_version"), tail.column("_version"))),
-        pc.equal(tail.column("_is_deleted"), 0),
+        pc.equal(tail.column("_is_deleted"), pa.scalar(0)),
     )
     if not pc.any(repeat).as_py():
         return []
     extra = tail.filter(repeat).select(["_commit_version", *key])  # one row per surplus copy
     counts = extra.group_by(["_commit_version", *key]).aggregate([([], "count_all")])
     out = []
-    for version in sorted(pc.unique(counts.column("_commit_version")).to_pylist())[:limit]:
-        group = counts.filter(pc.equal(counts.column("_commit_version"), version))
+    versions = cast("list[int]", pc.unique(counts.column("_commit_version")).to_pylist())  # never null
+    for version in sorted(versions)[:limit]:
+        group = counts.filter(pc.equal(counts.column("_commit_version"), pa.scalar(version)))
         out.append(
             {
                 "version": version,
@@ -158,7 +165,7 @@ def _duplicates(pairs: Pairs, key: tuple[str, ...], limit: int = 10) -> list[dic
     return out
 
 
-def repeated_across_commits(rows: pa.Table, key: tuple[str, ...]) -> dict | None:
+def repeated_across_commits(rows: pa.Table, key: tuple[str, ...]) -> dict[str, Any] | None:
     """Keys written live by one commit and live again by a later one with no delete or update pre-image in
     between: an insert never replaces a row in Delta, so each such repeat is one more row with that key in
     the table, and ClickHouse will keep one per key. Found within `rows` (one read range); None if none.
@@ -172,15 +179,15 @@ def repeated_across_commits(rows: pa.Table, key: tuple[str, ...]) -> dict | None
     return _repeats(_neighbours(rows, key, key_order(rows, key), updates=True), key)
 
 
-def _repeats(pairs: Pairs, key: tuple[str, ...]) -> dict | None:
+def _repeats(pairs: Pairs, key: tuple[str, ...]) -> dict[str, Any] | None:
     """repeated_across_commits over neighbours paired with `updates`."""
     if pairs is None:
         return None
     head, tail, same = pairs
     repeat = pc.and_(
-        pc.and_(same, pc.equal(head.column("_is_deleted"), 0)),
+        pc.and_(same, pc.equal(head.column("_is_deleted"), pa.scalar(0))),
         pc.and_(
-            pc.and_(pc.equal(tail.column("_is_deleted"), 0), pc.invert(tail.column("_update"))),
+            pc.and_(pc.equal(tail.column("_is_deleted"), pa.scalar(0)), pc.invert(tail.column("_update"))),
             pc.not_equal(head.column("_commit_version"), tail.column("_commit_version")),
         ),
     )

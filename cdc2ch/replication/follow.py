@@ -3,6 +3,8 @@ id (model/renames.py), and a rename or drop of a key column refused before anyth
 
 from __future__ import annotations
 
+from typing import Any
+
 from cdc2ch.model import renames, schema
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.offset import PipelineState
@@ -32,8 +34,8 @@ def prepare(
     cfg: RunConfig,
     source: ChangeSource,
     commit: Commit | None,
-    state,
-    schema_json: dict,
+    state: PipelineState,
+    schema_json: dict[str, Any],
 ) -> SchemaDiff:
     """The target made ready for a range's rows of `schema_json`: its renames and drops first (`commit`, a
     schema change the range begins at; a renamed key refused in a paragraph), then the columns' types."""

@@ -9,6 +9,7 @@ most of the memory goes), both read from /proc by prometheus_client's ProcessCol
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from prometheus_client import (
     CollectorRegistry,
@@ -22,6 +23,9 @@ from prometheus_client import (
 from cdc2ch.base.errors import Cdc2chError, ConfigError, SchemaChangeError, SinkError, SourceError, StateError
 from cdc2ch.clickhouse import codes
 from cdc2ch.clickhouse.lock import LockedError
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
 
 BATCH_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -138,7 +142,7 @@ class Metrics:
         self.jvm_pid: int | None = None
         ProcessCollector(registry=r)
         ProcessCollector(namespace="cdc2ch_jvm", pid=lambda: self.jvm_pid or "-", registry=r)
-        self._server = None
+        self._server: WSGIServer | None = None
 
     def serve(self, port: int, address: str = "0.0.0.0") -> None:
         try:

@@ -12,6 +12,7 @@ import dataclasses
 import threading
 from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING, cast
 
 from cdc2ch.base import phases
 from cdc2ch.base.log import get_logger
@@ -30,6 +31,9 @@ from cdc2ch.replication.readahead import ReadAhead
 from cdc2ch.replication.resume import idle, resumed
 from cdc2ch.replication.resync import Resync
 
+if TYPE_CHECKING:
+    from cdc2ch.clickhouse.transport import Sink
+
 log = get_logger("cdc2ch.pipeline")
 
 
@@ -41,12 +45,12 @@ class Replicator:
         self,
         cfg: RunConfig,
         source: ChangeSource,
-        sink=None,
+        sink: Sink | None = None,
         stop: threading.Event | None = None,
         metrics: PipelineMetrics | None = None,
         ports: Ports | None = None,
         budget: RowBudget = UNLIMITED,
-    ):
+    ) -> None:
         self.cfg, self.source = cfg, designed(source, cfg.design)  # rows in the target's columns
         self.budget = budget  # the rows the process's pipelines may hold at once
         self.stop = stop or threading.Event()
@@ -54,7 +58,7 @@ class Replicator:
         if ports is None:
             from cdc2ch.replication.target import clickhouse_ports
 
-            ports = clickhouse_ports(cfg, self.source, sink, self.stop, self.metrics, budget)
+            ports = clickhouse_ports(cfg, self.source, cast("Sink", sink), self.stop, self.metrics, budget)
         # A snapshot (initial load or resync) is seen running in the metrics, so an alert can say it runs long.
         self.ports = dataclasses.replace(ports, load_snapshot=timed(ports.load_snapshot, self.metrics))
         self.log = log.bind(pipeline=cfg.pipeline)
@@ -116,13 +120,14 @@ class Replicator:
         claimed once its first range passed the checks (catch_up, claim_first_range)."""
         inputs = self.check_inputs()
         self.writer = self.ports.writer(inputs.writer)
-        if inputs.stored is None:
+        if inputs.initial is not None:  # a new pipeline (no stored offset): how it begins
             self.state = self.bootstrap.begin(inputs.initial, inputs.start, inputs.table_id)
         elif idle(self.cfg, inputs, self.source, self.resync):
             self.ports.lock.check()  # one that another runner holds is refused all the same
             self.state, self.deferred = inputs.stored, inputs
         else:
             self.claim(inputs)  # inputs are fine: from here on this process writes
+        assert self.state is not None  # set by each branch above
         self.started = self.state  # where this runner took over (what the Python API reports from)
         self.log.info(
             "start",
@@ -147,7 +152,7 @@ class Replicator:
                 "resuming_interrupted_range", start=state.interrupted_range[0], end=state.interrupted_range[1]
             )
         checks_first = not self.claimed  # a new pipeline's first range
-        writer = self.writer
+        writer = cast("RangeWriter", self.writer)  # set by start()
         cut = plan.schedule(
             commits, state.interrupted_range, cfg.max_rows_per_read, writer.range_factor, writer.collects,
             self.source.streams, checks_first,
@@ -163,16 +168,16 @@ class Replicator:
         read = partial(self.source.changes, key=cfg.identity.columns)  # the pre-images it may leave out
         with (
             Leases(self.budget, self.stop) as leases,
-            ReadAhead(read, cfg.immutable_keys, self.writer.collects) as reads,
+            ReadAhead(read, cfg.immutable_keys, writer.collects) as reads,
         ):
             for i, (s, e) in enumerate(ranges):
                 if self.stop.is_set() or self.gave_way or not leases.need(i, held[i]):
                     break
                 changes = reads.open(s, e)
-                if self.writer.kind == "clickhouse":
+                if writer.kind == "clickhouse":
                     readers.check_range(self.source.uri, changes, state, chosen=self.auto)
                 if checks_first and i == 0:
-                    self.writer.check(changes, estimates[i])  # a new pipeline writes nothing before the check
+                    writer.check(changes, estimates[i])  # a new pipeline writes nothing before the check
                 # decided before the next range is read ahead: a range read for nothing would be wasted
                 self.gave_way = i + 1 < len(ranges) and self.turn_over()
                 if (
@@ -193,7 +198,7 @@ class Replicator:
                     break
                 state = state.writing(e)
                 store.save(state)
-                result = self.writer.write(changes, state, estimates[i])
+                result = writer.write(changes, state, estimates[i])
                 del changes  # its rows are written: give their share of the budget back
                 leases.done(i)
                 if not result.committed:
@@ -224,6 +229,7 @@ class Replicator:
         """One poll: replicate whatever is new (a new pipeline's snapshot first, when it begins with one).
         True when versions were committed. A new pipeline's attempt that fails before committing anything
         leaves nothing behind (Bootstrap.take_back)."""
+        assert self.state is not None  # set by start()
         if self.holds_offset:
             return self._step()
         before = self.state.committed_version
@@ -236,6 +242,7 @@ class Replicator:
             raise
 
     def _step(self) -> bool:
+        assert self.state is not None  # set by start()
         before = self.state.committed_version
         if self.bootstrap.pending is not None:
             loaded = self.bootstrap.load(self.state)
@@ -251,8 +258,8 @@ class Replicator:
 
     def rebuild(self, reason: str) -> bool:
         """`cdc2ch resync`: rebuild the target through the side-table swap; whether it was swapped in."""
-        before = self.state
-        self.state = self.resync.run(self.state, reason)
+        assert self.state is not None  # set by start()
+        before, self.state = self.state, self.resync.run(self.state, reason)
         return self.state is not before
 
     def close(self) -> None:
@@ -279,10 +286,12 @@ class Replicator:
                     self.stop.wait(self.cfg.poll_interval)
         finally:
             self.close()
-        return self.state
+        return cast("PipelineState", self.state)  # set by start()
 
 
-def timed(load_snapshot: Callable[[RunConfig, int, str], int | None], metrics: PipelineMetrics):
+def timed(
+    load_snapshot: Callable[[RunConfig, int, str | None], int | None], metrics: PipelineMetrics
+) -> Callable[[RunConfig, int, str | None], int | None]:
     """`load_snapshot`, seen running in the metrics (so an alert can say a snapshot runs long)."""
 
     def load(side: RunConfig, version: int, comment: str | None) -> int | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from cdc2ch.base.errors import ConfigError, SourceError, StateError, summarise
 from cdc2ch.model import schema
@@ -29,7 +30,8 @@ def plan_ranges(
     (a schema or metadata change) always starts a range: a CDF read may not span one.
     """
     ranges: list[tuple[int, int]] = []
-    start = prev = None
+    start: int | None = None
+    prev = 0  # the last version seen: set with start
     rows = 0
     for c in commits:
         if start is not None and (
@@ -254,7 +256,7 @@ def choose_writer(reader: str, wanted: str, remote_target: bool, local_master: b
 # rule of their own in unsupported_by_clickhouse_reader. Log features need none: v2 checkpoints with sidecars,
 # classic multi-part checkpoints, log compaction files, in-commit timestamps (its _commit_timestamp is the
 # in-commit timestamp) and early commits removed after a checkpoint each replicate equal to Delta
-# (tests/test_table_history.py).
+# (tests/e2e/replication/test_table_history.py).
 CLICKHOUSE_READER_FEATURES = frozenset(
     {
         "v2Checkpoint",
@@ -271,7 +273,7 @@ CLICKHOUSE_READER_FEATURES = frozenset(
 
 
 def unsupported_by_clickhouse_reader(
-    protocol: Mapping, properties: Mapping[str, str], schema_json: dict | None = None
+    protocol: Mapping[str, Any], properties: Mapping[str, str], schema_json: dict[str, Any] | None = None
 ) -> list[str]:
     """The features of a Delta table that `--reader clickhouse` cannot read correctly, in user words (empty:
     it reads the table). `protocol`: minReaderVersion, readerFeatures...; `properties`: the table properties;
@@ -280,7 +282,7 @@ def unsupported_by_clickhouse_reader(
     Measured with chdb 26.9 (delta-kernel-rs), table data and change data feed alike: any reader feature
     outside CLICKHOUSE_READER_FEATURES is refused by name; deletion vectors, column mapping (name and id),
     type widening, row tracking, liquid clustering and TIMESTAMP_NTZ are read right
-    (tests/test_table_features.py pins each); a VARIANT column is refused ("Unsupported Variant data
+    (tests/e2e/replication/test_table_features.py pins each); a VARIANT column is refused ("Unsupported Variant data
     type"), at any depth."""
     found = [
         f"table feature {f}"

@@ -10,13 +10,13 @@ may split a Delta version; the loop's guarantees (design.md section 4) rest on e
 
 `Ports` bundles what a pipeline writes to; target.py assembles it for a ClickHouse target.
 
-In-memory implementations live in tests/unit/fakes.py: the loop's decisions are tested there without a JVM
+In-memory implementations live in tests/support/fakes.py: the loop's decisions are tested there without a JVM
 or a ClickHouse engine.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -49,13 +49,13 @@ class Changes(Protocol):
     end: int
     uri: str  # the table's identity (for messages)
     location: str  # where its files are (what a reader that reads files itself opens)
-    schema: dict  # Spark JSON schema of the rows: user columns and CDF columns
+    schema: dict[str, Any]  # Spark JSON schema of the rows: user columns and CDF columns
 
     def arrow_rows(self, immutable_keys: bool) -> pa.Table:
         """The rows in the target layout (contract.WRITTEN_META after the user columns), read into this
         process. SourceError with advice when they cannot be read."""
 
-    def arrow_chunks(self, immutable_keys: bool, held_rows: int) -> Iterator[pa.Table]:
+    def arrow_chunks(self, immutable_keys: bool, held_rows: int) -> Generator[pa.Table, None, None]:
         """The same rows in chunks. A source that streams (ChangeSource.streams) yields each chunk as its
         read makes it, in an order that may vary from read to read, each chunk's rows not, and holds at most
         `held_rows` rows of chunks not yet taken (at least one chunk); others yield arrow_rows whole.
@@ -76,7 +76,8 @@ class Ports:
     lock: Lock
     tables: TargetTables
     writer: Callable[[str], RangeWriter]  # a writer of the kind plan.choose_writer picked
-    load_snapshot: Callable[[RunConfig, int, str], int | None]  # for resync: (side config, version, comment)
+    # for resync: (side config, version, comment)
+    load_snapshot: Callable[[RunConfig, int, str | None], int | None]
     remote_target: bool  # Spark tasks can reach the target (a server)
     local_master: bool  # Spark runs in this process
     footprint: Footprint  # what a new pipeline's first attempt added, taken back when it fails
@@ -126,14 +127,14 @@ class ChangeSource(Protocol):
     def properties(self) -> dict[str, str]:
         """The table properties of the latest version. Read-only."""
 
-    def protocol(self) -> dict:
+    def protocol(self) -> dict[str, Any]:
         """The latest version's protocol (minReaderVersion, minWriterVersion, readerFeatures,
         writerFeatures). Read-only."""
 
-    def schema_at(self, version: int) -> dict:
+    def schema_at(self, version: int) -> dict[str, Any]:
         """The table's Spark JSON schema as of `version`."""
 
-    def mapped_schema(self, version: int) -> dict | None:
+    def mapped_schema(self, version: int) -> dict[str, Any] | None:
         """The schema as of `version` as the log records it, with each field's column mapping metadata (its
         field id: renames.py), or None when the source cannot tell. Read-only."""
 
@@ -152,6 +153,12 @@ class ChangeSource(Protocol):
 
     def snapshot(self, version: int) -> Any:
         """The table as of `version` (a lazy Spark DataFrame for Spark sources)."""
+
+    def duplicate_keys(
+        self, primary_key: tuple[str, ...], version: int
+    ) -> tuple[int, int, dict[str, str]] | None:
+        """(keys, rows, an example key) of the keys more than one row holds at `version`, or None (what
+        `validate` checks). Read-only."""
 
 
 class RangeWriter(Protocol):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any, TextIO
 
 from cdc2ch.base.log import get_logger, in_api_call
 
@@ -18,7 +19,7 @@ class Progress:
         total_chunks: int,
         files: int | None = None,
         interval: float = 10.0,
-        stream=None,
+        stream: TextIO | None = None,
         unit: str = "chunk",
         shown: bool = True,
     ):
@@ -50,7 +51,7 @@ class Progress:
             self._last_log = now
             log.info("progress", what=self.what, **self.figures())
 
-    def figures(self) -> dict:
+    def figures(self) -> dict[str, Any]:
         elapsed = max(time.monotonic() - self.started, 1e-9)
         rate = self.rows / elapsed
         eta = None

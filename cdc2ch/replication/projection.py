@@ -3,14 +3,21 @@ names. Everything downstream (types, rows, identity, verify) then speaks the tar
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from contextlib import closing
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from cdc2ch.model.design import TableDesign
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
-def designed(source, design: TableDesign):
+    from cdc2ch.replication.ports import Changes, ChangeSource
+
+
+def designed(source: ChangeSource, design: TableDesign) -> DesignedSource:
     """`source` as the target sees it (once: a source already seen through a design is returned as is)."""
     return source if isinstance(source, DesignedSource) else DesignedSource(source, design)
 
@@ -27,7 +34,7 @@ def arrow(rows: pa.Table, design: TableDesign) -> pa.Table:
     return rows.select([old for old, _ in pairs]).rename_columns([new for _, new in pairs])
 
 
-def spark(frame, design: TableDesign):
+def spark(frame: DataFrame, design: TableDesign) -> DataFrame:
     if not design.reshapes:
         return frame
     from cdc2ch.model.contract import spark_col
@@ -39,13 +46,13 @@ class DesignedSource:
     """The ChangeSource port over another one: schemas, changes and snapshots in the target's columns; the
     rest passes through."""
 
-    def __init__(self, source, design: TableDesign):
+    def __init__(self, source: ChangeSource, design: TableDesign) -> None:
         self.source, self.design = source, design
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self.source, name)
 
-    def schema_at(self, version: int) -> dict:
+    def schema_at(self, version: int) -> dict[str, Any]:
         """The schema at `version` in the target's columns, the design's options checked against it."""
         return self.design.checked_schema(self.source.schema_at(version), self.source.uri)
 
@@ -54,10 +61,12 @@ class DesignedSource:
         key = tuple(self.design.source_name(c) for c in key)
         return DesignedChanges(self.source.changes(start, end, key), self.design)
 
-    def snapshot(self, version: int):
+    def snapshot(self, version: int) -> DataFrame:
         return spark(self.source.snapshot(version), self.design)
 
-    def duplicate_keys(self, columns: tuple[str, ...], version: int):
+    def duplicate_keys(
+        self, columns: tuple[str, ...], version: int
+    ) -> tuple[int, int, dict[str, str]] | None:
         """Delta rows sharing `columns` (target names) at `version`, the example named as the target does."""
         found = self.source.duplicate_keys(tuple(self.design.source_name(c) for c in columns), version)
         if found is None:
@@ -69,7 +78,7 @@ class DesignedSource:
 class DesignedChanges:
     """The Changes port over another one, in the target's columns."""
 
-    def __init__(self, changes, design: TableDesign):
+    def __init__(self, changes: Changes, design: TableDesign) -> None:
         self.changes, self.design = changes, design
         self.start, self.end, self.uri, self.location = (
             changes.start,
@@ -79,18 +88,18 @@ class DesignedChanges:
         )
         self.schema = design.project_schema(changes.schema)
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self.changes, name)
 
     def arrow_rows(self, immutable_keys: bool) -> pa.Table:
         return arrow(self.changes.arrow_rows(immutable_keys), self.design)
 
-    def arrow_chunks(self, immutable_keys: bool, held_rows: int):
+    def arrow_chunks(self, immutable_keys: bool, held_rows: int) -> Generator[pa.Table, None, None]:
         with closing(self.changes.arrow_chunks(immutable_keys, held_rows)) as chunks:  # closed with this one
             for rows in chunks:
                 yield arrow(rows, self.design)
 
-    def spark_rows(self, immutable_keys: bool):
+    def spark_rows(self, immutable_keys: bool) -> DataFrame:
         return spark(self.changes.spark_rows(immutable_keys), self.design)
 
     def read_error(self, exc: Exception) -> Exception:

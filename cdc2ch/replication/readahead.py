@@ -13,8 +13,9 @@ schema break, a refused claim) costs only the read.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 import pyarrow as pa
 
@@ -30,7 +31,7 @@ class ReadAhead:
         self._open, self._immutable = open_range, immutable_keys
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="cdc2ch-read-ahead") if enabled else None
         # the range asked for: (start, end, its planned Changes, its rows), both set by the helper thread
-        self._next: tuple[int, int, Future, Future] | None = None
+        self._next: tuple[int, int, Future[Changes], Future[pa.Table]] | None = None
 
     def open(self, start: int, end: int) -> Changes:
         """The changes of [start, end]: the range read ahead, or opened now."""
@@ -44,7 +45,7 @@ class ReadAhead:
         """Start planning and reading [start, end] in the background (when enabled)."""
         if self._pool is None:
             return
-        planned: Future = Future()
+        planned: Future[Changes] = Future()
 
         def plan_and_read() -> pa.Table:
             try:
@@ -60,7 +61,7 @@ class ReadAhead:
     def __enter__(self) -> ReadAhead:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._next = None
         if self._pool is not None:
             self._pool.shutdown(wait=True)  # a read still running ends before the loop goes on
@@ -69,8 +70,9 @@ class ReadAhead:
 class Prefetched:
     """Changes whose rows are being read on the helper thread: the first arrow_rows() takes them."""
 
-    def __init__(self, changes: Changes, rows: Future, immutable_keys: bool):
-        self.changes, self._rows, self._immutable = changes, rows, immutable_keys
+    def __init__(self, changes: Changes, rows: Future[pa.Table], immutable_keys: bool):
+        self._rows: Future[pa.Table] | None = rows
+        self.changes, self._immutable = changes, immutable_keys
         self.start, self.end, self.uri = changes.start, changes.end, changes.uri
         self.location, self.schema = changes.location, changes.schema
 
@@ -80,10 +82,10 @@ class Prefetched:
             return self.changes.arrow_rows(immutable_keys)  # read again: the same rows (the Changes contract)
         return rows.result()  # raises what the read raised
 
-    def arrow_chunks(self, immutable_keys: bool, held_rows: int) -> Iterator[pa.Table]:
+    def arrow_chunks(self, immutable_keys: bool, held_rows: int) -> Generator[pa.Table, None, None]:
         yield self.arrow_rows(immutable_keys)
 
-    def spark_rows(self, immutable_keys: bool):
+    def spark_rows(self, immutable_keys: bool) -> Any:
         return self.changes.spark_rows(immutable_keys)
 
     def read_error(self, exc: Exception) -> Exception:

@@ -10,14 +10,18 @@ target keeps Spark.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from cdc2ch.base.errors import SourceError
+from cdc2ch.base.log import Logger
 from cdc2ch.clickhouse import versions
 from cdc2ch.model import schema
 from cdc2ch.model.config import RunConfig
+from cdc2ch.model.offset import PipelineState
 from cdc2ch.model.tableref import is_local
 from cdc2ch.replication import plan
+from cdc2ch.replication.ports import Changes, ChangeSource
 from cdc2ch.replication.writers import pushdown
 
 
@@ -30,7 +34,9 @@ def place_needs_spark(location: str, remote_target: bool) -> str | None:
     return None
 
 
-def table_needs_spark(schema_json: dict, protocol: dict, properties: dict) -> str | None:
+def table_needs_spark(
+    schema_json: dict[str, Any], protocol: Mapping[str, Any], properties: Mapping[str, str]
+) -> str | None:
     """Why `auto` leaves a table to Spark for what it holds (None: ClickHouse reads it as Spark does)."""
     found = plan.unsupported_by_clickhouse_reader(protocol, properties, schema_json)
     if found:
@@ -45,12 +51,12 @@ def table_needs_spark(schema_json: dict, protocol: dict, properties: dict) -> st
 
 def resolved(
     cfg: RunConfig,
-    source,
+    source: ChangeSource,
     remote_target: bool,
     has_setting: Callable[[str], bool],
-    log=None,
+    log: Logger | None = None,
     version: int | None = None,
-):
+) -> RunConfig:
     """`cfg` with `auto` replaced by the reader chosen for `source` (the schema of `version`, default the
     latest, and the latest protocol); any other reader as given. Logs the choice and its reason."""
     if cfg.reader != "auto":
@@ -68,10 +74,10 @@ def resolved(
 
 
 def check_clickhouse_reads(
-    source,
-    schema_json: dict,
-    protocol: dict | None = None,
-    properties=None,
+    source: ChangeSource,
+    schema_json: dict[str, Any],
+    protocol: Mapping[str, Any] | None = None,
+    properties: Mapping[str, str] | None = None,
     has_setting: Callable[[str], bool] | None = None,
     outcome: str = "nothing was written",
 ) -> None:
@@ -86,7 +92,7 @@ def check_clickhouse_reads(
         raise plan.clickhouse_reader_error(source.uri, found, outcome)
 
 
-def check_range(uri: str, changes, state, chosen: bool) -> None:
+def check_range(uri: str, changes: Changes, state: PipelineState, chosen: bool) -> None:
     """Stop before writing a range ClickHouse cannot read (a VARIANT column added since the start) or, when
     `auto` `chosen` ClickHouse, one it would read differently from Spark (a TIMESTAMP column added): the next
     attempt chooses again, from the table as it is now."""

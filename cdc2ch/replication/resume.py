@@ -5,6 +5,7 @@ pause in which a rival claiming at the same instant shows up, on every cron poll
 
 from __future__ import annotations
 
+from cdc2ch.base.log import Logger
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.offset import PipelineState
 from cdc2ch.replication import plan
@@ -29,7 +30,7 @@ def idle(cfg: RunConfig, inputs: Inputs, source: ChangeSource, resync: Resync) -
 
 
 def resumed(
-    cfg: RunConfig, source: ChangeSource, store: OffsetStore, start: int, table_id: str, log
+    cfg: RunConfig, source: ChangeSource, store: OffsetStore, start: int, table_id: str, log: Logger
 ) -> PipelineState:
     """The pipeline's offset, read again now that nobody else can move it: as stored, or with `cfg.reset`
     moved to before `start`, and saved as such."""
@@ -53,7 +54,7 @@ def resumed(
 
 
 def _relabelled(
-    stored: PipelineState, source: ChangeSource, store: OffsetStore, table_id: str, log
+    stored: PipelineState, source: ChangeSource, store: OffsetStore, table_id: str, log: Logger
 ) -> PipelineState:
     """The stored offset, recording the name, location and table id the table was reached by this time
     (a path now named through the catalog, or a state from before these were recorded)."""

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from cdc2ch.base.errors import SchemaChangeError
+from cdc2ch.base.log import Logger
 from cdc2ch.model.config import RunConfig, TargetName
 from cdc2ch.model.offset import PipelineState
 from cdc2ch.model.schema import SchemaDiff
@@ -52,8 +53,8 @@ class Resync:
         tables: TargetTables,
         store: OffsetStore,
         load_snapshot: Callable[[RunConfig, int, str], int | None],
-        log,
-    ):
+        log: Logger,
+    ) -> None:
         """`load_snapshot(side config, version, comment)` writes the table at `version` into the side table
         (created with `comment`) and returns its rows, or None when stopped midway."""
         self.cfg, self.pipeline, self.source = cfg, cfg.pipeline, source

@@ -16,6 +16,7 @@ import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from cdc2ch.base.errors import SchemaChangeError, SourceError, StateError, error_text, out_of_memory
 from cdc2ch.base.log import get_logger
@@ -29,8 +30,9 @@ from cdc2ch.model.offset import PipelineState
 from cdc2ch.replication import plan, readers
 from cdc2ch.replication.budget import UNLIMITED, Leases, RowBudget
 from cdc2ch.replication.metrics import PipelineMetrics
+from cdc2ch.replication.ports import ChangeSource
 from cdc2ch.replication.progress import Progress
-from cdc2ch.replication.projection import designed
+from cdc2ch.replication.projection import DesignedSource, designed
 from cdc2ch.replication.readers import check_clickhouse_reads
 from cdc2ch.replication.writers.driver import insert_rows
 from cdc2ch.replication.writers.pushdown import insert_from_lake, insert_settings
@@ -38,7 +40,12 @@ from cdc2ch.source.chunked import ChunkedFrame, arrow_schema
 from cdc2ch.source.log import Commit
 from cdc2ch.source.variants import variants_as_json
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
 log = get_logger("cdc2ch.snapshot")
+# What a snapshot is read from: the data files and their rows (None: unknown), or Spark's frame of the table.
+_Table: TypeAlias = "list[tuple[str, int | None]] | DataFrame"
 
 
 def _file_path(spark_file: str) -> str:
@@ -53,7 +60,7 @@ def _file_path(spark_file: str) -> str:
     return rest[2:] if rest.startswith("//") else rest  # s3a://bucket/key -> bucket/key
 
 
-def _read_from(source, reader: str, version: int) -> tuple[object, dict]:
+def _read_from(source: DesignedSource, reader: str, version: int) -> tuple[_Table, dict[str, Any]]:
     """What the chunks are read from, and the schema: for --reader clickhouse on a local table the files
     and schema its log names (no JVM), else Spark's frame of the table."""
     files = source.snapshot_files(version) if reader == "clickhouse" else None
@@ -63,11 +70,11 @@ def _read_from(source, reader: str, version: int) -> tuple[object, dict]:
     return table, table.schema.jsonValue()
 
 
-def _lake_files(source, table, version: int) -> tuple[list[str], int]:
+def _lake_files(source: DesignedSource, table: _Table, version: int) -> tuple[list[str], int]:
     """The files of `version` ClickHouse reads, and their rows: from the log's (path, rows) list `table`
     where it counts every file's rows, else from Spark's frame (started for it if need be)."""
     if isinstance(table, list) and all(n is not None for _, n in table):
-        return [p for p, _ in table], sum(n for _, n in table)
+        return [p for p, _ in table], sum(n or 0 for _, n in table)  # (none is None)
     table = source.snapshot(version) if isinstance(table, list) else table
     return sorted(_file_path(f) for f in table.inputFiles()), table.count()
 
@@ -78,12 +85,12 @@ class Snapshotter:
     def __init__(
         self,
         cfg: RunConfig,
-        source,
+        source: ChangeSource,
         sink: Sink,
         stop: threading.Event | None = None,
         budget: RowBudget = UNLIMITED,
         metrics: PipelineMetrics | None = None,
-    ):
+    ) -> None:
         self.cfg, self.source, self.sink = cfg, designed(source, cfg.design), sink
         self.metrics = metrics  # a `run`'s: rows loaded so far, for its dashboard
         self.stop = stop or threading.Event()
@@ -167,14 +174,17 @@ class Snapshotter:
             )
         self.store.ensure()
         self.log.info("snapshot_start", source=self.source.uri, version=version, reader=cfg.reader)
-        load = self._spark_chunks if cfg.reader == "spark" else self._clickhouse_chunks
-        rows = load(table, version, ts_ms, list(types))
+        if cfg.reader == "spark":
+            assert not isinstance(table, list)  # the files are listed for --reader clickhouse only
+            rows = self._spark_chunks(table, version, ts_ms, list(types))
+        else:
+            rows = self._clickhouse_chunks(table, version, ts_ms, list(types))
         if rows is not None:
             self._sweep(version, ts_ms, list(types))
         return rows
 
     # -- readers ----------------------------------------------------------------------------------
-    def _spark_chunks(self, table, version: int, ts_ms: int, columns: list[str]) -> int | None:
+    def _spark_chunks(self, table: DataFrame, version: int, ts_ms: int, columns: list[str]) -> int | None:
         cfg = self.cfg
         total = table.count()
         user = variants_as_json(table)
@@ -237,7 +247,8 @@ class Snapshotter:
         """A chunk's read failure in the user's terms; running out of memory says what to change."""
         text = error_text(exc)
         if not out_of_memory(text):
-            return self.source.translate(exc, f"chunk {chunk} of the snapshot", version, None)
+            error: Exception = self.source.translate(exc, f"chunk {chunk} of the snapshot", version, None)
+            return error
         return SourceError(
             f"Spark ran out of memory reading chunk {chunk} of the snapshot of version {version} of "
             f"{self.source.uri}. A chunk is read whole into memory, and Parquet files are split only between "
@@ -246,7 +257,7 @@ class Snapshotter:
             f"streams the files. Chunks already loaded are recorded: the same command resumes after them."
         )
 
-    def _clickhouse_chunks(self, table, version: int, ts_ms: int, columns: list[str]) -> int | None:
+    def _clickhouse_chunks(self, table: _Table, version: int, ts_ms: int, columns: list[str]) -> int | None:
         """Push-down: ClickHouse reads the Delta table itself, a group of files per INSERT ... SELECT."""
         cfg = self.cfg
         files, total = _lake_files(self.source, table, version)

@@ -4,6 +4,7 @@ clickhouse-connect client (`Sink`)."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from cdc2ch.base.log import get_logger
 from cdc2ch.clickhouse.ddl import TargetTables
@@ -14,7 +15,8 @@ from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model.config import RunConfig
 from cdc2ch.replication.budget import UNLIMITED, RowBudget
 from cdc2ch.replication.metrics import PipelineMetrics
-from cdc2ch.replication.ports import Ports
+from cdc2ch.replication.ports import Ports, RangeWriter
+from cdc2ch.replication.projection import DesignedSource
 from cdc2ch.replication.snapshot import Snapshotter
 from cdc2ch.replication.writers import Destination
 from cdc2ch.replication.writers.driver import DriverWriter
@@ -26,7 +28,7 @@ log = get_logger("cdc2ch.pipeline")
 
 def clickhouse_ports(
     cfg: RunConfig,
-    source,
+    source: DesignedSource,
     sink: Sink,
     stop: threading.Event,
     metrics: PipelineMetrics,
@@ -34,7 +36,7 @@ def clickhouse_ports(
 ) -> Ports:
     tables = TargetTables(sink, cfg.target, cfg.design)
     to = Destination(cfg, sink, tables.table_sql, stop, metrics, log.bind(pipeline=cfg.pipeline))
-    writers = {
+    writers: dict[str, Callable[[Destination], RangeWriter]] = {
         "clickhouse": PushdownWriter,
         "executors": ExecutorWriter,
         "driver": lambda to: DriverWriter(to, streams=source.streams),

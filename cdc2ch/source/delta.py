@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Sequence
 from datetime import datetime, timezone
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -71,6 +73,7 @@ class DeltaSource:
 
     def __init__(self, spark, table: str):
         self._spark = spark
+        self.name: str | None
         ref = parse_table(table)
         if ref.is_name:
             from cdc2ch.source.catalog import resolve
@@ -112,6 +115,7 @@ class DeltaSource:
 
     def _log(self) -> DeltaLog:
         if self._log_reader is None:
+            files: LocalLogFiles | HadoopLogFiles
             if self.local:
                 files = LocalLogFiles(self.location, lambda: HadoopLogFiles(self.spark, self.location))
                 self._log_reader, self._checked = python_log(self.location, files, self.name), True
@@ -151,15 +155,15 @@ class DeltaSource:
                 return []
             first = log.commit(start)
             if first is None:  # the log starts later (retention): read only what it still has
-                rest = [v for v in log.versions() if start < v <= end]
+                rest: Sequence[int] = [v for v in log.versions() if start < v <= end]
             else:
                 rest = range(start + 1, end + 1)
             found = [first] + [log.commit(v) for v in rest]
         except Exception as exc:
             raise self.translate(exc, "the Delta log", start, end) from exc
-        found = [c for c in found if c is not None]
-        self._snapshots.seen(found)
-        return found
+        kept = [c for c in found if c is not None]
+        self._snapshots.seen(kept)
+        return kept
 
     def schema_at(self, version: int) -> dict:
         """The table's schema (Spark JSON form) as of `version`; reads only the log."""
@@ -343,9 +347,17 @@ def translated(uri: str, exc: Exception, what: str, start: int | None, end: int 
     return SourceError(f"Reading {what} for {span} of {uri} failed: {summarise(first, 500)}")
 
 
+class _Snapshots(Protocol):
+    """What _duplicate_keys reads: a DeltaSource, or a SharedSource."""
+
+    def snapshot(self, version: int) -> Any: ...
+
+    def translate(self, exc: Exception, what: str, start: int | None, end: int | None) -> Exception: ...
+
+
 def _duplicate_keys(
-    source: "DeltaSource", primary_key: tuple[str, ...], version: int
-) -> tuple[int, int, dict] | None:
+    source: _Snapshots, primary_key: tuple[str, ...], version: int
+) -> tuple[int, int, dict[str, str]] | None:
     from pyspark.sql import functions as F
 
     table = source.snapshot(version)  # the session first: columns are built in its JVM

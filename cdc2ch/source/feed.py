@@ -3,9 +3,10 @@ row needs left out of the scan, brought to this process as Arrow whole or a Spar
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -18,6 +19,9 @@ from cdc2ch.source.logstate import cdf_schema
 from cdc2ch.source.threads import arrow_batches
 from cdc2ch.source.variants import variants_as_json
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
 log = get_logger("cdc2ch.source")
 
 
@@ -27,7 +31,8 @@ class SparkChanges:
     def __init__(self, source, start: int, end: int, key: tuple[str, ...] = ()):
         self.source, self.start, self.end, self.key = source, start, end, key
         self.uri, self.location = source.uri, source.location
-        self._frame = self._schema = None
+        self._frame: DataFrame | None = None
+        self._schema: dict[str, Any] | None = None
 
     @property
     def frame(self):
@@ -38,7 +43,7 @@ class SparkChanges:
         return self._frame
 
     @property
-    def schema(self) -> dict:
+    def schema(self) -> dict[str, Any]:
         """The rows' schema: the table's at `end` and the feed's columns; from the log for a local table."""
         if self._schema is None:
             if self._frame is None and self.source.local:
@@ -83,7 +88,7 @@ class SparkChanges:
         with phases.timed("arrow"):
             return contract.arrow_rows(rows)
 
-    def arrow_chunks(self, immutable_keys: bool, held_rows: int) -> Iterator[pa.Table]:
+    def arrow_chunks(self, immutable_keys: bool, held_rows: int) -> Generator[pa.Table, None, None]:
         """The rows of arrow_rows, one Spark Arrow batch at a time, as the scan's tasks end."""
         feed = self.feed(immutable_keys)  # planning translates its own failures
         try:

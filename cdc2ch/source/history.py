@@ -32,6 +32,7 @@ def replay(commits: list[Commit]) -> Replay | None:
     first: tuple[int, str] | None = None
     for commit in commits:
         files = commit.files
+        assert files is not None  # (checked above)
         # A version with change files is read from them alone, and they never belong to the table; a version
         # without is read from the files it adds (inserted rows) and removes (deleted rows).
         reads_actions = not files.change_files
@@ -52,5 +53,5 @@ def replay(commits: list[Commit]) -> Replay | None:
             live[path] = rows
             if data_change and reads_actions and path not in read_as_added:
                 read_as_added[path] = commit.version
-    rows = None if any(n is None for n in live.values()) else sum(live.values())
+    rows = None if any(n is None for n in live.values()) else sum(n or 0 for n in live.values())
     return Replay(rows, sum(c.estimated_rows for c in commits), first)

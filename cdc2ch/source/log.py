@@ -12,6 +12,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import cast
 from urllib.parse import unquote, urlsplit
 
 from cdc2ch.base import phases
@@ -274,7 +275,7 @@ class ArrowLogFiles:
         info = self._fs.get_file_info(self.dir + name)
         if info.type == self._pafs.FileType.NotFound:
             return None
-        return int(info.mtime_ns // 1_000_000)
+        return int(cast("int", info.mtime_ns) // 1_000_000)  # a file's: the stores read report it
 
     def read(self, name: str) -> str | None:
         try:
@@ -352,6 +353,7 @@ class DeltaLog:
     def latest_version(self) -> int:
         """The newest commit version: versions are contiguous, so search upwards from one known to exist
         (the last one seen, or the last checkpoint) in O(log n) existence checks."""
+        low: int | None
         low = self._known
         if low < 0 or not self._exists(low):
             low = self._last_checkpoint()

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from cdc2ch.source.log import _live
+from cdc2ch.source.log import HadoopLogFiles, _live
 
 # 00000000000000000010.checkpoint.parquet, ...10.checkpoint.0000000001.0000000002.parquet (multi-part),
 # ...10.checkpoint.<uuid>.json|parquet (v2: metaData and protocol are in this top-level file)
@@ -266,11 +267,12 @@ class LocalLogFiles:
     ArrowLogFiles): a poll is a few system calls, with no JVM and no Arrow file system loaded. A file the log
     names by an absolute URI is resolved as Delta resolves it, through Spark (`hadoop` builds that)."""
 
-    def __init__(self, uri: str, hadoop):
+    def __init__(self, uri: str, hadoop: Callable[[], HadoopLogFiles]):
         parts = urlsplit(uri)
         root = unquote(parts.path) if parts.scheme == "file" else os.path.abspath(uri)
         self.root, self.dir = root.rstrip("/") + "/", root.rstrip("/") + "/_delta_log/"
-        self._hadoop, self._through_spark = hadoop, None
+        self._hadoop = hadoop
+        self._through_spark: HadoopLogFiles | None = None
 
     def modified(self, name: str) -> int | None:
         try:

@@ -59,7 +59,7 @@ def needless(
             )
         except (OSError, pa.ArrowException, KeyError):
             continue
-        pre = pc.equal(rows.column("_change_type"), PREIMAGE)
+        pre = pc.equal(rows.column("_change_type"), pa.scalar(PREIMAGE))
         images, others = rows.filter(pre).select(list(key)), rows.filter(pc.invert(pre)).select(list(key))
         if _all_met(images, others):
             found.add(commit.version)

@@ -4,13 +4,14 @@ and schema in force at a version, and what the parquet response format cannot se
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from cdc2ch.base.errors import SourceError
 
 
 def check_served(uri: str, lines: list[dict]) -> None:
     """Refuse what the parquet response format cannot serve right, naming the feature."""
-    protocol = next((ln["protocol"] for ln in lines if "protocol" in ln), {}) or {}
+    protocol: dict[str, Any] = next((ln["protocol"] for ln in lines if "protocol" in ln), {}) or {}
     metas = [ln["metaData"] for ln in lines if "metaData" in ln]
     conf: dict = {}
     for m in metas:
@@ -50,7 +51,7 @@ def sliced(lines: list[dict], start: int, end: int) -> list[dict]:
     in_force = max(((v, m) for v, m in dated if v < start), key=lambda p: p[0], default=(None, None))[1]
     return [
         ln for ln in lines
-        if ln is in_force or version_of(ln) is None or start <= version_of(ln) <= end
+        if ln is in_force or (v := version_of(ln)) is None or start <= v <= end
     ]  # fmt: skip
 
 

@@ -10,7 +10,7 @@ download their files and hand Arrow on (source/sharefiles.py), then the same row
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from datetime import datetime, timezone
 
 import pyarrow as pa
@@ -51,6 +51,7 @@ class SharedSource:
 
     def __init__(self, spark, table: str, log=None):
         ref = parse_table(table)
+        assert ref.profile is not None and ref.shared is not None  # a shared table's (tableref.is_shared)
         self.profile = load_profile(ref.profile)
         self.client = SharingClient(self.profile, *ref.shared, log=log)
         self.uri, self.location, self.name = ref.uri, self.client.table_url, None
@@ -265,10 +266,10 @@ class SharedSource:
         with shipped_by_value(sharefiles, retry):
             return listing.mapInArrow(sharefiles.reader(target, columns, snapshot), struct)
 
-    def duplicate_keys(self, primary_key: tuple[str, ...], version: int):
-        from cdc2ch.source.delta import DeltaSource
+    def duplicate_keys(self, primary_key: tuple[str, ...], version: int) -> tuple[int, int, dict] | None:
+        from cdc2ch.source.delta import _duplicate_keys
 
-        return DeltaSource.duplicate_keys(self, primary_key, version)
+        return _duplicate_keys(self, primary_key, version)  # as DeltaSource.duplicate_keys
 
     def translate(self, exc: Exception, what: str, start: int | None, end: int | None) -> Exception:
         return advice(self.uri, self.client, exc, what, start, end)
@@ -303,7 +304,7 @@ class SharedChanges:
         )
         return contract.spark_rows(self._cdf(fresh=soon), immutable_keys)
 
-    def arrow_chunks(self, immutable_keys: bool, held_rows: int) -> Iterator[pa.Table]:
+    def arrow_chunks(self, immutable_keys: bool, held_rows: int) -> Generator[pa.Table, None, None]:
         yield self.arrow_rows(immutable_keys)  # a share's files are read whole (SharedSource.streams)
 
     def arrow_rows(self, immutable_keys: bool) -> pa.Table:

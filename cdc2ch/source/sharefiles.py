@@ -83,7 +83,7 @@ def records(action: dict) -> int | None:
 def partition_array(value: str | None, target: pa.DataType, n: int) -> pa.Array:
     """A partition value (serialized as the protocol says: text, empty for null) as `n` values."""
     if value is None or value == "":
-        return pa.nulls(n, target)
+        return pa.nulls(n, target)  # type: ignore[call-overload]  # pyarrow-stubs: any DataType is taken
     base = pa.array([value] * n, pa.string())
     if pa.types.is_timestamp(target):
         return base.cast(pa.timestamp("us")).cast(target)

@@ -78,8 +78,8 @@ def load_profile(path: str, now: datetime | None = None) -> Profile:
     except ValueError:
         raise _profile_error(path, "is not a JSON object") from None
     try:
-        version = int(data.get("shareCredentialsVersion"))
-    except (TypeError, ValueError):
+        version = int(data["shareCredentialsVersion"])
+    except (KeyError, TypeError, ValueError):
         raise _profile_error(path, "has no shareCredentialsVersion") from None
     endpoint = str(data.get("endpoint") or "").rstrip("/")
     if not endpoint.startswith(("http://", "https://")):
@@ -191,6 +191,7 @@ class SharingClient:
 
     def _oauth_token(self) -> tuple[str, float]:
         p = self.profile
+        assert p.token_endpoint is not None  # an OAuth profile's (load_profile)
         basic = base64.b64encode(f"{p.client_id}:{p.client_secret}".encode()).decode()
         body = "grant_type=client_credentials" + (f"&scope={urllib.parse.quote(p.scope)}" if p.scope else "")
         req = urllib.request.Request(

@@ -25,6 +25,9 @@ from cdc2ch.model.config import SparkSettings, is_secret_key
 from cdc2ch.source import classes
 from cdc2ch.source.lazy import LazySpark, no_java
 
+if typing.TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -381,7 +384,7 @@ def _relay(stream) -> None:
             pass
 
 
-def positional_columns(df):
+def positional_columns(df: DataFrame) -> tuple[DataFrame, list[str]]:
     """`mapInArrow` resolves columns by name and trips over dots in them: the frame with positional names
     (_c0, _c1, ...) and the real names, to restore on the Arrow side."""
     names = df.columns
@@ -407,7 +410,8 @@ def shipped_by_value(*modules):
     process's pickler is as it was (the session may be the caller's)."""
     from pyspark import cloudpickle
 
-    cloudpickle.Pickler._dispatch_table.setdefault(typing.ParamSpec, _param_spec_reduce)
+    table = cloudpickle.Pickler._dispatch_table
+    table.setdefault(typing.ParamSpec, _param_spec_reduce)  # type: ignore[arg-type]  # typed by its first keys; any type goes
     shipped = [s for m in modules for s in (m, *getattr(m, "SHIPS_WITH", ()))]
     wanted = {m.__name__: m for m in shipped}
     added = [m for name, m in wanted.items() if name not in cloudpickle.list_registry_pickle_by_value()]

@@ -7,14 +7,21 @@ import contextvars
 import itertools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from cdc2ch.base import phases
 
+if TYPE_CHECKING:
+    import pyarrow as pa
 
-def on_other_threads(fn):
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def on_other_threads(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     """`fn`, to be run on another thread (readahead.py) with this thread's Spark local properties: the
     caller's job group and description, scheduler pool and job tags, and what managed platforms keep there.
     In PySpark's pinned-thread mode each Python thread has its own JVM thread, which starts with none (what
@@ -28,7 +35,7 @@ def on_other_threads(fn):
         return lambda *args, **kwargs: context.run(fn, *args, **kwargs)
     properties = sc._jsc.sc().getLocalProperties().clone()
 
-    def run(*args, **kwargs):
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         sc._jsc.sc().setLocalProperties(properties)
         return context.run(fn, *args, **kwargs)
 
@@ -104,7 +111,7 @@ class _Failed:
     exc: BaseException
 
 
-def arrow_batches(df, held_rows: int) -> Iterator:
+def arrow_batches(df, held_rows: int) -> Generator[pa.RecordBatch, None, None]:
     """df's rows as Arrow record batches, each as soon as the Spark task that made it has ended (in the order
     tasks end, not the frame's): what df.toArrow() reads, handed over while the scan still runs. Each batch
     is the same on every read of the same plan (one task's rows, cut at
@@ -178,7 +185,8 @@ def arrow_batches(df, held_rows: int) -> Iterator:
 def _timed_jobs(sc, tag: str, t0: float, t1: float) -> None:
     """Phases of the jobs tagged `tag` between t0 and t1: planning until the first was submitted, the scan
     while they ran, the rest of the transfer after the last one ended."""
-    first = last = None
+    first: float | None = None
+    last: float | None = None
     try:  # from Spark's status store (kept with the UI off too); a job not yet seen ended just now
         store = sc._jsc.sc().statusStore()
         for job_id in sc._jsc.sc().statusTracker().getJobIdsForTag(tag):
@@ -188,7 +196,7 @@ def _timed_jobs(sc, tag: str, t0: float, t1: float) -> None:
             first, last = min(first or began, began), max(last or ended, ended)
     except Exception:  # only timing lost
         first = last = None
-    if first is None:
+    if first is None or last is None:  # both or neither
         phases.add("scan", t1 - t0)
         return
     first, last = min(max(first, t0), t1), min(max(last, t0), t1)

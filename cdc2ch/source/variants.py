@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from cdc2ch.model import contract, schema
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
-def variants_as_json(frame):
+
+def variants_as_json(frame: DataFrame) -> DataFrame:
     """The frame with every VARIANT value, at any depth, as its JSON text (Spark's `to_json`): the form its
     ClickHouse String column keeps (schema.py). Spark cannot hand VARIANT values to Arrow at all, and a
     `CAST(v AS STRING)` would lose the quotes of a JSON string and turn a JSON null into NULL."""

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from typing import Any
 
 import pyarrow as pa
 
 from cdc2ch.base import phases
+from cdc2ch.base.log import Logger
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model import contract
 from cdc2ch.model.config import RunConfig
@@ -36,10 +38,10 @@ def insert_rows(
     cfg: RunConfig,
     where: str,
     token: Callable[[int, pa.Table], str],
-    log,
+    log: Logger,
     stop: threading.Event | None = None,
     on_batch: Callable[[int, pa.Table, float], None] = lambda i, batch, seconds: None,
-    **context,
+    **context: Any,
 ) -> tuple[int, int, bool]:
     """Insert `rows` (target layout) in batches of cfg.batch_size, without the outranked ones. Returns (rows
     written, batches written, complete): complete is False when `stop` was set before the last batch."""
@@ -110,7 +112,7 @@ class DriverWriter:
             )
         self._checked = (rng.start, rng.end, chunks, seconds)
 
-    def _chunks(self, rng: Changes, estimate: int) -> Iterator[pa.Table]:
+    def _chunks(self, rng: Changes, estimate: int) -> Generator[pa.Table, None, None]:
         """The range's rows: as check() read them, when it read this range; else read now."""
         checked, self._checked = self._checked, None
         if checked is not None and checked[:2] == (rng.start, rng.end):
@@ -126,7 +128,8 @@ class DriverWriter:
         and tokens."""
         cfg, start, end = self.cfg, rng.start, rng.end
         where = f"versions {start}..{end} of {rng.uri}"
-        read = seconds = written = batches = 0
+        read = written = batches = 0
+        seconds = 0.0
         checked = self._checked[3] if self._checked is not None and self._checked[:2] == (start, end) else 0.0
         chunks = self._chunks(rng, estimate)
         try:  # however the write ends, the source's read ends with it (a streamed read's Spark job is cancelled)

@@ -11,6 +11,8 @@ the other writers raise, and the offset moves only after the whole job succeeded
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from cdc2ch.base import retry
 from cdc2ch.base.errors import SinkError
@@ -18,6 +20,10 @@ from cdc2ch.model import contract
 from cdc2ch.model.offset import PipelineState
 from cdc2ch.replication.ports import Changes, RangeResult
 from cdc2ch.replication.writers import Destination
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
 
 MAX_TASK_PARTITIONS = 256
 RESULT_SCHEMA = "rows long, batches long, null_key string, nulls long, null_version string, error string"
@@ -30,15 +36,15 @@ def partitions_for(estimate: int, batch_size: int) -> int:
 
 
 def write_partitions(
-    df,
-    client_kwargs: dict,
+    df: DataFrame,
+    client_kwargs: dict[str, Any],
     table_sql: str,
     identity: tuple[tuple[str, ...], tuple[str, ...]],
     partitions: int,
     batch_size: int,
     token_prefix: str,
     attempts: int,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Insert `df` (rows in the target layout) from the executors. Returns one result per partition.
     `identity`: (primary key, identity columns) as plain tuples, which ship to the tasks by value."""
     from pyspark.sql import functions as F
@@ -55,21 +61,30 @@ def write_partitions(
     insert_settings = contract.target_insert
     latest, cut = changes.latest_in_place, changes.batches
 
-    def write(batches):  # runs in a Spark task; nested so it ships by value
+    def write(
+        batches: Iterable[pa.RecordBatch],
+    ) -> Iterator[pa.RecordBatch]:  # runs in a Spark task; nested so it ships by value
         import functools
 
         import clickhouse_connect
         import pyarrow as pa
         from pyspark import TaskContext
 
-        def result(rows=0, count=0, null=None, error=None):
+        def result(
+            rows: int = 0,
+            count: int = 0,
+            null: tuple[str, int, object] | None = None,
+            error: str | None = None,
+        ) -> pa.RecordBatch:
             key, nulls, first = null or (None, 0, None)
             return pa.RecordBatch.from_pydict(
                 {"rows": [rows], "batches": [count], "null_key": [key], "nulls": [nulls],
                  "null_version": [None if first is None else str(first)], "error": [error]},
             )  # fmt: skip
 
-        part = TaskContext.get().partitionId()
+        task = TaskContext.get()
+        assert task is not None  # (in a Spark task)
+        part = task.partitionId()
         batches = list(batches)
         table = pa.Table.from_batches(batches).rename_columns(names) if batches else None
         if table is None or table.num_rows == 0:
@@ -129,10 +144,12 @@ class ExecutorWriter:
         cfg, start, end = self.cfg, rng.start, rng.end
         t0 = time.monotonic()
         partitions = partitions_for(estimate, cfg.batch_size)
+        client_kwargs = self.to.sink.task_client
+        assert client_kwargs is not None  # chosen for a server target only (plan.choose_writer)
         try:
             results = write_partitions(
                 rng.spark_rows(cfg.immutable_keys),
-                self.to.sink.task_client,
+                client_kwargs,
                 self.to.table_sql,
                 (cfg.identity.primary_key, cfg.identity.columns),
                 partitions,

@@ -68,7 +68,7 @@ def cdf_settings(start: int, end: int) -> dict[str, int]:
     return {CDF_SETTING: start, "delta_lake_snapshot_end_version": end}
 
 
-def insert_settings(token: str) -> dict:
+def insert_settings(token: str) -> dict[str, int | str]:
     """A lake read inserted as every target insert is (a replay dropped), and a null key fails it instead of
     becoming 0 or ''."""
     return {"insert_null_as_default": 0, **contract.target_insert(token)}
