@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -161,3 +161,140 @@ def test_a_new_pipelines_first_range_keeps_the_plain_bound():
     assert plan.catch_up_ranges(history, 40, None, first_rows=20) == [(3, 4), (5, 8)]
     assert plan.catch_up_ranges(history, 40, (3, 3), first_rows=20) == [(3, 3), (4, 7), (8, 8)]
     assert plan.catch_up_ranges([], 40, None, first_rows=20) == []
+
+
+def test_requesting_the_latest_version_itself_is_allowed():
+    assert start(None, requested=9, latest=9) == 9
+    assert start(None, requested=0, latest=0) == 0
+
+
+def test_an_offset_with_a_recorded_table_id_resumes_when_none_was_read():
+    recorded = PipelineState("p", "/t", "db.t", 5, 5, 10, PipelineState.epoch(), "/t", "id-1")
+    assert plan.start_version("p", "/t", "db.t", recorded, None, 9, False) == 6
+    assert plan.start_version("p", "/t", "db.t", recorded, None, 9, False, "/t", "id-1") == 6
+
+
+def test_a_target_belongs_to_one_pipeline():
+    other = PipelineState("q", "/u", "db.u", 7, 7, 0, PipelineState.epoch())
+    own = PipelineState("p", "/t", "db.t", 7, 7, 0, PipelineState.epoch())
+    plan.check_owner("p", "db.t", [other, own])  # another pipeline's other target, and its own offset
+    with pytest.raises(
+        StateError, match="db.u is already replicated by pipeline 'q' .* resumes at version 8"
+    ):
+        plan.check_owner("p", "db.u", [own, other])
+
+
+def test_interrupted_and_first_ranges_are_followed_by_ranges_that_respect_schema_changes():
+    history = commits(1, 1, 1, 1, 1, 1, metadata={7})  # versions 3..8
+    assert plan.catch_up_ranges(history, 100, (3, 4)) == [(3, 4), (5, 6), (7, 8)]
+    breaks = commits(1, 1, 1, 1, 1, 1, metadata={4, 7})
+    assert plan.catch_up_ranges(breaks, 100, None, first_rows=50) == [(3, 3), (4, 6), (7, 8)]
+
+
+def test_a_ranges_estimate_counts_nothing_for_versions_the_log_lacks():
+    history = [c for c in commits(10, 20, 30) if c.version != 4]  # versions 3 and 5
+    assert plan.range_estimates(history, [(3, 5), (4, 4), (5, 5)]) == [40, 0, 30]
+
+
+def test_only_a_streaming_source_streams_and_only_ranges_above_the_bound():
+    assert plan.streamed(11, 10, True) and not plan.streamed(10, 10, True)
+    assert not plan.streamed(11, 10, False) and not plan.streamed(10, 10, False)
+
+
+def test_the_rows_held_for_a_range():
+    assert plan.held_rows(50, 10, collects=False, streams=True, whole=False) == 0
+    assert plan.held_rows(50, 10, collects=True, streams=True, whole=False) == 10
+    assert plan.held_rows(50, 10, collects=True, streams=True, whole=True) == 50
+    assert plan.held_rows(50, 10, collects=True, streams=False, whole=False) == 50
+    assert plan.held_rows(5, 10, collects=True, streams=True, whole=False) == 5
+
+
+def test_a_schedule_bounds_ranges_by_the_writers_factor_and_a_new_pipelines_first_by_the_plain_bound():
+    history = commits(10, 10, 10, 10, 10, 10)  # versions 3..8
+    checked = plan.schedule(history, None, 20, 2, collects=True, streams=True, checks_first=True)
+    assert (checked.ranges, checked.estimates, checked.held) == ([(3, 4), (5, 8)], [20, 40], [20, 20])
+    resumed = plan.schedule(history, None, 20, 2, collects=True, streams=True, checks_first=False)
+    assert (resumed.ranges, resumed.estimates, resumed.held) == ([(3, 6), (7, 8)], [40, 20], [20, 20])
+    pushed = plan.schedule(history, None, 20, 2, collects=False, streams=True, checks_first=False)
+    assert pushed.held == [0, 0]
+    # a single version above the bound is a first range of its own, held whole for its check
+    large = plan.schedule(commits(30, 10, 10, metadata={5}), None, 20, 2, True, True, checks_first=True)
+    assert (large.ranges, large.held, large.breaks) == ([(3, 3), (4, 4), (5, 5)], [30, 10, 10], {5})
+
+
+def test_properties_that_are_not_a_json_object_do_not_switch_the_feed():
+    def props(version: int, properties) -> Commit:
+        return Commit(version, TS, "SET TBLPROPERTIES", 0, {"properties": properties})
+
+    enabled = props(5, '{"delta.enableChangeDataFeed": "TRUE"}')
+    assert plan.cdf_enabled_at([props(3, "not json"), props(4, "[1, 2]"), enabled]) == 5
+    assert plan.cdf_enabled_at([enabled, props(6, '"true"'), props(7, "{}")]) == 5
+
+
+def test_gap_errors_give_the_snapshot_command_that_resyncs():
+    history = commits(1, 1, 1, 1, 1)  # versions 3..7
+    switched = Commit(6, TS, "SET TBLPROPERTIES", 0, {"properties": '{"delta.enableChangeDataFeed":"true"}'})
+    with pytest.raises(SourceError) as cdf_gap:
+        plan.check_commits(3, [*history[:3], switched], "/lake/t", ("id", "region"), "db.t")
+    assert "`cdc2ch snapshot --table /lake/t --primary-key id,region --target db.t --version 6`" in str(
+        cdf_gap.value
+    )
+    with pytest.raises(SourceError) as log_gap:
+        plan.check_commits(3, [history[0], history[2]], "/lake/t", ("id", "region"), "db.t")
+    assert "`cdc2ch snapshot --table /lake/t --primary-key id,region --target db.t --reset`" in str(
+        log_gap.value
+    )
+
+
+def test_the_clickhouse_reader_refusal_names_every_feature_and_the_outcome():
+    features = ["table feature rowTracking", "VARIANT columns (j)"]
+    message = str(plan.clickhouse_reader_error("/lake/t", features))
+    assert message.startswith("/lake/t uses table feature rowTracking and VARIANT columns (j), which ")
+    assert ", so nothing was written. Replicate" in message
+    later = str(plan.clickhouse_reader_error("/lake/t", features[:1], "the run stops here"))
+    assert "cannot read, so the run stops here. Replicate" in later
+
+
+@pytest.mark.parametrize(
+    "operation, parameters, described",
+    [
+        ("RENAME COLUMN", {"oldColumnPath": "a", "newColumnPath": "b"}, "RENAME COLUMN a TO b"),
+        ("ADD COLUMNS", {"columns": '[{"column":{"name":"c"}}]'}, 'ADD COLUMNS [{"column":{"name":"c"}}]'),
+        (
+            "CHANGE COLUMN",
+            {"column": '{"name":"c","type":"long"}'},
+            'CHANGE COLUMN {"name":"c","type":"long"}',
+        ),
+        ("DROP COLUMNS", {"columns": ["c", "d"]}, "DROP COLUMNS ['c', 'd']"),
+        ("WRITE", {"mode": "Append"}, "WRITE"),
+        ("ADD COLUMNS", {"columns": ""}, "ADD COLUMNS"),
+    ],
+)
+def test_a_commit_is_described_by_its_operation_and_columns(operation, parameters, described):
+    assert plan.describe(Commit(3, TS, operation, 0, parameters)) == described
+
+
+def test_a_long_column_list_is_shortened_to_200_characters():
+    described = plan.describe(Commit(3, TS, "ADD COLUMNS", 0, {"columns": "c" * 300}))
+    assert described.startswith("ADD COLUMNS ccc") and described.endswith("…")
+    assert len(described) == len("ADD COLUMNS ") + 200
+
+
+def test_repointing_a_new_pipeline_records_nothing_it_was_not_told():
+    fresh = plan.repointed(None, "p", "/t", "db.t", 4)
+    assert (fresh.location, fresh.table_id, fresh.initial_load, fresh.initial_reason) == ("", "", "", "")
+    assert (fresh.committed_version, fresh.pending_version, fresh.rows_written) == (4, 4, 0)
+    told = plan.repointed(None, "p", "/t", "db.t", 4, location="file:/t", table_id="id-1")
+    assert (told.location, told.table_id) == ("file:/t", "id-1")
+
+
+def test_repointing_keeps_how_the_pipeline_began_and_stamps_after_a_stamp_ahead_of_the_clock():
+    ahead = datetime.now(timezone.utc) + timedelta(hours=1)
+    base = PipelineState("p", "/t", "db.t", 5, 5, 10, ahead, "", "", "snapshot at version 2", "new table")
+    fresh = plan.repointed(base, "p", "/t", "db.t", 9, rows=3)
+    assert fresh.updated_at > ahead
+    assert (fresh.initial_load, fresh.initial_reason, fresh.rows_written) == (
+        "snapshot at version 2",
+        "new table",
+        13,
+    )
