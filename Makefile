@@ -14,7 +14,7 @@ SHARING_STAMP := $(SHARING_VENV)/.installed
 PROM_DIR   := build/prometheus
 PROM_STAMP := $(PROM_DIR)/.fetched
 
-.PHONY: install demo test unit lint clean prometheus
+.PHONY: install demo test coverage unit lint clean prometheus
 
 install: $(STAMP) $(SHARING_STAMP) prometheus
 
@@ -51,16 +51,29 @@ $(SHARING_STAMP): tests/support/sharing-requirements.txt
 demo: install
 	$(BIN)/cdc2ch demo --dir ./cdc2ch-demo
 
-test: install
-	$(BIN)/python -m pytest -q
+# The quality gates, then the whole suite over PYTEST_WORKERS processes, each with its own Spark session and
+# embedded ClickHouse; a file's tests stay on one worker, so the tables a module builds once serve them all.
+PYTEST_WORKERS ?= 4
+test: lint
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 # The unit layer alone: in-memory fakes of the ports, no JVM, no ClickHouse engine (seconds).
 unit: install
 	$(BIN)/python -m pytest -q -m unit
 
+# The same suite under coverage.py, line and branch, cdc2ch processes the tests start included
+# ([tool.coverage] in pyproject.toml): prints the report, and fails under the floor set there.
+coverage: install
+	rm -rf build/coverage && mkdir -p build/coverage
+	$(BIN)/coverage run -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
+	$(BIN)/coverage combine -q
+	$(BIN)/coverage report
+
+# Lint, format and types ([tool.ruff] and [tool.mypy] in pyproject.toml): any finding fails.
 lint: install
 	$(BIN)/ruff check cdc2ch tests bench deploy
 	$(BIN)/ruff format --check cdc2ch tests bench deploy
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) $(SHARING_VENV) cdc2ch-demo .pytest_cache $(PROM_DIR)
