@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -16,12 +17,46 @@ from cdc2ch.source.spark import session
 
 _ids = itertools.count()
 
+# The files whose tests take longest (pytest --durations), handed to the workers first: the last minutes of a
+# run then spread small files over all the workers instead of waiting on one long file.
+LONGEST_FIRST = (
+    "e2e/replication/test_replication.py",
+    "e2e/clickhouse/test_faults.py",
+    "e2e/sharing/test_sharing.py",
+    "e2e/replication/test_design.py",
+    "e2e/replication/test_snapshot.py",
+    "e2e/replication/test_reshape.py",
+    "e2e/fleet/test_patterns.py",
+    "e2e/fleet/test_soak.py",
+    "e2e/replication/test_table_features.py",
+    "e2e/commands/test_cli.py",
+    "e2e/commands/test_verify.py",
+    "e2e/replication/test_executors.py",
+    "e2e/fleet/test_catalog.py",
+    "e2e/commands/test_compact_service.py",
+    "e2e/replication/test_initial_load.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    tests = Path(__file__).parent
+    items.sort(key=lambda item: rank.get(item.path.relative_to(tests).as_posix(), len(rank)))  # stable
+
 
 @pytest.fixture(scope="session")
 def spark():
     s = session(SparkSettings("local[2]", (("spark.sql.shuffle.partitions", "2"),)))
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="session")
+def built(spark, tmp_path_factory):
+    """Delta histories written once per test process; each test gets its own copy (tests/support/helpers.py)."""
+    from tests.support.helpers import BuiltTables
+
+    return BuiltTables(spark, tmp_path_factory.mktemp("built"))
 
 
 @pytest.fixture(scope="session")

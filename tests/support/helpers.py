@@ -5,6 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import math
+import shutil
+from collections.abc import Callable
+from pathlib import Path
 
 from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName
@@ -302,3 +305,24 @@ def out_of_memory_paragraph(command: str, *args: str, dsn: str) -> str:
     )
     assert "No pipelines found" in status.stdout + status.stderr
     return proc.stderr.strip().splitlines()[-1]
+
+
+class BuiltTables:
+    """Delta histories written once per test process and handed out as copies, so that tests reading the same
+    history do not each write it again with Spark, and a test may change its own copy. A copy keeps the log's
+    files and their modification times (the commit timestamps of a log without in-commit timestamps)."""
+
+    def __init__(self, spark, root: Path):
+        self.spark, self.root = spark, root
+        self._built: dict[str, Path] = {}
+
+    def copy(self, build: Callable[[object, str], None], dest: Path) -> str:
+        """A copy at `dest` of the table `build(spark, path)` writes, built on first use."""
+        name = f"{build.__module__}.{build.__qualname__}"
+        source = self._built.get(name)
+        if source is None:
+            source = self.root / name
+            build(self.spark, str(source))
+            self._built[name] = source
+        shutil.copytree(source, dest)
+        return str(dest)

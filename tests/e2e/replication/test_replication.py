@@ -157,10 +157,9 @@ SCENARIOS = {
 
 @pytest.mark.parametrize("reader", ["spark", "clickhouse"])
 @pytest.mark.parametrize("name", list(SCENARIOS))
-def test_final_equals_delta(name, reader, spark, sink, cli, database, tmp_path):
+def test_final_equals_delta(name, reader, spark, sink, cli, database, tmp_path, built):
     """Both readers: Spark's CDF into Arrow batches, and ClickHouse reading the CDF itself (push-down)."""
-    path = str(tmp_path / name)
-    SCENARIOS[name](spark, path)
+    path = built.copy(SCENARIOS[name], tmp_path / name)
     target = TargetName(database, f"{name}_{reader}")
     cli.replicate("run", path, target, "--once", "--reader", reader)
     latest = latest_version(spark, path)
@@ -321,15 +320,14 @@ def test_stop_mid_range_then_resume(resume_batch, raw_rows, spark, sink, cli, da
 
 
 @pytest.mark.parametrize("deletion_vectors", [False, True], ids=["files", "deletion-vectors"])
-def test_log_reader_agrees_with_delta(deletion_vectors, spark, tmp_path):
+def test_log_reader_agrees_with_delta(deletion_vectors, spark, tmp_path, built):
     """Commits read straight from the log match DESCRIBE HISTORY, and each commit's row estimate covers the
     change rows Delta's own CDF reader yields for it (estimates size the reads, so they must not fall short)."""
     from delta.tables import DeltaTable
 
     from cdc2ch.source.delta import DeltaSource
 
-    path = str(tmp_path / "t")
-    scenario_mix(spark, path)
+    path = built.copy(scenario_mix, tmp_path / "t")
     if deletion_vectors:
         spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES (delta.enableDeletionVectors = true)")
         spark.sql(f"DELETE FROM delta.`{path}` WHERE id % 4 = 1")
