@@ -26,7 +26,7 @@ import zlib
 from collections.abc import Sequence
 from email.parser import BytesParser
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, cast
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import lz4.frame
@@ -54,6 +54,15 @@ AUTH_FAILED = (
     "Code: 516. DB::Exception: {}: Authentication failed: password is incorrect, or there is no user with "
     "such name. (AUTHENTICATION_FAILED)"
 )
+
+
+def exception_code(text: str) -> tuple[int, str]:
+    """An error's ClickHouse code and its text from `Code: N.` on; 1001 (std::exception) for an error that
+    carries no code, its text then written as ClickHouse writes one."""
+    found = re.search(r"Code: (\d+)", text)
+    if found is None:
+        return 1001, f"Code: 1001. DB::Exception: {text}"
+    return int(found.group(1)), text[found.start() :]
 
 
 class ClientError(Exception):
@@ -364,10 +373,7 @@ class ClickHouseHTTP(HTTPService):
         self._error(h, RuntimeError(AUTH_FAILED.format(user)), headers, 403 if given else 401)
 
     def _error(self, h: Handler, exc: Exception, headers: dict, status: int | None = None) -> None:
-        text = str(exc)
-        text = text[text.index("Code: ") :] if "Code: " in text else f"Code: 1001. DB::Exception: {text}"
-        found = cast("re.Match[str]", re.match(r"Code: (\d+)", text))  # digits follow, as ClickHouse writes
-        code = int(found.group(1))
+        code, text = exception_code(str(exc))
         if status is None:
             status = exc.status if isinstance(exc, ClientError) else HTTP_STATUS.get(code, 500)
         headers |= {"X-ClickHouse-Exception-Code": str(code), "Content-Type": "text/plain; charset=UTF-8"}

@@ -152,3 +152,18 @@ def test_read_only_serving_refuses_what_readonly_lets_through():
         with pytest.raises(readonly.Refused, match=name):
             readonly.check_settings({name: "/etc/passwd"})
     readonly.check_settings({"max_execution_time": "10", "max_result_rows": "5"})
+
+
+def test_an_error_answers_with_its_clickhouse_code_or_1001():
+    """The code clients read from X-ClickHouse-Exception-Code: ClickHouse's own where the error has one, even
+    behind other words, and std::exception's 1001 where it has none, also when `Code: ` is not followed by one."""
+    assert serve.exception_code("Code: 60. DB::Exception: no table") == (
+        60,
+        "Code: 60. DB::Exception: no table",
+    )
+    assert serve.exception_code("insert failed: Code: 241. DB::Exception: memory") == (
+        241,
+        "Code: 241. DB::Exception: memory",
+    )
+    assert serve.exception_code("boom") == (1001, "Code: 1001. DB::Exception: boom")
+    assert serve.exception_code("Code: none") == (1001, "Code: 1001. DB::Exception: Code: none")
