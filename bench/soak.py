@@ -59,6 +59,9 @@ SERVER_FAULTS = ["kill9", "sigterm", "sigint", "kill_jvm", "refused", "reset_aft
                  "outage", "second_run", "verify"]  # fmt: skip
 EMBEDDED_FAULTS = ["kill9", "sigterm", "sigint", "kill_jvm", "second_run", "verify"]
 SEND_RECEIVE_TIMEOUT = 4  # seconds; the `slow` fault answers later than this
+# How long a stop signal may take, as deploy/systemd/cdc2ch.service allows (TimeoutStopSec): a run stops
+# after the range in flight, and on a loaded machine a first Spark read takes a minute or more.
+STOP_TIMEOUT = 300
 
 
 # -- the writer ------------------------------------------------------------------------------------------
@@ -147,7 +150,7 @@ class Phase:
     def alive(self) -> bool:
         return self.service is not None and self.service.poll() is None
 
-    def stop(self, sig=signal.SIGTERM, timeout: float = 60) -> int | None:
+    def stop(self, sig=signal.SIGTERM, timeout: float = STOP_TIMEOUT) -> int | None:
         """Signal the service and wait for it; its exit code (None: it had to be killed)."""
         if not self.alive():
             return self.service.returncode if self.service else None
@@ -243,7 +246,7 @@ class Chaos:
                 code = other.wait(8)
             except subprocess.TimeoutExpired:
                 other.send_signal(signal.SIGTERM)
-                code = other.wait(60)
+                code = other.wait(STOP_TIMEOUT)
             p.exits[f"second_run->{code}"] += 1
             # On the embedded database one of the two is refused (exit 75): the second, or, when the
             # service was restarting, the service (a restart a second later then takes over again).
