@@ -53,7 +53,8 @@ demo: install
 
 # The quality gates, then the whole suite over PYTEST_WORKERS processes, each with its own Spark session and
 # embedded ClickHouse; a file's tests stay on one worker, so the tables a module builds once serve them all.
-PYTEST_WORKERS ?= 4
+# The suite is bound by CPU: on two cores three workers finished first (four and six spent it on contention).
+PYTEST_WORKERS ?= 3
 test: lint
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
