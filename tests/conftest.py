@@ -18,28 +18,24 @@ from cdc2ch.source.spark import session
 _ids = itertools.count()
 
 # The files whose tests take longest (pytest --durations), handed to the workers first: the last minutes of a
-# run then spread small files over all the workers instead of waiting on one long file.
+# run then spread small files over all the workers instead of waiting on one long file. xdist's loadfile
+# deals each worker a first batch of files in turn, so this order also decides how that batch is split.
 LONGEST_FIRST = (
-    "e2e/clickhouse/test_faults.py",
     "e2e/replication/test_replication.py",
+    "e2e/clickhouse/test_faults.py",
     "e2e/sharing/test_sharing.py",
-    "e2e/replication/test_snapshot.py",
-    "e2e/replication/test_table_features.py",
-    "e2e/fleet/test_soak.py",
     "e2e/replication/test_design.py",
-    "e2e/replication/test_executors.py",
-    "e2e/fleet/test_patterns.py",
-    "e2e/commands/test_verify.py",
+    "e2e/replication/test_snapshot.py",
     "e2e/replication/test_reshape.py",
+    "e2e/fleet/test_patterns.py",
+    "e2e/fleet/test_soak.py",
+    "e2e/replication/test_table_features.py",
     "e2e/commands/test_cli.py",
-    "e2e/replication/test_initial_load.py",
-    "e2e/fleet/test_fleet.py",
-    "e2e/fleet/test_lifecycle.py",
+    "e2e/commands/test_verify.py",
+    "e2e/replication/test_executors.py",
     "e2e/fleet/test_catalog.py",
-    "e2e/fleet/test_operations.py",
-    "e2e/commands/test_no_java.py",
-    "e2e/deploy/test_class_archive.py",
     "e2e/commands/test_compact_service.py",
+    "e2e/replication/test_initial_load.py",
 )
 
 
