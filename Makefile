@@ -53,7 +53,7 @@ demo: install
 
 # The quality gates, then the whole suite over PYTEST_WORKERS processes, each with its own Spark session and
 # embedded ClickHouse; a file's tests stay on one worker, so the tables a module builds once serve them all.
-# The suite is bound by CPU: on two cores three workers finished first (four and six spent it on contention).
+# The suite is bound by CPU: on two cores three workers finish sooner than four, which only add contention.
 PYTEST_WORKERS ?= 3
 test: lint
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
