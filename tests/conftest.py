@@ -54,12 +54,22 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.path.relative_to(tests).as_posix(), len(rank)))  # stable
 
 
+# The worker's own session writes the suite's Delta tables and reads for the in-process commands: queries
+# on a few hundred rows, each planned once. Interpreted, they skip compiling generated Java per plan, a
+# quarter of the JVM's CPU on Delta's DML here. cdc2ch processes the suite starts keep Spark's defaults.
+TEST_SESSION_CONF = (
+    ("spark.sql.shuffle.partitions", "2"),
+    ("spark.sql.codegen.wholeStage", "false"),
+    ("spark.sql.codegen.factoryMode", "NO_CODEGEN"),
+)
+
+
 @pytest.fixture(scope="session")
 def spark():
     if _short_jvm:
         del os.environ["SPARK_SUBMIT_OPTS"]
     try:
-        s = session(SparkSettings("local[2]", (("spark.sql.shuffle.partitions", "2"),)))
+        s = session(SparkSettings("local[2]", TEST_SESSION_CONF))
     finally:
         if _short_jvm:
             os.environ["SPARK_SUBMIT_OPTS"] = SHORT_JVM

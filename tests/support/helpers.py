@@ -316,13 +316,13 @@ class BuiltTables:
         self.spark, self.root = spark, root
         self._built: dict[str, Path] = {}
 
-    def copy(self, build: Callable[[object, str], None], dest: Path) -> str:
-        """A copy at `dest` of the table `build(spark, path)` writes, built on first use."""
-        name = f"{build.__module__}.{build.__qualname__}"
+    def copy(self, build: Callable[..., None], dest: Path, *args: object) -> str:
+        """A copy at `dest` of the table `build(spark, path, *args)` writes, built on first use."""
+        name = f"{build.__module__}.{build.__qualname__}" + "".join(f"-{a}" for a in args)
         source = self._built.get(name)
         if source is None:
             source = self.root / name
-            build(self.spark, str(source))
+            build(self.spark, str(source), *args)
             self._built[name] = source
         shutil.copytree(source, dest)
         return str(dest)

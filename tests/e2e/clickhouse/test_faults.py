@@ -17,6 +17,7 @@ import socket
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -36,7 +37,12 @@ from tests.support.helpers import (
 COLS = "id BIGINT, grp STRING, amount DOUBLE"
 
 
-def _history(spark, path: str, versions: int = 4, rows: int = 120) -> None:
+def _history(built, path: str, versions: int = 4) -> None:
+    """A copy at `path` of `_write_history` (written once per test process for each number of versions)."""
+    built.copy(_write_history, Path(path), versions)
+
+
+def _write_history(spark, path: str, versions: int, rows: int = 120) -> None:
     """Inserts, updates and deletes over several versions: several batches per range at --batch-size 50."""
     create_table(spark, path, COLS)
     for v in range(versions):
@@ -98,10 +104,10 @@ def _state_insert(req):
 
 
 def test_transient_faults_are_retried_without_duplicates(
-    spark, cli, http_sink, server, fault_proxy, database, tmp_path
+    built, spark, cli, http_sink, server, fault_proxy, database, tmp_path
 ):
     path = str(tmp_path / "flaky")
-    _history(spark, path)
+    _history(built, path)
     target = TargetName(database, "flaky")
     _precreate(spark, http_sink, path, target)
     # One fault per batch, so each costs exactly one retry (a retry carries the same token and passes).
@@ -128,10 +134,10 @@ def test_transient_faults_are_retried_without_duplicates(
 
 
 def test_outage_stops_with_offset_unchanged_then_catches_up(
-    spark, cli, http_sink, server, fault_proxy, database, tmp_path
+    built, spark, cli, http_sink, server, fault_proxy, database, tmp_path
 ):
     path = str(tmp_path / "outage")
-    _history(spark, path, versions=2)
+    _history(built, path, versions=2)
     target = TargetName(database, "outage")
     proxy_dsn = fault_proxy.url_for()
     # Part one lands (a new pipeline's failed first attempt would be taken back: test_new_pipeline_failures);
@@ -168,11 +174,13 @@ def test_outage_stops_with_offset_unchanged_then_catches_up(
     assert committed_version(http_sink, database, str(target)) == latest_version(spark, path)
 
 
-def test_slow_responses_time_out_and_retry(spark, cli, http_sink, server, fault_proxy, database, tmp_path):
+def test_slow_responses_time_out_and_retry(
+    built, spark, cli, http_sink, server, fault_proxy, database, tmp_path
+):
     """A response slower than send_receive_timeout: the client gives up and retries while the first insert
     is still on its way; whichever arrives second is dropped by its deduplication token."""
     path = str(tmp_path / "slow")
-    _history(spark, path, versions=1)
+    _history(built, path, versions=1)
     target = TargetName(database, "slow")
     _precreate(spark, http_sink, path, target)
     fault_proxy.add_fault("delay", match=_is_data_insert(target), seconds=3, times=1)
@@ -192,9 +200,11 @@ def test_slow_responses_time_out_and_retry(spark, cli, http_sink, server, fault_
     assert _duplicates(http_sink, target) == 0
 
 
-def test_bad_credentials_and_unreachable_server(spark, cli, clickhouse_http, monkeypatch, database, tmp_path):
+def test_bad_credentials_and_unreachable_server(
+    built, spark, cli, clickhouse_http, monkeypatch, database, tmp_path
+):
     path = str(tmp_path / "creds")
-    _history(spark, path, versions=1)
+    _history(built, path, versions=1)
     target = TargetName(database, "creds")
     monkeypatch.setenv("CDC2CH_CLICKHOUSE_PASSWORD", "wr0ng-pa55")
     result = cli.replicate("run", path, target, "--once", "--clickhouse", clickhouse_http.dsn, expect=1)
@@ -223,11 +233,13 @@ def test_bad_credentials_and_unreachable_server(spark, cli, clickhouse_http, mon
 
 
 # -- crashes of real processes ---------------------------------------------------------------------------
-def test_kill_at_each_point_then_converge(spark, cli, http_sink, server, fault_proxy, database, tmp_path):
+def test_kill_at_each_point_then_converge(
+    built, spark, cli, http_sink, server, fault_proxy, database, tmp_path
+):
     """kill -9 during the CDF read, between insert batches, and between the last insert and the offset
     commit; each restart resumes, and the final table equals Delta with no duplicate block."""
     path = str(tmp_path / "killed")
-    _history(spark, path)
+    _history(built, path)
     target = TargetName(database, "killed")
     _precreate(spark, http_sink, path, target)
     args = ["run", "--table", path, "--primary-key", "id", "--target", str(target), "--once",
@@ -272,12 +284,12 @@ def test_kill_at_each_point_then_converge(spark, cli, http_sink, server, fault_p
 
 
 def test_the_jvm_killed_mid_run_ends_in_one_paragraph_and_the_run_resumes(
-    spark, cli, http_sink, server, fault_proxy, database, tmp_path
+    built, spark, cli, http_sink, server, fault_proxy, database, tmp_path
 ):
     """Spark's JVM (not cdc2ch) is killed when the first batch reaches ClickHouse, while the next range is
     being read ahead: whichever call meets the gone JVM first, the process ends with exit code 1 and one
     paragraph (no traceback), the offset has not passed what landed, and the same command converges."""
-    path, target, args = _small_ranges(spark, http_sink, fault_proxy, database, tmp_path, "jvm_killed")
+    path, target, args = _small_ranges(built, http_sink, fault_proxy, database, tmp_path, "jvm_killed")
     proc = None
     killed = []
 
@@ -305,12 +317,12 @@ def test_the_jvm_killed_mid_run_ends_in_one_paragraph_and_the_run_resumes(
 
 
 def test_a_service_of_a_config_ends_when_the_jvm_is_killed(
-    spark, cli, http_sink, server, fault_proxy, database, tmp_path
+    built, spark, cli, http_sink, server, fault_proxy, database, tmp_path
 ):
     """A config's pipelines are isolated from one another's failures, but not from Spark's JVM gone: no
     pipeline can read again in that process, so the service ends (exit 1, one paragraph) for its supervisor
     to restart it whole, instead of retrying every pipeline forever."""
-    path, target, args = _small_ranges(spark, http_sink, fault_proxy, database, tmp_path, "jvm_killed_config")
+    path, target, args = _small_ranges(built, http_sink, fault_proxy, database, tmp_path, "jvm_killed_config")
     config = tmp_path / "jvm_killed.toml"
     config.write_text(
         f'clickhouse = "{fault_proxy.url_for()}"\npoll-interval = 1\nbatch-size = 40\nmax-rows-per-read = 200\n'
@@ -341,7 +353,7 @@ def test_a_service_of_a_config_ends_when_the_jvm_is_killed(
 
 
 def test_an_idle_service_of_two_pipelines_ends_when_the_jvm_is_killed(
-    spark, cli, http_sink, server, database, tmp_path
+    built, spark, cli, http_sink, server, database, tmp_path
 ):
     """The JVM killed while a config's pipelines wait for changes: the next turn meets it gone while it sets
     the pipeline's Spark job group, and the service ends (exit 1, one paragraph) instead of turning over
@@ -349,7 +361,7 @@ def test_an_idle_service_of_two_pipelines_ends_when_the_jvm_is_killed(
     lines = [f'clickhouse = "{server.dsn}"', "poll-interval = 1"]
     for name in ("idle_a", "idle_b"):
         path = str(tmp_path / name)
-        _history(spark, path, versions=1)
+        _history(built, path, versions=1)
         lines += ["[[pipelines]]", f'table = "{path}"', 'primary-key = "id"', f'target = "{database}.{name}"']
     config = tmp_path / "idle.toml"
     config.write_text("\n".join(lines) + "\n")
@@ -373,13 +385,13 @@ def test_an_idle_service_of_two_pipelines_ends_when_the_jvm_is_killed(
     assert last["event"] == "error" and "JVM stopped" in last["message"], last
 
 
-def _small_ranges(spark, sink, fault_proxy, database: str, tmp_path, name: str):
+def _small_ranges(built, sink, fault_proxy, database: str, tmp_path, name: str):
     """A table with a history, its precreated target, and `run --once` arguments (through the proxy) that
     read it in several small ranges of several batches each."""
     path = str(tmp_path / name)
-    _history(spark, path, versions=3)
+    _history(built, path, versions=3)
     target = TargetName(database, name)
-    _precreate(spark, sink, path, target)
+    _precreate(built.spark, sink, path, target)
     args = ["run", "--table", path, "--primary-key", "id", "--target", str(target), "--once",
             "--batch-size", "40", "--max-rows-per-read", "200", "--clickhouse", fault_proxy.url_for()]  # fmt: skip
     return path, target, args
@@ -408,10 +420,10 @@ def _descendant(pid: int, command: str) -> int | None:
     return None
 
 
-def test_random_kills_converge(spark, cli, http_sink, server, fault_proxy, database, tmp_path):
+def test_random_kills_converge(built, spark, cli, http_sink, server, fault_proxy, database, tmp_path):
     """kill -9 after a random number of ClickHouse requests, three times over, then finish."""
     rng = random.Random(20261122)
-    path, target, args = _small_ranges(spark, http_sink, fault_proxy, database, tmp_path, "random")
+    path, target, args = _small_ranges(built, http_sink, fault_proxy, database, tmp_path, "random")
     for _ in range(3):
         after = rng.randint(3, 40)
         seen = [0]
@@ -435,12 +447,12 @@ def test_random_kills_converge(spark, cli, http_sink, server, fault_proxy, datab
 
 
 def test_sigterm_mid_range_stops_cleanly_and_leaks_no_secret(
-    spark, cli, http_sink, server, fault_proxy, database, tmp_path
+    built, spark, cli, http_sink, server, fault_proxy, database, tmp_path
 ):
     import subprocess
 
     path = str(tmp_path / "term")
-    _history(spark, path, versions=2)
+    _history(built, path, versions=2)
     target = TargetName(database, "term")
     _precreate(spark, http_sink, path, target)
     args = ["run", "--table", path, "--primary-key", "id", "--target", str(target), "--once",
@@ -474,9 +486,9 @@ def test_sigterm_mid_range_stops_cleanly_and_leaks_no_secret(
 
 
 # -- one runner per pipeline --------------------------------------------------------------------------------
-def test_one_runner_per_pipeline_on_a_server(spark, cli, http_sink, server, database, tmp_path):
+def test_one_runner_per_pipeline_on_a_server(built, spark, cli, http_sink, server, database, tmp_path):
     path = str(tmp_path / "locked")
-    _history(spark, path, versions=1)
+    _history(built, path, versions=1)
     target = TargetName(database, "locked")
     args = [
         "run",
@@ -531,9 +543,9 @@ def test_one_runner_per_pipeline_on_a_server(spark, cli, http_sink, server, data
     assert unreleased == [("tok",)], unreleased  # only the other host's, which this host cannot judge
 
 
-def test_one_process_per_embedded_database(spark, tmp_path):
+def test_one_process_per_embedded_database(built, spark, tmp_path):
     path = str(tmp_path / "emb")
-    _history(spark, path, versions=1)
+    _history(built, path, versions=1)
     dsn = f"chdb://{tmp_path / 'emb-clickhouse'}"
     args = ["run", "--table", path, "--primary-key", "id", "--clickhouse", dsn]
     holder = Proc(*args, "--poll-interval", "1", cwd=str(tmp_path))
