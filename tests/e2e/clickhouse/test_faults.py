@@ -37,12 +37,12 @@ from tests.support.helpers import (
 COLS = "id BIGINT, grp STRING, amount DOUBLE"
 
 
-def _history(built, path: str, versions: int = 4) -> None:
-    """A copy at `path` of `_write_history` (written once per test process for each number of versions)."""
-    built.copy(_write_history, Path(path), versions)
+def _history(built, path: str, versions: int = 4, rows: int = 120) -> None:
+    """A copy at `path` of `_write_history` (written once per test process for each shape)."""
+    built.copy(_write_history, Path(path), versions, rows)
 
 
-def _write_history(spark, path: str, versions: int, rows: int = 120) -> None:
+def _write_history(spark, path: str, versions: int, rows: int) -> None:
     """Inserts, updates and deletes over several versions: several batches per range at --batch-size 50."""
     create_table(spark, path, COLS)
     for v in range(versions):

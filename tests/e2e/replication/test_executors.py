@@ -10,11 +10,11 @@ from tests.support.helpers import assert_replicated, committed_version, create_t
 
 
 def test_tasks_insert_their_partitions(
-    spark, cli, http_sink, clickhouse_http, fault_proxy, database, tmp_path, monkeypatch
+    built, spark, cli, http_sink, clickhouse_http, fault_proxy, database, tmp_path, monkeypatch
 ):
     monkeypatch.setenv("CDC2CH_CLICKHOUSE_PASSWORD", clickhouse_http.password)
     path = str(tmp_path / "exec")
-    _history(spark, path, versions=3, rows=200)
+    _history(built, path, versions=3, rows=200)
     target = TargetName(database, "exec")
     _precreate(spark, http_sink, path, target)
     data = lambda r: r.is_insert and "`exec`" in r.sql and "cdc2ch_" not in r.sql  # noqa: E731
@@ -131,7 +131,7 @@ class StandaloneCluster:
 
 
 def test_on_a_standalone_cluster_with_a_killed_task(
-    spark, cli, http_sink, clickhouse_http, fault_proxy, database, tmp_path
+    built, spark, cli, http_sink, clickhouse_http, fault_proxy, database, tmp_path
 ):
     """`cdc2ch run --spark-master spark://…` with executor writes; the first attempt of one task dies in the
     middle of its inserts (its Python worker is killed from the proxy), Spark retries the task, and FINAL is
@@ -143,7 +143,7 @@ def test_on_a_standalone_cluster_with_a_killed_task(
     from tests.support.helpers import Proc
 
     path = str(tmp_path / "cluster")
-    _history(spark, path, versions=3, rows=200)
+    _history(built, path, versions=3, rows=200)
     target = TargetName(database, "cluster")
     _precreate(spark, http_sink, path, target)
     killed = []
