@@ -222,7 +222,11 @@ class Chaos:
             if jvm is None:
                 p.events["kill_jvm_skipped"] += 1
                 return
-            os.kill(jvm, signal.SIGKILL)
+            try:
+                os.kill(jvm, signal.SIGKILL)
+            except ProcessLookupError:  # it ended between the lookup and the kill
+                p.events["kill_jvm_skipped"] += 1
+                return
         elif kind == "refused":
             p.proxy.down()
             time.sleep(self.rng.uniform(1, 4))
