@@ -34,13 +34,13 @@ $(PROM_STAMP):
 	fi
 	@if [ -f $(PROM_DIR)/UNAVAILABLE ]; then echo "warning: $$(cat $(PROM_DIR)/UNAVAILABLE); the Prometheus tests will skip"; fi
 
-# Everything a fresh machine needs: a virtualenv, the package with test extras, the Delta jars
-# (fetched once from Maven Central into ~/.cache/cdc2ch/jars) and the JVM class archive saved beside them.
+# Everything a fresh machine needs: a virtualenv, the package with test extras, the Delta jars and the S3
+# connector (fetched once from Maven Central into ~/.cache/cdc2ch/jars) and the JVM class archive saved beside them.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[test]"
-	$(BIN)/python -m cdc2ch.source.spark > /dev/null
+	$(BIN)/python -m cdc2ch.source.spark s3 > /dev/null
 	touch $(STAMP)
 
 $(SHARING_STAMP): tests/support/sharing-requirements.txt

@@ -69,7 +69,7 @@ def spark():
     if _short_jvm:
         del os.environ["SPARK_SUBMIT_OPTS"]
     try:
-        s = session(SparkSettings("local[2]", TEST_SESSION_CONF))
+        s = session(SparkSettings("local[2]", TEST_SESSION_CONF, frozenset({"s3"})))  # tests/e2e/storage
     finally:
         if _short_jvm:
             os.environ["SPARK_SUBMIT_OPTS"] = SHORT_JVM

@@ -301,8 +301,8 @@ def status(invocation: Invocation) -> None:
         report.parse_lagging(lagging) if lagging is not None else None,
     )
     file = load_config(invocation)
-    values = merge(invocation, file)[0]  # process-wide options are the same in every pipeline
-    process = process_options(values)
+    merged = merge(invocation, file)
+    process = process_options(merged[0], [m.get("table") for m in merged])  # the same in every pipeline
     start_logging(process)
     with connect(process.clickhouse_dsn, create=False, reader=True) as sink:
         rows = report.collect(

@@ -7,7 +7,7 @@ The resolution below is pure: it needs the parsed values and which of them the u
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
@@ -35,6 +35,7 @@ from cdc2ch.commands.catalogue import (  # noqa: F401 - the catalogue's names, a
 from cdc2ch.fleet.patterns import TablePattern, is_pattern
 from cdc2ch.model import design
 from cdc2ch.model.config import ConfigFile, ProcessOptions, RunConfig, ServeOptions, SparkSettings, TargetName
+from cdc2ch.model.objectstore import connectors_for
 from cdc2ch.model.tableref import anchored, parse_table
 
 
@@ -145,8 +146,9 @@ def merge(invocation: Invocation, file: ConfigFile | None) -> list[dict[str, Any
     return out
 
 
-def process_options(values: Mapping[str, Any]) -> ProcessOptions:
-    """The process-wide options among one pipeline's merged values."""
+def process_options(values: Mapping[str, Any], tables: Sequence[str | None] = ()) -> ProcessOptions:
+    """The process-wide options among one pipeline's merged values; `tables`: every pipeline's table (the
+    storage connectors Spark needs follow from them), by default that pipeline's."""
     serving = ("serve_tls_cert", "serve_tls_key", "serve_writable")
     given = [f"--{k.replace('_', '-')}" for k in serving if values.get(k)]
     if given and not values.get("serve"):
@@ -158,7 +160,7 @@ def process_options(values: Mapping[str, Any]) -> ProcessOptions:
         log_format=values["log_format"],
         log_level=values["log_level"],
         clickhouse_dsn=values["clickhouse_dsn"],
-        spark=_spark(values),
+        spark=_spark(values, tables or (values.get("table"),)),
         cluster=values.get("cluster"),
         discover_interval=values.get("discover_interval") or 300.0,
         max_parallel=values.get("max_parallel"),
@@ -177,8 +179,10 @@ def process_options(values: Mapping[str, Any]) -> ProcessOptions:
     )
 
 
-def _spark(values: Mapping[str, Any]) -> SparkSettings:
-    return SparkSettings(values.get("spark_master"), SparkSettings.parse_conf(values.get("spark_conf") or ()))
+def _spark(values: Mapping[str, Any], tables: Sequence[str | None]) -> SparkSettings:
+    conf = SparkSettings.parse_conf(values.get("spark_conf") or ())
+    connectors = connectors_for([t for t in tables if t], dict(conf))
+    return SparkSettings(values.get("spark_master"), conf, connectors)
 
 
 _RUN_FIELDS = frozenset(f.name for f in fields(RunConfig)) - {
@@ -218,7 +222,7 @@ def build_config(values: Mapping[str, Any]) -> RunConfig:
         primary_key=key,
         target=target_name,
         pipeline=values.get("pipeline") or str(target_name),
-        spark=_spark(values),
+        spark=_spark(values, (values.get("table"),)),
         design=chosen,
         **{k: v for k, v in values.items() if k in _RUN_FIELDS},
     )
@@ -278,7 +282,7 @@ def resolve(
         TablePattern({**m, "table": anchored(m["table"])}) if is_pattern(m.get("table")) else build_config(m)
         for m in merged
     ]
-    process = process_options(merged[0])
+    process = process_options(merged[0], [m.get("table") for m in merged])
     if file is None:
         return configs, process
     check_unique([c for c in configs if isinstance(c, RunConfig)], f"Config file {file.path}")

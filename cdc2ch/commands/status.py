@@ -32,8 +32,12 @@ from cdc2ch.clickhouse.state import (
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.commands.selection import Selection
 from cdc2ch.model.config import TargetName, parse_duration
+from cdc2ch.model.objectstore import S3Settings
 from cdc2ch.model.tableref import is_path, is_shared
-from cdc2ch.source.log import LogChanged, python_log
+from cdc2ch.source.lazy import s3_settings
+from cdc2ch.source.log import LogChanged
+from cdc2ch.source.logfiles import python_log
+from cdc2ch.source.storefaults import storage_error
 
 log = get_logger("cdc2ch.status")
 
@@ -202,7 +206,8 @@ def add_lag(rows: list[dict], spark_factory, readers: int | None = None) -> None
     if paths:
         readers = min(readers or LOG_READERS, len(paths))
         with ThreadPoolExecutor(readers, thread_name_prefix="cdc2ch-status") as pool:
-            done = {u: pool.submit(_python_lags, u, [_committed(r) for r in tables[u]]) for u in paths}
+            s3 = s3_settings(spark_factory)
+            done = {u: pool.submit(_python_lags, u, [_committed(r) for r in tables[u]], s3) for u in paths}
         for uri, future in done.items():
             try:
                 lags = future.result()
@@ -233,12 +238,17 @@ def _failed(rows: list[dict], exc: Cdc2chError) -> None:
         row["error"] = row["error"] or str(exc)
 
 
-def _python_lags(uri: str, committed: list[int]) -> list[tuple[int, int, float | None]] | None:
+def _python_lags(
+    uri: str, committed: list[int], s3: S3Settings
+) -> list[tuple[int, int, float | None]] | None:
     """(latest version, versions, seconds behind) for each of `committed`, from a log Python reads; None
     when Python cannot reach its storage (said so: Spark reads it)."""
     try:
-        delta_log = python_log(uri)
+        delta_log = python_log(uri, s3=s3)
     except (ValueError, OSError) as exc:
+        refused = storage_error(str(exc), uri, "the Delta log")
+        if refused is not None:  # Spark would be refused the same
+            raise refused from None
         log.info("status_reads_log_with_spark", source=uri, reason=" ".join(str(exc).split()))
         return None
     try:
@@ -254,7 +264,7 @@ def table_log(uri: str, spark_factory):
     Sharing table answers from its server, without a JVM."""
     if is_path(uri) and not is_shared(uri):
         try:
-            return python_log(uri)
+            return python_log(uri, s3=s3_settings(spark_factory))
         except (ValueError, OSError) as exc:
             log.info("status_reads_log_with_spark", source=uri, reason=" ".join(str(exc).split()))
     return _jvm_or_sharing_log(uri, spark_factory)

@@ -123,10 +123,13 @@ def is_secret_key(key: str) -> bool:
 class SparkSettings:
     master: str | None = None
     conf: tuple[tuple[str, str], ...] = ()
+    connectors: frozenset[str] = frozenset()  # storage connectors the process's tables need (objectstore.py)
 
     def __repr__(self) -> str:
         shown = tuple((k, "***" if is_secret_key(k) else v) for k, v in self.conf)
-        return f"SparkSettings(master={self.master!r}, conf={shown!r})"
+        return (
+            f"SparkSettings(master={self.master!r}, conf={shown!r}, connectors={sorted(self.connectors)!r})"
+        )
 
     @staticmethod
     def parse_conf(items: tuple[str, ...] | list[str]) -> tuple[tuple[str, str], ...]:

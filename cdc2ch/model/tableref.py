@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from cdc2ch.base.errors import ConfigError
+from cdc2ch.model.objectstore import canonical_uri
 
 _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:/")
 _PLAIN = re.compile(r"[A-Za-z0-9_]+")
@@ -188,13 +189,14 @@ def is_local(location: str) -> bool:
 
 
 def normalize_uri(table: str) -> str:
-    """Local paths become absolute (so the pipeline's identity does not depend on the cwd); URIs stay."""
+    """Local paths become absolute (so the pipeline's identity does not depend on the cwd); URIs stay, but
+    for S3's, which all read as s3a://."""
     if is_local(table):
         path = table[len("file:") :] if table.startswith("file:") else table
         while path.startswith("//"):
             path = path[1:]
         return os.path.abspath(os.path.expanduser(path))
-    return table
+    return canonical_uri(table)
 
 
 def anchored(text: str) -> str:

@@ -38,15 +38,22 @@ def _java() -> str | None:
     return os.path.realpath(java) if java and os.path.exists(java) else None
 
 
-def archive_path(directory: Path, jars: list[str]) -> Path | None:
-    """Where the archive for this JVM and classpath lives (None: no java binary to key it by)."""
+def archive_path(directory: Path, jars: list[str], class_path: list[str] | None = None) -> Path | None:
+    """Where the archive for this JVM, these `jars` (loaded by Spark) and this `class_path` lives (None: no
+    java binary to key it by). A jar moved between the two is another archive: the JVM rejects the old."""
     import pyspark
 
     java = _java()
     if java is None:
         return None
     digest = hashlib.sha256()
-    for part in [java, pyspark.__file__, pyspark.__version__, *sorted(jars)]:
+    for part in [
+        java,
+        pyspark.__file__,
+        pyspark.__version__,
+        *sorted(jars),
+        *(["--class-path", *class_path] if class_path else []),
+    ]:
         try:
             st = os.stat(part)
             stamp = f"{st.st_size}:{st.st_mtime_ns}"

@@ -26,16 +26,12 @@ from cdc2ch.source.cdfscan import scanned_changes as _scanned_changes
 from cdc2ch.source.feed import SparkChanges
 from cdc2ch.source.jvmmeta import jvm_properties, jvm_table_id, logged_schema
 from cdc2ch.source.jvmmeta import protocol as _protocol
-from cdc2ch.source.lazy import local_master, running, session_of
-from cdc2ch.source.log import (
-    Commit,
-    DeltaLog,
-    HadoopLogFiles,
-    LogChanged,
-    python_log,
-)
-from cdc2ch.source.logstate import LocalLogFiles, LogStates, TableState, live_paths
+from cdc2ch.source.lazy import local_master, running, s3_settings, session_of
+from cdc2ch.source.log import Commit, DeltaLog, LogChanged
+from cdc2ch.source.logfiles import TableLog
+from cdc2ch.source.logstate import LogStates, TableState, live_paths
 from cdc2ch.source.sessionconf import session_conf
+from cdc2ch.source.storefaults import storage_error
 from cdc2ch.source.threads import to_arrow
 
 __all__ = ["Commit", "DeltaSource", "normalize_uri", "session_conf"]
@@ -83,9 +79,9 @@ class DeltaSource:
         else:
             self.name, self.uri = None, normalize_uri(table)
             self.location = self.uri
-        self.local = is_local(self.location)  # its log is read by Python
+        self.local = is_local(self.location)
         self._checked = False
-        self._log_reader: DeltaLog | None = None
+        self._table_log = TableLog(self.location, self.name, lambda: self.spark, lambda: s3_settings(spark))
         self._states = LogStates()  # metadata replayed from a local table's log
         self._snapshots = StateSnapshots()  # lends ranges the snapshot their schema comes from
 
@@ -101,11 +97,15 @@ class DeltaSource:
     # -- log --------------------------------------------------------------------------------------
     def _check(self) -> None:
         if not self._checked:
-            if self.local:
+            if self.logged_by_python():
                 self._log()  # refuses a missing or non-Delta location, without a JVM
             else:
                 check_table(self.spark, self.location, self.name)
             self._checked = True
+
+    def logged_by_python(self) -> bool:
+        """Whether the log and metadata are read by Python, with no JVM (see logfiles.TableLog)."""
+        return self._table_log.by_python()
 
     def _delta_table(self):  # brings Delta's snapshot up to date (often a Spark job): not for every poll
         from delta.tables import DeltaTable
@@ -114,17 +114,7 @@ class DeltaSource:
         return DeltaTable.forPath(self.spark, self.location)
 
     def _log(self) -> DeltaLog:
-        if self._log_reader is None:
-            files: LocalLogFiles | HadoopLogFiles
-            if self.local:
-                files = LocalLogFiles(self.location, lambda: HadoopLogFiles(self.spark, self.location))
-                self._log_reader, self._checked = python_log(self.location, files, self.name), True
-            else:
-                self._check()
-                files = HadoopLogFiles(self.spark, self.location)
-                self._log_reader = DeltaLog(files)
-            self._files = files
-        return self._log_reader
+        return self._table_log.get(self._check)
 
     def snapshot_files(self, version: int) -> list[tuple[str, int | None]] | None:
         """A local table's data files at `version` (absolute paths, as ClickHouse's `_path` shows them)
@@ -133,7 +123,7 @@ class DeltaSource:
             return None
         self._log()
         try:
-            return live_paths(self.location, self._files, version)
+            return live_paths(self.location, self._table_log.files, version)
         except Exception as exc:
             raise self.translate(exc, "the Delta log", version, None) from exc
 
@@ -141,7 +131,9 @@ class DeltaSource:
         """A local table's metadata and protocol at `version` (default: the latest), from its log."""
         log = self._log()
         try:
-            return self._states.at(self._files, log.latest_version() if version is None else version)
+            return self._states.at(
+                self._table_log.files, log.latest_version() if version is None else version
+            )
         except Exception as exc:
             raise self.translate(exc, "the Delta log", version, None) from exc
 
@@ -167,7 +159,7 @@ class DeltaSource:
 
     def schema_at(self, version: int) -> dict:
         """The table's schema (Spark JSON form) as of `version`; reads only the log."""
-        if self.local:
+        if self.logged_by_python():
             return self.table_state(version).schema
         return self.snapshot(version).schema.jsonValue()
 
@@ -175,7 +167,7 @@ class DeltaSource:
         """The schema as of `version` with its column mapping metadata, from the log."""
         return (
             self.table_state(version).mapped_schema
-            if self.local
+            if self.logged_by_python()
             else logged_schema(self.spark, self.location, version)
         )
 
@@ -233,17 +225,17 @@ class DeltaSource:
 
     def properties(self) -> dict[str, str]:
         """The table properties of the latest version."""
-        return self.table_state().properties if self.local else jvm_properties(self)
+        return self.table_state().properties if self.logged_by_python() else jvm_properties(self)
 
     def protocol(self) -> dict:
         """The latest version's protocol: minReaderVersion, minWriterVersion, readerFeatures and
         writerFeatures (feature names as the log spells them)."""
-        return self.table_state().features() if self.local else _protocol(self)
+        return self.table_state().features() if self.logged_by_python() else _protocol(self)
 
     def table_id(self) -> str:
         """The Delta table's id (metaData.id): it stays for the table's life and a table created again, at
         the same place or elsewhere, gets a new one."""
-        return self.table_state().table_id if self.local else jvm_table_id(self)
+        return self.table_state().table_id if self.logged_by_python() else jvm_table_id(self)
 
     # -- data -------------------------------------------------------------------------------------
     def changes(self, start: int, end: int, key: tuple[str, ...] = ()) -> SparkChanges:
@@ -253,7 +245,7 @@ class DeltaSource:
         them: a local table's read then leaves out the pre-images no target row needs (preimages.py)."""
         self._check()
         changes = SparkChanges(self, start, end, key if self.local else ())
-        if not self.local:
+        if not self.logged_by_python():
             _ = changes.frame  # planned now, as Delta checks the range then
         return changes
 
@@ -309,11 +301,14 @@ class DeltaSource:
             raise self.translate(exc, what, start, end) from exc
 
     def translate(self, exc: Exception, what: str, start: int | None, end: int | None) -> Exception:
-        return translated(self.uri, exc, what, start, end)
+        return translated(self.uri, exc, what, start, end, self.location)
 
 
-def translated(uri: str, exc: Exception, what: str, start: int | None, end: int | None) -> Exception:
-    """A failure of Spark or Delta reading `what` of the table at `uri`, as the user's paragraph."""
+def translated(
+    uri: str, exc: Exception, what: str, start: int | None, end: int | None, location: str | None = None
+) -> Exception:
+    """A failure of Spark or Delta reading `what` of the table `uri` (its files at `location`, by default
+    `uri`), as the user's paragraph."""
     if isinstance(exc, Cdc2chError):  # one of ours already (no Java to start Spark with)
         return exc
     text = error_text(exc)
@@ -329,6 +324,9 @@ def translated(uri: str, exc: Exception, what: str, start: int | None, end: int 
             f"the version where delta.enableChangeDataFeed was set to true. Load the table once with "
             f"`cdc2ch snapshot --version V` at or after that version, then `cdc2ch run` continues from V + 1."
         )
+    refused = storage_error(text, location or uri, f"{what} for {span}")
+    if refused is not None:
+        return refused
     if (
         "FileNotFoundException" in text
         or "DELTA_CHANGE_DATA_FILE_NOT_FOUND" in text

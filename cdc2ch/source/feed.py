@@ -46,7 +46,7 @@ class SparkChanges:
     def schema(self) -> dict[str, Any]:
         """The rows' schema: the table's at `end` and the feed's columns; from the log for a local table."""
         if self._schema is None:
-            if self._frame is None and self.source.local:
+            if self._frame is None and self.source.logged_by_python():
                 self._schema = cdf_schema(self.source.schema_at(self.end))
             else:
                 self._schema = self.frame.schema.jsonValue()

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from cdc2ch.base import phases
 from cdc2ch.base.errors import SourceError
 from cdc2ch.model.config import SparkSettings
+from cdc2ch.model.objectstore import S3Settings
 
 
 class LazySpark:
@@ -74,6 +75,12 @@ def session_of(spark, what: str = "reading through Spark"):
     if spark is not None and not hasattr(spark, "sparkContext") and callable(spark):
         return spark()
     return spark
+
+
+def s3_settings(spark) -> S3Settings:
+    """The S3 settings `spark` (as session_of takes it) is given in its conf, then the environment's."""
+    settings = spark.settings if isinstance(spark, LazySpark) else SparkSettings()
+    return S3Settings.of(dict(settings.conf), os.environ)
 
 
 def running(spark):

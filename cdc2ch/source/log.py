@@ -9,15 +9,11 @@ Spark's own reads), or through pyarrow's file systems where no JVM is wanted (`s
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import cast
-from urllib.parse import unquote, urlsplit
 
 from cdc2ch.base import phases
 from cdc2ch.base.errors import SourceError
-from cdc2ch.model.tableref import is_local
 
 # Bytes per row assumed for change files when a commit carries no statistics to learn it from. Small on
 # purpose: an over-estimate only makes read ranges smaller.
@@ -195,130 +191,6 @@ class LogChanged(Exception):
     """The newest commit vanished each time it was about to be read."""
 
 
-class HadoopLogFiles:
-    """Log files through the Spark session's Hadoop FileSystem: the same connectors and credentials as
-    Spark's own reads, for every storage Spark can reach."""
-
-    def __init__(self, spark, uri: str):
-        jvm = spark._jvm
-        # Every dotted lookup through the py4j gateway is a round trip: resolve the classes once.
-        self._Path = jvm.org.apache.hadoop.fs.Path
-        self._IOUtils = jvm.org.apache.commons.io.IOUtils
-        self._URI = jvm.java.net.URI
-        self.dir = uri.rstrip("/") + "/_delta_log/"
-        conf = spark._jsparkSession.sessionState().newHadoopConf()  # includes session-level fs.* settings
-        self._fs, self._conf = self._Path(self.dir).getFileSystem(conf), conf
-
-    def _path(self, name: str):
-        return self._Path(self.dir + name)
-
-    def modified(self, name: str) -> int | None:
-        try:
-            return self._fs.getFileStatus(self._path(name)).getModificationTime()
-        except Exception as exc:
-            if "FileNotFoundException" in str(exc):
-                return None
-            raise
-
-    def read(self, name: str) -> str | None:
-        try:
-            stream = self._fs.open(self._path(name))
-        except Exception as exc:
-            if "FileNotFoundException" in str(exc):
-                return None
-            raise
-        try:
-            return self._IOUtils.toString(stream, "UTF-8")
-        finally:
-            stream.close()
-
-    def first_line(self, name: str) -> str | None:
-        text = self.read(name)
-        return None if text is None else text.split("\n", 1)[0]
-
-    def names(self) -> list[str]:
-        return [status.getPath().getName() for status in self._fs.listStatus(self._path(""))]
-
-    def table_file_exists(self, path: str) -> bool | None:
-        """Whether the table's file `path` (as the log writes it: a URI relative to the table, or absolute) is
-        in storage, resolved as Delta resolves it; None when that cannot be told."""
-        try:
-            file = self._Path(self._Path(self.dir[: -len("_delta_log/")]), self._Path(self._URI(path)))
-            return bool(file.getFileSystem(self._conf).exists(file))
-        except Exception:
-            return None
-
-
-class ArrowLogFiles:
-    """Log files through pyarrow's file systems, without a JVM: local paths, and object stores with their
-    standard credential chains (S3, GCS, Azure). Used where a JVM would only slow an answer down (status)."""
-
-    SCHEMES = {"": "", "file": "file", "s3": "s3", "s3a": "s3", "gs": "gs", "gcs": "gs", "abfs": "abfs",
-               "abfss": "abfss"}  # fmt: skip
-
-    def __init__(self, uri: str):
-        import pyarrow.fs as pafs
-
-        scheme = urlsplit(uri).scheme
-        if scheme not in self.SCHEMES:
-            raise ValueError(f"no Python file system for {scheme}:// URIs")
-        if scheme in ("s3a",):
-            uri = "s3" + uri[len(scheme) :]
-        if scheme:
-            self._fs, root = pafs.FileSystem.from_uri(uri)
-        else:  # a path, not a URI: a space, '#' or '?' in it is part of the name
-            self._fs, root = pafs.LocalFileSystem(), os.path.abspath(uri)
-        self.dir = root.rstrip("/") + "/_delta_log/"
-        self._pafs = pafs
-
-    def modified(self, name: str) -> int | None:
-        info = self._fs.get_file_info(self.dir + name)
-        if info.type == self._pafs.FileType.NotFound:
-            return None
-        return int(cast("int", info.mtime_ns) // 1_000_000)  # a file's: the stores read report it
-
-    def read(self, name: str) -> str | None:
-        try:
-            with self._fs.open_input_stream(self.dir + name) as stream:
-                return stream.read().decode("utf-8")
-        except FileNotFoundError:
-            return None
-
-    def parquet(self, name: str, columns: list[str]):
-        """Those of `columns` a log file in Parquet (a checkpoint) has, as a pyarrow Table."""
-        import pyarrow.parquet as pq
-
-        with self._fs.open_input_file(self.dir + name) as f:
-            found = pq.ParquetFile(f)
-            return found.read(columns=[c for c in columns if c in found.schema_arrow.names])
-
-    def first_line(self, name: str, chunk: int = 64 * 1024) -> str | None:
-        """The file's first line, reading no further than needed (a commit file can hold megabytes)."""
-        try:
-            with self._fs.open_input_stream(self.dir + name) as stream:
-                head = b""
-                while b"\n" not in head:
-                    more = stream.read(chunk)
-                    if not more:
-                        break
-                    head += more
-        except FileNotFoundError:
-            return None
-        return head.split(b"\n", 1)[0].decode("utf-8")
-
-    def names(self) -> list[str]:
-        selector = self._pafs.FileSelector(self.dir, allow_not_found=True)
-        return [info.base_name for info in self._fs.get_file_info(selector)]
-
-    def table_file_exists(self, path: str) -> bool | None:
-        """Whether the table's file `path` (relative to the table, URI-encoded) is in storage; None for an
-        absolute path, which this reader does not resolve."""
-        if urlsplit(path).scheme or path.startswith("/"):
-            return None
-        info = self._fs.get_file_info(self.dir[: -len("_delta_log/")] + unquote(path))
-        return info.type != self._pafs.FileType.NotFound
-
-
 class DeltaLog:
     """The `_delta_log` directory of one table, read through `files` (HadoopLogFiles or ArrowLogFiles)."""
 
@@ -429,21 +301,3 @@ class DeltaLog:
             return int(json.loads(text)["version"])
         except (KeyError, ValueError):
             return None
-
-
-def python_log(uri: str, files=None, name: str | None = None) -> DeltaLog:
-    """The table's log read by Python, without a JVM, its latest version found. ValueError or OSError when
-    Python cannot reach this storage (a scheme pyarrow has no file system for, or credentials it cannot
-    find); SourceError when there is no Delta table at `uri` (`name`: the catalog's name for it).
-
-    The search starts at the last checkpoint (or version 0) and probes a few files: the log is listed only
-    when it has neither, so a long log costs no more than a short one."""
-    files = files or ArrowLogFiles(uri)
-    log = DeltaLog(files)
-    try:
-        log.latest_version()
-    except FileNotFoundError:  # no commit file at all
-        if is_local(uri) and not os.path.exists(files.dir[: -len("/_delta_log/")] or "/"):
-            raise missing_table(uri, name) from None
-        raise not_a_delta_table(uri, name) from None
-    return log

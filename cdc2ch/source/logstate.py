@@ -4,13 +4,11 @@ Python: no JVM."""
 from __future__ import annotations
 
 import json
-import os
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from cdc2ch.source.log import HadoopLogFiles, _live
+from cdc2ch.source.log import _live
 
 # 00000000000000000010.checkpoint.parquet, ...10.checkpoint.0000000001.0000000002.parquet (multi-part),
 # ...10.checkpoint.<uuid>.json|parquet (v2: metaData and protocol are in this top-level file)
@@ -260,56 +258,3 @@ def _without_internal(node):
     if isinstance(node, list):
         return [_without_internal(i) for i in node]
     return node
-
-
-class LocalLogFiles:
-    """A local table's log read with plain file calls (the interface of log.py's HadoopLogFiles and
-    ArrowLogFiles): a poll is a few system calls, with no JVM and no Arrow file system loaded. A file the log
-    names by an absolute URI is resolved as Delta resolves it, through Spark (`hadoop` builds that)."""
-
-    def __init__(self, uri: str, hadoop: Callable[[], HadoopLogFiles]):
-        parts = urlsplit(uri)
-        root = unquote(parts.path) if parts.scheme == "file" else os.path.abspath(uri)
-        self.root, self.dir = root.rstrip("/") + "/", root.rstrip("/") + "/_delta_log/"
-        self._hadoop = hadoop
-        self._through_spark: HadoopLogFiles | None = None
-
-    def modified(self, name: str) -> int | None:
-        try:
-            return os.stat(self.dir + name).st_mtime_ns // 1_000_000
-        except FileNotFoundError:
-            return None
-
-    def read(self, name: str) -> str | None:
-        try:
-            with open(self.dir + name, encoding="utf-8") as f:
-                return f.read()
-        except FileNotFoundError:
-            return None
-
-    def first_line(self, name: str) -> str | None:
-        try:
-            with open(self.dir + name, "rb") as f:
-                return f.readline().rstrip(b"\n").decode("utf-8")
-        except FileNotFoundError:
-            return None
-
-    def names(self) -> list[str]:
-        try:
-            return os.listdir(self.dir)
-        except FileNotFoundError:
-            return []
-
-    def parquet(self, name: str, columns: list[str]):
-        """Those of `columns` a log file in Parquet (a checkpoint) has, as a pyarrow Table."""
-        import pyarrow.parquet as pq
-
-        found = pq.ParquetFile(self.dir + name)
-        return found.read(columns=[c for c in columns if c in found.schema_arrow.names])
-
-    def table_file_exists(self, path: str) -> bool | None:
-        if not urlsplit(path).scheme and not path.startswith("/"):
-            return os.path.exists(self.root + unquote(path))
-        if self._through_spark is None:
-            self._through_spark = self._hadoop()
-        return self._through_spark.table_file_exists(path)

@@ -1,9 +1,5 @@
-"""A Spark session with Delta Lake enabled.
-
-The Delta jars come from Maven Central once (through Spark's own Ivy resolution, or Maven as a
-fallback) into a cache directory, and every later session loads them from there with `spark.jars`:
-no network and no resolution chatter after the first run. `python -m cdc2ch.source.spark` fills the
-cache ahead of time (`make install` does).
+"""A Spark session with Delta Lake enabled, and with the storage connectors its tables need (the jars come
+from the cache jars.py fills; object-storage settings from model/objectstore.py).
 """
 
 from __future__ import annotations
@@ -17,12 +13,12 @@ import tempfile
 import threading
 import typing
 from contextlib import contextmanager
-from importlib import metadata
 from pathlib import Path
 
-from cdc2ch.base.errors import ConfigError
 from cdc2ch.model.config import SparkSettings, is_secret_key
+from cdc2ch.model.objectstore import S3Settings, connectors_for
 from cdc2ch.source import classes
+from cdc2ch.source.jars import connector_conf, connector_jars, delta_jars, jars_dir
 from cdc2ch.source.lazy import LazySpark, no_java
 
 if typing.TYPE_CHECKING:
@@ -52,116 +48,6 @@ LOCAL_CONF = {
     "spark.sql.execution.arrow.maxRecordsPerBatch": "0",
     "spark.sql.files.maxPartitionBytes": "8m",
 }
-
-
-def delta_artifact() -> str:
-    """The Maven coordinate of the Delta jar matching the installed pyspark and delta-spark."""
-    import pyspark
-
-    spark_minor = ".".join(pyspark.__version__.split(".")[:2])
-    return f"io.delta:delta-spark_{spark_minor}_2.13:{metadata.version('delta-spark')}"
-
-
-def jars_dir() -> Path:
-    base = os.environ.get("CDC2CH_JARS_DIR")
-    if base:
-        return Path(base).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "cdc2ch" / "jars" / delta_artifact().replace(":", "_")
-
-
-def delta_jars() -> list[str]:
-    """Local paths of the Delta jars, fetching them on first use."""
-    if os.environ.get("CDC2CH_DELTA_JARS"):  # an air-gapped site can point at jars it ships itself
-        return [j for j in os.environ["CDC2CH_DELTA_JARS"].split(",") if j]
-    target = jars_dir()
-    marker = target / ".complete"
-    if not marker.exists():
-        _fetch(target)
-        marker.write_text(delta_artifact() + "\n")
-    return sorted(str(p) for p in target.glob("*.jar"))
-
-
-def _fetch(target: Path) -> None:
-    errors = []
-    for how in (_fetch_with_ivy, _fetch_with_maven):
-        with tempfile.TemporaryDirectory(prefix="cdc2ch-jars-") as tmp:
-            try:
-                jars = how(Path(tmp))
-            except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
-                errors.append(f"{how.__name__}: {str(exc)[-600:]}")
-                continue
-            if not any("delta-spark" in j.name for j in jars):
-                errors.append(f"{how.__name__}: no delta-spark jar among {[j.name for j in jars]}")
-                continue
-            target.mkdir(parents=True, exist_ok=True)
-            for jar in jars:
-                shutil.copy2(jar, target / jar.name)
-            return
-    raise ConfigError(
-        f"Could not fetch the Delta Lake jars ({delta_artifact()}) from Maven Central. Tried: "
-        + " | ".join(errors)
-        + ". Check network access to Maven Central, or download the jars yourself and set "
-        "CDC2CH_DELTA_JARS to a comma-separated list of their paths."
-    )
-
-
-def _fetch_with_ivy(tmp: Path) -> list[Path]:
-    """Spark's standard route: spark-submit --packages resolves through Ivy into tmp/ivy/jars."""
-    import pyspark
-
-    app = tmp / "noop.py"
-    app.write_text("pass\n")
-    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_HOME=str(submit.parent.parent))
-    proc = subprocess.run(
-        [
-            str(submit),
-            "--master",
-            "local[1]",
-            "--packages",
-            delta_artifact(),
-            "--conf",
-            f"spark.jars.ivy={tmp / 'ivy'}",
-            str(app),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=env,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stderr or proc.stdout)
-    return sorted((tmp / "ivy" / "jars").glob("*.jar"))
-
-
-def _fetch_with_maven(tmp: Path) -> list[Path]:
-    """Fallback: Maven copies delta-spark and its runtime dependencies (Spark itself is provided)."""
-    group, artifact, version = delta_artifact().split(":")
-    (tmp / "pom.xml").write_text(
-        "<project><modelVersion>4.0.0</modelVersion><groupId>local</groupId><artifactId>cdc2ch-jars</artifactId>"
-        "<version>1</version><dependencies><dependency>"
-        f"<groupId>{group}</groupId><artifactId>{artifact}</artifactId><version>{version}</version>"
-        "</dependency></dependencies></project>"
-    )
-    proc = subprocess.run(
-        [
-            "mvn",
-            "-q",
-            "-B",
-            "-f",
-            str(tmp / "pom.xml"),
-            "dependency:copy-dependencies",
-            f"-DoutputDirectory={tmp / 'jars'}",
-            "-DincludeScope=runtime",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stdout + proc.stderr)
-    return sorted((tmp / "jars").glob("*.jar"))
 
 
 _started = None  # the session this module built, for later calls from any thread
@@ -227,8 +113,12 @@ def _build(settings: SparkSettings):
     if local:
         memory = user.get("spark.driver.memory", conf["spark.driver.memory"])
         conf["spark.driver.extraJavaOptions"] += young_generation(memory)
-    if not under_submit and "spark.jars.packages" not in user and "spark.jars" not in user:
-        conf["spark.jars"] = ",".join(delta_jars())
+    ours = not under_submit and "spark.jars.packages" not in user and "spark.jars" not in user
+    if ours:
+        connectors = connector_jars(settings.connectors | connectors_for([], user))
+        conf.update(jar_conf(delta_jars(), connectors, local, user))
+        conf.update(connector_conf(connectors))
+    conf.update(S3Settings.of(user, os.environ).hadoop_conf(user, provider_chain=ours))
     archive = _class_archive(conf, user)
     if archive is not None:
         conf["spark.driver.extraJavaOptions"] += " " + classes.java_options(archive)
@@ -255,6 +145,17 @@ def _build(settings: SparkSettings):
     return spark
 
 
+def jar_conf(delta: list[str], connectors: list[str], local: bool, user: dict[str, str]) -> dict[str, str]:
+    """Where the jars go: Delta's in spark.jars; the storage connectors' on a local JVM's class path from its
+    start (one JVM is driver and executor), unless the user set that class path. Through spark.jars the
+    executor would copy each jar through the file server at every start (the AWS SDK's is hundreds of MB)."""
+    on_class_path = bool(local and connectors and "spark.driver.extraClassPath" not in user)
+    out = {"spark.jars": ",".join(delta + ([] if on_class_path else connectors))}
+    if on_class_path:
+        out["spark.driver.extraClassPath"] = os.pathsep.join(connectors)
+    return out
+
+
 def young_generation(memory: str) -> str:
     """Young-generation options for a driver heap of `memory` (Spark's size string; MiB without a unit).
 
@@ -269,7 +170,7 @@ def young_generation(memory: str) -> str:
     return f" -Xmn{int(mib) // 5}m -XX:SurvivorRatio=3" if mib >= 160 else ""
 
 
-def class_archive(jars: list[str]) -> Path | None:
+def class_archive(jars: list[str], class_path: list[str] | None = None) -> Path | None:
     """Where a local JVM on cdc2ch's own options and classpath `jars` keeps its class data sharing archive
     (see classes.py); None when it is turned off or the cache directory cannot be written."""
     if not classes.enabled():
@@ -279,7 +180,7 @@ def class_archive(jars: list[str]) -> Path | None:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError:  # a read-only cache: start as before
         return None
-    return classes.archive_path(directory, jars)
+    return classes.archive_path(directory, jars, class_path)
 
 
 def _class_archive(conf: dict[str, str], user: dict[str, str]) -> Path | None:
@@ -293,7 +194,8 @@ def _class_archive(conf: dict[str, str], user: dict[str, str]) -> Path | None:
     }
     if not ours or chosen & user.keys():
         return None
-    return class_archive(conf["spark.jars"].split(","))
+    class_path = [j for j in conf.get("spark.driver.extraClassPath", "").split(os.pathsep) if j]
+    return class_archive(conf["spark.jars"].split(","), class_path)
 
 
 def _launch_jvm(conf: dict[str, str], master: str | None, local: bool) -> None:
@@ -424,12 +326,13 @@ def shipped_by_value(*modules):
             cloudpickle.unregister_pickle_by_value(module)
 
 
-def prepare() -> None:
-    """Ahead of the first run (`make install`): fetch the Delta jars, then run cdc2ch's own CDF and snapshot
-    reads once on a throwaway table so that this process leaves the class archive behind (see classes.py)."""
+def prepare(connectors: list[str]) -> None:
+    """Ahead of the first run (`make install`): fetch the Delta jars (and the storage `connectors` named),
+    then run cdc2ch's own CDF and snapshot reads once on a throwaway table so that this process leaves the
+    class archive behind (see classes.py)."""
     from cdc2ch.source.delta import DeltaSource
 
-    for jar in delta_jars():
+    for jar in delta_jars() + connector_jars(frozenset(connectors)):
         print(jar)
     spark = session()
     with tempfile.TemporaryDirectory(prefix="cdc2ch-warm-") as tmp:
@@ -445,4 +348,4 @@ def prepare() -> None:
 
 
 if __name__ == "__main__":
-    prepare()
+    prepare(sys.argv[1:])

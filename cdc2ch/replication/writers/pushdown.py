@@ -8,6 +8,7 @@ plans: versions, schema, ranges and every check come from the Delta log as befor
 
 from __future__ import annotations
 
+import os
 import time
 from urllib.parse import unquote, urlsplit
 
@@ -15,31 +16,40 @@ from cdc2ch.base import phases
 from cdc2ch.base.errors import SinkError, SourceError
 from cdc2ch.clickhouse import codes
 from cdc2ch.model import contract, schema
+from cdc2ch.model.config import RunConfig
 from cdc2ch.model.design import TableDesign
+from cdc2ch.model.objectstore import S3Settings
 from cdc2ch.model.offset import PipelineState
 from cdc2ch.model.tableref import is_local
 from cdc2ch.replication.ports import Changes, RangeResult
 from cdc2ch.replication.writers import Destination
+from cdc2ch.source.storefaults import storage_error
 
 # ClickHouse streams its own reads: a range's size only bounds what a crash makes it replay, and fewer,
 # larger statements save it re-reading the Delta log for each.
 RANGE_FACTOR = 10
 
 
-def lake_function(uri: str) -> str:
-    """The ClickHouse table function that reads this Delta table itself."""
+def lake_function(uri: str, s3: S3Settings | None = None) -> str:
+    """The ClickHouse table function that reads this Delta table itself; an s3a:// table at the endpoint
+    `s3` names (AWS by default). ClickHouse reads with its own credentials: the embedded engine those of the
+    process's environment, a server those of its S3 settings."""
     parts = urlsplit(uri)
     if is_local(uri):
         return f"deltaLakeLocal({schema.literal(unquote(parts.path))})"
     if parts.scheme in ("s3", "s3a"):
-        url = f"https://{parts.netloc}.s3.amazonaws.com{parts.path.rstrip('/')}/"
-        return f"deltaLake({schema.literal(url)})"
+        return f"deltaLake({schema.literal((s3 or S3Settings()).http_url(uri))})"
     if parts.scheme in ("http", "https"):
         return f"deltaLake({schema.literal(uri.rstrip('/') + '/')})"
     raise SourceError(
         f"--reader clickhouse cannot read {uri}: ClickHouse reads local paths and S3/HTTP(S) URLs "
         f"(credentials from the server's own S3 settings). Use the default --reader spark for this table."
     )
+
+
+def s3_of(cfg: RunConfig) -> S3Settings:
+    """The S3 settings of a pipeline: its Spark conf's, then the process environment's."""
+    return S3Settings.of(dict(cfg.spark.conf), os.environ)
 
 
 def insert_from_lake(
@@ -49,6 +59,7 @@ def insert_from_lake(
     meta: list[str],
     where: str = "",
     design: TableDesign | None = None,
+    s3: S3Settings | None = None,
 ) -> str:
     """INSERT ... SELECT of the user columns (target names) read from the lake (by their Delta names, which
     `design` knows), followed by the expressions of `meta` for contract.WRITTEN_META."""
@@ -56,7 +67,7 @@ def insert_from_lake(
     read = ", ".join(schema.quote(design.source_name(c) if design else c) for c in columns)
     return (
         f"INSERT INTO {table_sql} ({cols}, {', '.join(contract.WRITTEN_META)}) "
-        f"SELECT {read}, {', '.join(meta)} FROM {lake_function(uri)}{where}"
+        f"SELECT {read}, {', '.join(meta)} FROM {lake_function(uri, s3)}{where}"
     )
 
 
@@ -105,6 +116,7 @@ class PushdownWriter:
             contract.sql_change_meta(),
             contract.sql_change_filter(cfg.immutable_keys),
             cfg.design,
+            s3_of(cfg),
         )
         token = contract.pushdown_range_token(cfg.pipeline, start, end)
         try:
@@ -115,6 +127,9 @@ class PushdownWriter:
                     settings={**cdf_settings(start, end), **insert_settings(token)},
                 )
         except SinkError as exc:
+            refused = storage_error(str(exc), rng.location, f"versions {start}..{end} (by ClickHouse)")
+            if refused is not None:
+                raise refused from exc
             refused_null = (
                 exc.code == codes.CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN
             )  # in a key: others are Nullable
@@ -138,7 +153,7 @@ class PushdownWriter:
 
     def _null_keys_in_lake(self, rng: Changes) -> SourceError | None:
         """The insert failed on a null: count the null keys (on this error path only) to say where."""
-        lake = lake_function(rng.location)
+        lake = lake_function(rng.location, s3_of(self.cfg))
         for key in self.cfg.primary_key:  # Delta's names: ClickHouse reads the lake
             with self.to.sink.reads_files():
                 nulls, version = self.to.sink.query_rows(

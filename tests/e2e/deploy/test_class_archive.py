@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cdc2ch.source.spark import delta_jars
+from cdc2ch.source.jars import delta_jars
 from tests.support.helpers import Proc, create_table
 
 # A second process: its session, one CDF read, and whether its JVM mapped the archive.

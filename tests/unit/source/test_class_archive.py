@@ -27,6 +27,7 @@ def test_the_archive_is_keyed_by_the_classpath(tmp_path):
     assert same == classes.archive_path(tmp_path, [str(two), str(one)])  # order does not matter
     assert same.parent == tmp_path and same.name.startswith("classes-") and same.suffix == ".jsa"
     assert classes.archive_path(tmp_path, [str(one)]) != same  # another jar set
+    assert classes.archive_path(tmp_path, [str(one)], [str(two)]) != same  # one on the class path instead
     two.write_bytes(b"bb")  # the same jar name, rebuilt
     assert classes.archive_path(tmp_path, [str(one), str(two)]) != same
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from cdc2ch.source.log import ArrowLogFiles, DeltaLog
+from cdc2ch.source.log import DeltaLog
+from cdc2ch.source.logfiles import ArrowLogFiles
 
 
 def test_a_local_log_is_read_whatever_characters_its_path_holds(tmp_path):

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cdc2ch.source.logstate import LocalLogFiles, LogStates, cdf_schema, live_files, live_paths, table_state
+from cdc2ch.source.logfiles import LocalLogFiles
+from cdc2ch.source.logstate import LogStates, cdf_schema, live_files, live_paths, table_state
 
 pytestmark = pytest.mark.unit
 

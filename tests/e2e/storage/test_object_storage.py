@@ -1,0 +1,238 @@
+"""Tables on object storage, against a real S3-compatible server (moto's server mode, tests/support/s3server.py),
+written by delta-rs and by Spark: the README's s3a:// example with only the endpoint and keys set, both readers,
+status and the idle poll without a JVM, verify, snapshots, a pattern that discovers a table added later, and
+storage that refuses, throttles or is down, which leaves offsets where they were and says why."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from cdc2ch.model.config import TargetName
+from cdc2ch.source.jars import delta_jars
+from tests.e2e.commands.test_no_java import cdc2ch, no_java_env
+from tests.support.helpers import assert_replicated, assert_rows_equal, committed_version
+from tests.support.s3server import KEY_ID, REGION, SECRET, S3FaultProxy, S3Server, storage_options
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def s3():
+    server = S3Server()
+    yield server
+    server.stop()
+
+
+def reach(spark, endpoint: str, bucket: str | None = None, **more: str) -> None:
+    """Point this process's Spark session at the store (per bucket with `bucket`), as a user's settings would."""
+    conf = spark._jsc.hadoopConfiguration()
+    prefix = f"fs.s3a.bucket.{bucket}." if bucket else "fs.s3a."
+    settings = {"endpoint": endpoint, "path.style.access": "true", "access.key": KEY_ID, "secret.key": SECRET,
+                "endpoint.region": REGION, **more}  # fmt: skip
+    for key, value in settings.items():
+        conf.set(prefix + key, value)
+
+
+@pytest.fixture
+def bucket(s3, spark, monkeypatch) -> str:
+    """A new bucket, and this process (Spark, pyarrow, ClickHouse) reaching the store as a user's would."""
+    name = f"lake-{uuid.uuid4().hex[:12]}"
+    s3.bucket(name)
+    for key, value in s3.env().items():
+        monkeypatch.setenv(key, value)
+    reach(spark, s3.endpoint)
+    return name
+
+
+def orders(n: int = 200) -> pa.Table:
+    return pa.table(
+        {
+            "id": pa.array(range(n), pa.int64()),
+            "name": [f"n{i}" for i in range(n)],
+            "amount": pa.array([i * 1.5 for i in range(n)], pa.float64()),
+        }
+    )
+
+
+def write_orders(uri: str, env: dict[str, str], n: int = 200) -> None:
+    """Version 0, written by delta-rs, with the change data feed on."""
+    write_deltalake(
+        uri.replace("s3a://", "s3://"),
+        orders(n),
+        storage_options=storage_options(env),
+        configuration={"delta.enableChangeDataFeed": "true"},
+    )
+
+
+def change(spark, uri: str, step: int) -> None:
+    """One more version, written by Spark through S3A."""
+    table = f"delta.`{uri}`"
+    if step % 3 == 0:
+        spark.sql(
+            f"UPDATE {table} SET amount = amount + 1, name = concat(name, 'u') WHERE id % 5 = {step % 5}"
+        )
+    elif step % 3 == 1:
+        spark.sql(f"DELETE FROM {table} WHERE id % 7 = {step % 7}")
+    else:
+        spark.createDataFrame([(i, f"m{i}", 0.5) for i in range(190, 230)], "id long, name string, amount double") \
+            .createOrReplaceTempView("incoming")  # fmt: skip
+        spark.sql(f"MERGE INTO {table} t USING incoming s ON t.id = s.id "
+                  "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")  # fmt: skip
+
+
+def run_once(uri: str, dsn: str, *more: str) -> list[str]:
+    """`cdc2ch run --once` of `uri` into the embedded database `dsn`, with JSON logs."""
+    return ["run", "--table", uri, "--primary-key", "id", "--once", "--clickhouse", dsn, "--log-format", "json",
+            *more]  # fmt: skip
+
+
+def user_env(store: dict[str, str], java: bool = True, tmp_path: Path | None = None) -> dict[str, str]:
+    """A user's environment: nothing about the store but its endpoint and keys (and, without `java`, no Java)."""
+    base = no_java_env(tmp_path) if not java and tmp_path else dict(os.environ, PYTHONPATH=str(ROOT))
+    base = {k: v for k, v in base.items() if not k.startswith("AWS_")}
+    return {**base, **store}
+
+
+def live_rows(env: dict, dsn: str, target: str) -> list[tuple]:
+    sql = f"SELECT id, name, amount FROM {target} FINAL WHERE _is_deleted = 0"
+    out = cdc2ch(env, "query", sql, "--format", "JSONEachRow", "--clickhouse", dsn).stdout
+    return [(r["id"], r["name"], float(r["amount"])) for r in map(json.loads, out.splitlines())]
+
+
+def test_the_readme_s3a_example_replicates_with_only_the_endpoint_and_keys_set(spark, s3, bucket, tmp_path):
+    uri, dsn = f"s3a://{bucket}/sales/orders", f"chdb://{tmp_path / 'clickhouse'}"
+    write_orders(uri, s3.env())
+    for step in range(3):
+        change(spark, uri, step)
+    env, bare = user_env(s3.env()), user_env(s3.env(), java=False, tmp_path=tmp_path)
+    run = run_once(uri, dsn)
+
+    # s3:// as the user may write it is the same table; ClickHouse's reader needs no JVM at all
+    cdc2ch(env, *run, "--target", "shop.orders")
+    cdc2ch(
+        bare,
+        *[a.replace("s3a://", "s3://") for a in run],
+        "--target",
+        "shop.mirror",
+        "--reader",
+        "clickhouse",
+    )
+    for step in range(3, 5):
+        change(spark, uri, step)
+    cdc2ch(env, *run, "--target", "shop.orders")
+    cdc2ch(bare, *run, "--target", "shop.mirror", "--reader", "clickhouse")
+    expected = [(r.id, r.name, r.amount) for r in spark.read.format("delta").load(uri).collect()]
+    for target in ("shop.orders", "shop.mirror"):
+        assert_rows_equal(expected, live_rows(bare, dsn, target), f"{target} vs Delta {uri}")
+
+    # nothing new: the poll and status read the log from the store without a JVM
+    polled = cdc2ch(bare, *run, "--target", "shop.orders")
+    assert "committed" not in [json.loads(line).get("event") for line in polled.stderr.splitlines()]
+    status = json.loads(cdc2ch(bare, "status", "--format", "json", "--clickhouse", dsn).stdout)
+    assert sorted((s["pipeline"], s["committed_version"], s["versions_behind"]) for s in status) == [
+        ("shop.mirror", 5, 0),
+        ("shop.orders", 5, 0),
+    ]
+    checked = cdc2ch(env, "verify", "--table", uri, "--primary-key", "id", "--target", "shop.orders",
+                     "--clickhouse", dsn)  # fmt: skip
+    assert "differ" not in checked.stdout.lower(), checked.stdout
+
+
+def test_a_snapshot_a_catalog_table_and_a_pattern_that_discovers_a_table_added_later(
+    spark, s3, bucket, cli, sink, database, clickhouse_http, http_sink
+):
+    first, second = f"s3a://{bucket}/sales/items", f"s3a://{bucket}/sales/shops"
+    write_orders(first, s3.env(), n=50)
+    change(spark, first, 0)
+    cli.replicate("snapshot", first, f"{database}.items_copy")
+    assert_replicated(spark, sink, first, TargetName(database, "items_copy"))
+    spark.sql(f"CREATE DATABASE {database}")
+    spark.sql(f"CREATE TABLE {database}.items USING delta LOCATION '{first}'")
+    cli.replicate("run", f"{database}.items", f"{database}.named", "--once")
+    assert_replicated(spark, sink, first, TargetName(database, "named"))
+    # Spark's tasks insert into a server themselves: they read the store as the driver does
+    cli.replicate("run", first, f"{database}.tasks", "--once", "--writer", "executors", "--clickhouse",
+                  clickhouse_http.dsn)  # fmt: skip
+    assert_replicated(spark, http_sink, first, TargetName(database, "tasks"))
+
+    pattern = ("run", "--table", f"s3a://{bucket}/sales/*", "--primary-key", "id", "--target",
+               f"{database}.{{table}}", "--once")  # fmt: skip
+    cli(*pattern)
+    assert_replicated(spark, sink, first, TargetName(database, "items"))
+    write_orders(second, s3.env(), n=30)
+    change(spark, second, 1)
+    change(spark, first, 2)
+    cli(*pattern)
+    assert_replicated(spark, sink, first, TargetName(database, "items"))
+    assert_replicated(spark, sink, second, TargetName(database, "shops"))
+
+
+def test_storage_that_throttles_refuses_or_is_down_leaves_the_offset_and_says_why(
+    spark, s3, bucket, cli, sink, database, monkeypatch
+):
+    proxy = S3FaultProxy(s3).start()
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        # few retries, so that a store down for longer than them is met in seconds
+        reach(spark, proxy.endpoint, bucket, **{"retry.limit": "1", "retry.throttle.limit": "1",
+                                                "attempts.maximum": "1", "retry.interval": "10ms"})  # fmt: skip
+        uri = f"s3a://{bucket}/orders"
+        write_orders(uri, s3.env(), n=60)
+        target = TargetName(database, "orders")
+        cli.replicate("run", uri, target, "--once")
+        change(spark, uri, 0)
+        change(spark, uri, 1)
+
+        def refused(expect_words: str) -> None:
+            out = cli.replicate("run", uri, target, "--once", expect=1).stderr
+            assert expect_words in out and "no offset moved" in out, out[-3000:]
+            assert committed_version(sink, database, str(target)) == 0
+
+        proxy.add_fault("slowdown")  # every request, the log's first
+        refused("throttling")
+        proxy.clear()
+        proxy.add_fault(
+            "slowdown", lambda method, path: method == "GET" and ".parquet" in path
+        )  # Spark's reads
+        refused("throttling")
+        proxy.clear()
+        proxy.down()
+        refused("could not be reached")
+        proxy.up()
+        proxy.add_fault("delay", seconds=0.2)  # slow, not failing: it only takes longer
+        cli.replicate("run", uri, target, "--once")
+        assert committed_version(sink, database, str(target)) == 2
+        assert_replicated(spark, sink, uri, target)
+    finally:
+        proxy.down()
+        reach(spark, s3.endpoint, bucket)
+
+
+def test_a_wrong_key_and_a_missing_connector_say_what_to_do_and_create_nothing(tmp_path):
+    server = S3Server(auth=4)  # issued keys (3 requests) and the bucket; then every request is checked
+    try:
+        key_id, secret = server.issue_keys()
+        server.client(aws_access_key_id=key_id, aws_secret_access_key=secret).create_bucket(Bucket="lake")
+        good = server.env(key_id=key_id, secret=secret)
+        uri, dsn = "s3a://lake/sales/orders", f"chdb://{tmp_path / 'clickhouse'}"
+        write_orders(uri, good)
+        run = run_once(uri, dsn, "--target", "shop.o")
+
+        wrong = cdc2ch(user_env(server.env(key_id=key_id, secret="wrong"), java=False, tmp_path=tmp_path), *run,
+                       expect=1).stderr  # fmt: skip
+        assert "refused the credentials" in wrong and "AWS_ACCESS_KEY_ID" in wrong, wrong[-3000:]
+        assert "wrong" not in wrong.replace("a wrong or missing key", ""), "the secret was shown"
+        missing = cdc2ch(user_env(good), *run, "--spark-conf", f"spark.jars={','.join(delta_jars())}",
+                         expect=1).stderr  # fmt: skip
+        assert "no file system for s3a://" in missing and "hadoop-aws" in missing, missing[-3000:]
+        status = cdc2ch(user_env(good), "status", "--clickhouse", dsn, expect=0)
+        assert "No pipelines found" in status.stdout + status.stderr
+    finally:
+        server.stop()
