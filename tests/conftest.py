@@ -28,6 +28,7 @@ LONGEST_FIRST = (
     "e2e/replication/test_snapshot.py",
     "e2e/replication/test_reshape.py",
     "e2e/fleet/test_patterns.py",
+    "e2e/storage/test_object_storage.py",
     "e2e/fleet/test_soak.py",
     "e2e/replication/test_table_features.py",
     "e2e/commands/test_cli.py",
