@@ -240,6 +240,11 @@ CATALOGUE: tuple[Option, ...] = (
            "times faster; needs ClickHouse to reach the lake (local paths for the embedded target, "
            "S3/HTTP(S) with the server's credentials). auto: clickhouse for a local table on the embedded engine "
            "that it reads exactly as Spark does (no TIMESTAMP column, no feature it refuses), spark otherwise."),
+    Option("lake-collection", PIPELINES, PIPELINE, metavar="NAME",
+           help="With --reader clickhouse on a ClickHouse server: the named collection on that server holding "
+           "the object-storage credentials its reader uses (deltaLake(NAME, url = ...)), created there with "
+           "CREATE NAMED COLLECTION NAME AS access_key_id = ..., secret_access_key = .... Default: the "
+           "server's own S3 settings; the embedded engine reads with the process's AWS environment."),
     Option("immutable-keys", RUN, PIPELINE, flag=True,
            help="Promise that updates never change key columns: update pre-images are not written."),
     Option("metrics-port", RUN, PROCESS, type=click.IntRange(0, 65535),

@@ -169,6 +169,9 @@ class RunConfig:
     # snapshot only
     snapshot_version: int | None = None
     reader: str = "spark"
+    # a named collection on the ClickHouse server with the credentials its reader (--reader clickhouse) reads
+    # object storage with; None: the server's own S3 settings (the embedded engine: the environment's)
+    lake_collection: str | None = None
     # the target table's design (design.py); default: sorted by the primary key, every column as Delta has it
     design: TableDesign = None  # type: ignore[assignment]  # None: __post_init__ sets the default
     # the ClickHouse cluster the target lives on (clickhouse/placement.py); None: one server
@@ -196,6 +199,14 @@ class RunConfig:
             raise ConfigError(f"--from-version must be 0 or more (got {self.from_version}).")
         if self.from_version is not None and self.from_timestamp is not None:
             raise ConfigError("Give either --from-version or --from-timestamp, not both.")
+        if self.lake_collection is not None and not re.fullmatch(
+            r"[A-Za-z_][A-Za-z0-9_]*", self.lake_collection
+        ):
+            raise ConfigError(
+                f"--lake-collection {self.lake_collection!r} is not a named collection's name: ClickHouse names "
+                f"them with letters, digits and underscores, not starting with a digit (CREATE NAMED COLLECTION "
+                f"lake_s3 AS access_key_id = '…', secret_access_key = '…')."
+            )
         if self.snapshot_version is not None and self.snapshot_version < 0:
             raise ConfigError(f"--version must be 0 or more (got {self.snapshot_version}).")
         for name, choices in (

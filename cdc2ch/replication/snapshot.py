@@ -35,7 +35,7 @@ from cdc2ch.replication.progress import Progress
 from cdc2ch.replication.projection import DesignedSource, designed
 from cdc2ch.replication.readers import check_clickhouse_reads
 from cdc2ch.replication.writers.driver import insert_rows
-from cdc2ch.replication.writers.pushdown import insert_from_lake, insert_settings, s3_of
+from cdc2ch.replication.writers.pushdown import insert_from_lake, insert_settings, lake_access
 from cdc2ch.source.chunked import ChunkedFrame, arrow_schema
 from cdc2ch.source.log import Commit
 from cdc2ch.source.variants import variants_as_json
@@ -284,7 +284,7 @@ class Snapshotter:
                         meta,
                         f" WHERE _path IN ({paths})",
                         cfg.design,
-                        s3_of(cfg),
+                        lake_access(cfg),
                     ),
                     what=f"load snapshot chunk {chunk}",
                     settings={

@@ -117,9 +117,9 @@ class DeltaSource:
         return self._table_log.get(self._check)
 
     def snapshot_files(self, version: int) -> list[tuple[str, int | None]] | None:
-        """A local table's data files at `version` (absolute paths, as ClickHouse's `_path` shows them)
-        and the live rows of each (None: unknown), from its log; None for a table elsewhere."""
-        if not self.local:
+        """The table's data files at `version` (as ClickHouse's `_path` shows them) and the live rows of
+        each (None: unknown), from its log; None where the log is read through Spark."""
+        if not self.logged_by_python():
             return None
         self._log()
         try:

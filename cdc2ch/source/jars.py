@@ -2,8 +2,8 @@
 connectors object-storage tables need (S3, Azure, Google Cloud Storage).
 
 Each set is resolved through Spark's own Ivy (or Maven as a fallback) into a directory of the cache, and
-every later session loads it from there with `spark.jars`: no network and no resolution chatter after the
-first run. `python -m cdc2ch.source.spark` fills the cache ahead of time (`make install` does); with
+every later session loads it from there (spark.py's `jar_conf` says how): no network and no resolution
+chatter after the first run. `python -m cdc2ch.source.spark` fills the cache ahead of time (`make install` does); with
 `s3`, `azure` or `gcs` as arguments, those connectors too.
 """
 

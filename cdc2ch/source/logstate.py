@@ -122,10 +122,12 @@ def live_paths(location: str, files, version: int) -> list[tuple[str, int | None
 
 
 def table_file(location: str, path: str) -> str:
-    """The absolute path of a local table's file, named as the log names it (relative or a `file:` URI)."""
+    """A table's file as ClickHouse's `_path` names it, from the log's name for it (relative or a `file:` URI):
+    the absolute path of a local file, `bucket/key` of an object."""
     if urlsplit(path).scheme == "file":
         return urlsplit(unquote(path)).path
-    root = urlsplit(location).path if urlsplit(location).scheme == "file" else location
+    parts = urlsplit(location)
+    root = parts.path if parts.scheme == "file" else parts.netloc + parts.path if parts.scheme else location
     return f"{root.rstrip('/')}/{unquote(path)}"
 
 

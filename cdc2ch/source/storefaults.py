@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 
 from cdc2ch.base.errors import SourceError
 from cdc2ch.model.objectstore import connector_of
+from cdc2ch.source.jars import connector
 
 _KEPT = "Nothing was written and no offset moved: run the same command again once it is fixed."
 
@@ -111,11 +112,7 @@ def storage_error(text: str, uri: str, what: str) -> SourceError | None:
 def _advice(cause: str, advice: str, uri: str) -> str:
     if cause == "connector":
         scheme = urlsplit(uri).scheme
-        package = {
-            "s3": "org.apache.hadoop:hadoop-aws:<Spark's Hadoop version>",
-            "azure": "org.apache.hadoop:hadoop-azure:<Spark's Hadoop version>",
-            "gcs": "com.google.cloud.bigdataoss:gcs-connector:hadoop3-2.2.26",
-        }[connector_of(uri) or "s3"]
+        package = ",".join(connector(connector_of(uri) or "s3").packages)
         return (
             f"Spark has no file system for {scheme}:// URIs: the storage connector is not on its classpath. "
             f"cdc2ch adds it by itself for tables it is given by path, unless spark.jars or "

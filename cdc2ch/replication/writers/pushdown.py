@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
 from cdc2ch.base import phases
@@ -30,26 +31,36 @@ from cdc2ch.source.storefaults import storage_error
 RANGE_FACTOR = 10
 
 
-def lake_function(uri: str, s3: S3Settings | None = None) -> str:
-    """The ClickHouse table function that reads this Delta table itself; an s3a:// table at the endpoint
-    `s3` names (AWS by default). ClickHouse reads with its own credentials: the embedded engine those of the
-    process's environment, a server those of its S3 settings."""
+@dataclass(frozen=True)
+class LakeAccess:
+    """How ClickHouse reaches an object-storage table: the S3 endpoint and addressing the other readers use,
+    and a named collection on the server holding the credentials (None: its own S3 settings; the embedded
+    engine reads with the process's AWS environment)."""
+
+    s3: S3Settings = field(default_factory=S3Settings)
+    collection: str | None = None
+
+
+def lake_access(cfg: RunConfig) -> LakeAccess:
+    """A pipeline's: its Spark conf's S3 settings, then the process environment's, and its collection."""
+    return LakeAccess(S3Settings.of(dict(cfg.spark.conf), os.environ), cfg.lake_collection)
+
+
+def lake_function(uri: str, access: LakeAccess | None = None) -> str:
+    """The ClickHouse table function that reads this Delta table itself."""
     parts = urlsplit(uri)
+    access = access or LakeAccess()
     if is_local(uri):
         return f"deltaLakeLocal({schema.literal(unquote(parts.path))})"
     if parts.scheme in ("s3", "s3a"):
-        return f"deltaLake({schema.literal((s3 or S3Settings()).http_url(uri))})"
+        url = schema.literal(access.s3.http_url(uri))
+        return f"deltaLake({access.collection}, url = {url})" if access.collection else f"deltaLake({url})"
     if parts.scheme in ("http", "https"):
         return f"deltaLake({schema.literal(uri.rstrip('/') + '/')})"
     raise SourceError(
         f"--reader clickhouse cannot read {uri}: ClickHouse reads local paths and S3/HTTP(S) URLs "
         f"(credentials from the server's own S3 settings). Use the default --reader spark for this table."
     )
-
-
-def s3_of(cfg: RunConfig) -> S3Settings:
-    """The S3 settings of a pipeline: its Spark conf's, then the process environment's."""
-    return S3Settings.of(dict(cfg.spark.conf), os.environ)
 
 
 def insert_from_lake(
@@ -59,7 +70,7 @@ def insert_from_lake(
     meta: list[str],
     where: str = "",
     design: TableDesign | None = None,
-    s3: S3Settings | None = None,
+    access: LakeAccess | None = None,
 ) -> str:
     """INSERT ... SELECT of the user columns (target names) read from the lake (by their Delta names, which
     `design` knows), followed by the expressions of `meta` for contract.WRITTEN_META."""
@@ -67,7 +78,7 @@ def insert_from_lake(
     read = ", ".join(schema.quote(design.source_name(c) if design else c) for c in columns)
     return (
         f"INSERT INTO {table_sql} ({cols}, {', '.join(contract.WRITTEN_META)}) "
-        f"SELECT {read}, {', '.join(meta)} FROM {lake_function(uri, s3)}{where}"
+        f"SELECT {read}, {', '.join(meta)} FROM {lake_function(uri, access)}{where}"
     )
 
 
@@ -116,7 +127,7 @@ class PushdownWriter:
             contract.sql_change_meta(),
             contract.sql_change_filter(cfg.immutable_keys),
             cfg.design,
-            s3_of(cfg),
+            lake_access(cfg),
         )
         token = contract.pushdown_range_token(cfg.pipeline, start, end)
         try:
@@ -153,7 +164,7 @@ class PushdownWriter:
 
     def _null_keys_in_lake(self, rng: Changes) -> SourceError | None:
         """The insert failed on a null: count the null keys (on this error path only) to say where."""
-        lake = lake_function(rng.location, s3_of(self.cfg))
+        lake = lake_function(rng.location, lake_access(self.cfg))
         for key in self.cfg.primary_key:  # Delta's names: ClickHouse reads the lake
             with self.to.sink.reads_files():
                 nulls, version = self.to.sink.query_rows(

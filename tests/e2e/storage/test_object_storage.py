@@ -132,11 +132,16 @@ def test_the_readme_s3a_example_replicates_with_only_the_endpoint_and_keys_set(s
     for target in ("shop.orders", "shop.mirror"):
         assert_rows_equal(expected, live_rows(bare, dsn, target), f"{target} vs Delta {uri}")
 
+    # a snapshot ClickHouse loads from the files the log names: no JVM either
+    cdc2ch(bare, "snapshot", "--table", uri, "--primary-key", "id", "--target", "shop.copy", "--reader",
+           "clickhouse", "--clickhouse", dsn)  # fmt: skip
+    assert_rows_equal(expected, live_rows(bare, dsn, "shop.copy"), f"shop.copy vs Delta {uri}")
     # nothing new: the poll and status read the log from the store without a JVM
     polled = cdc2ch(bare, *run, "--target", "shop.orders")
     assert "committed" not in [json.loads(line).get("event") for line in polled.stderr.splitlines()]
     status = json.loads(cdc2ch(bare, "status", "--format", "json", "--clickhouse", dsn).stdout)
     assert sorted((s["pipeline"], s["committed_version"], s["versions_behind"]) for s in status) == [
+        ("shop.copy", 5, 0),
         ("shop.mirror", 5, 0),
         ("shop.orders", 5, 0),
     ]
@@ -161,6 +166,16 @@ def test_a_snapshot_a_catalog_table_and_a_pattern_that_discovers_a_table_added_l
     cli.replicate("run", first, f"{database}.tasks", "--once", "--writer", "executors", "--clickhouse",
                   clickhouse_http.dsn)  # fmt: skip
     assert_replicated(spark, http_sink, first, TargetName(database, "tasks"))
+    # a server's reader, with the keys in a named collection on the server
+    collection = f"lake_{database}"
+    http_sink.command(f"CREATE NAMED COLLECTION {collection} AS access_key_id = '{KEY_ID}', "
+                      f"secret_access_key = '{SECRET}'")  # fmt: skip
+    try:
+        cli.replicate("run", first, f"{database}.pushed", "--once", "--reader", "clickhouse", "--lake-collection",
+                      collection, "--clickhouse", clickhouse_http.dsn)  # fmt: skip
+    finally:
+        http_sink.command(f"DROP NAMED COLLECTION {collection}")
+    assert_replicated(spark, http_sink, first, TargetName(database, "pushed"))
 
     pattern = ("run", "--table", f"s3a://{bucket}/sales/*", "--primary-key", "id", "--target",
                f"{database}.{{table}}", "--once")  # fmt: skip

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from cdc2ch.source.jars import hadoop_version
 from cdc2ch.source.storefaults import storage_error
 
 URI = "s3a://lake/sales/orders"
@@ -85,7 +86,8 @@ def test_each_refusal_is_read_as_its_cause(cause, text):
 def test_the_connector_paragraph_names_the_package_for_each_storage():
     text = "ClassNotFoundException: Class org.apache.hadoop.fs.azurebfs.SecureAzureBlobFileSystem not found"
     azure = str(storage_error(text, "abfss://c@acct.dfs.core.windows.net/t", "the Delta log"))
-    assert "org.apache.hadoop:hadoop-azure" in azure and "spark.cdc2ch.connectors=azure" in azure
+    assert f"org.apache.hadoop:hadoop-azure:{hadoop_version()} there" in azure
+    assert "spark.cdc2ch.connectors=azure" in azure
     gcs = str(storage_error('No FileSystem for scheme "gs"', "gs://b/t", "the Delta log"))
     assert "gcs-connector" in gcs and "spark.cdc2ch.connectors=gcs" in gcs
 

@@ -1,0 +1,30 @@
+"""ClickHouse reading the lake itself (--reader clickhouse): the table function for each place."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdc2ch.base.errors import ConfigError, SourceError
+from cdc2ch.model.config import RunConfig, SparkSettings, TargetName
+from cdc2ch.model.objectstore import S3Settings
+from cdc2ch.replication.writers.pushdown import LakeAccess, lake_access, lake_function
+
+
+def test_clickhouse_s_lake_function_for_each_place_and_a_server_s_named_collection():
+    assert lake_function("/lake/t") == "deltaLakeLocal('/lake/t')"
+    assert lake_function("s3a://lake/t") == "deltaLake('https://lake.s3.amazonaws.com/t/')"
+    minio = S3Settings.of({}, {"AWS_ENDPOINT_URL": "http://minio:9000"})
+    assert lake_function("s3a://lake/t", LakeAccess(minio, "lake_s3")) == (
+        "deltaLake(lake_s3, url = 'http://minio:9000/lake/t/')"
+    )
+    assert lake_function("https://host/t", LakeAccess(minio, "lake_s3")) == "deltaLake('https://host/t/')"
+    with pytest.raises(SourceError, match="--reader spark"):
+        lake_function("abfss://c@a.dfs.core.windows.net/t")
+
+    ceph = SparkSettings(conf=(("spark.hadoop.fs.s3a.endpoint", "http://ceph:7480"),))
+    cfg = RunConfig(
+        "s3a://lake/t", ("id",), TargetName("db", "t"), "chdb://x", "p", spark=ceph, lake_collection="ceph"
+    )
+    assert lake_access(cfg) == LakeAccess(S3Settings.of(dict(cfg.spark.conf), {}), "ceph")
+    with pytest.raises(ConfigError, match="letters, digits and underscores"):
+        RunConfig("s3a://lake/t", ("id",), TargetName("db", "t"), "chdb://x", "p", lake_collection="x) --")
