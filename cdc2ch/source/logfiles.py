@@ -1,8 +1,8 @@
 """Where a table's log files are read from, each source with the same small interface (`dir`, `modified`,
 `read`, `first_line`, `names`, `table_file_exists`, and `parquet` where Python reads): plain file calls for
 a local table, pyarrow's file systems for object storage, Spark's Hadoop file system for the rest; and
-`TableLog`, which picks one for a table: Python wherever it reaches the files, so that a poll and the
-table's metadata need no JVM.
+`TableLog`, which picks one for a table: Python for local tables and S3 where pyarrow reaches it, so
+that a poll and the table's metadata need no JVM.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
 from cdc2ch.base.log import get_logger
-from cdc2ch.model.objectstore import S3Settings
+from cdc2ch.model.objectstore import S3Settings, connector_of
 from cdc2ch.model.tableref import is_local
 from cdc2ch.source.log import DeltaLog, missing_table, not_a_delta_table
 from cdc2ch.source.storefaults import storage_error
@@ -222,7 +222,7 @@ def python_log(uri: str, files=None, name: str | None = None, s3: S3Settings | N
 
 class TableLog:
     """One table's log and the files it is read from: by Python where Python reaches them (local disk
-    always; object storage when pyarrow does, else through Spark's Hadoop file system). `spark` starts the
+    always; S3 when pyarrow does), else through Spark's Hadoop file system. `spark` starts the
     session when the log must be read through it; `s3` gives the S3 settings Spark is given."""
 
     def __init__(
@@ -231,7 +231,11 @@ class TableLog:
         self.location, self.name = location, name
         self._spark, self._s3 = spark, s3
         self.local = is_local(location)
-        self._by_python: bool | None = True if self.local else None  # None: not tried yet
+        # None: not tried yet. Only S3 among object stores: its settings are the ones Spark is given (the
+        # others' Python clients would look for credentials on their own, metadata servers included).
+        self._by_python: bool | None = (
+            True if self.local else None if connector_of(location) == "s3" else False
+        )
         self.log: DeltaLog | None = None
         self.files: LocalLogFiles | ArrowLogFiles | HadoopLogFiles | None = None
 
