@@ -62,8 +62,8 @@ class DeltaSource:
     its location like a path. `uri` is the table's identity (its full name, or its normalized path),
     `name` the full name (None for a path), `location` where its files are.
 
-    `spark` is a session or a LazySpark: a local table's log, schema, properties and protocol are read by
-    Python, so Spark starts only when rows are read (or a name looked up, or storage only Spark reaches)."""
+    `spark` is a session or a LazySpark: a local or S3 table's log, schema, properties and protocol are read
+    by Python, so Spark starts only when rows are read (or a name looked up, or storage only Spark reaches)."""
 
     streams = True  # its change feed reaches this process a Spark task's rows at a time (SparkChanges)
 
@@ -128,7 +128,8 @@ class DeltaSource:
             raise self.translate(exc, "the Delta log", version, None) from exc
 
     def table_state(self, version: int | None = None) -> TableState:
-        """A local table's metadata and protocol at `version` (default: the latest), from its log."""
+        """The table's metadata and protocol at `version` (default: the latest), from its log (one Python
+        reads: see logged_by_python)."""
         log = self._log()
         try:
             return self._states.at(
@@ -239,9 +240,9 @@ class DeltaSource:
 
     # -- data -------------------------------------------------------------------------------------
     def changes(self, start: int, end: int, key: tuple[str, ...] = ()) -> SparkChanges:
-        """The Change Data Feed for versions [start, end] (lazy; the schema is that of version `end`). A
-        local table's read is planned only when its rows are read: a reader that reads the files itself
-        (--reader clickhouse) starts no JVM. `key`: the columns that identify a row, where the caller knows
+        """The Change Data Feed for versions [start, end] (lazy; the schema is that of version `end`). Where
+        Python reads the log, the read is planned only when its rows are read: a reader that reads the files
+        itself (--reader clickhouse) starts no JVM. `key`: the columns that identify a row, where the caller knows
         them: a local table's read then leaves out the pre-images no target row needs (preimages.py)."""
         self._check()
         changes = SparkChanges(self, start, end, key if self.local else ())
