@@ -9,6 +9,7 @@ chatter after the first run. `python -m cdc2ch.source.spark` fills the cache ahe
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ from importlib import metadata
 from pathlib import Path
 
 from cdc2ch.base.errors import ConfigError
+from cdc2ch.model.objectstore import CONNECTORS
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class Connector:
     conf: tuple[tuple[str, str], ...] = ()  # settings it needs to be found for its schemes
 
 
+@functools.cache
 def hadoop_version() -> str:
     """The version of the Hadoop client Spark ships: connectors must match it."""
     import pyspark
@@ -46,6 +49,7 @@ def hadoop_version() -> str:
 
 
 GCS_CONNECTOR = "com.google.cloud.bigdataoss:gcs-connector:hadoop3-2.2.26"
+KNOWN = tuple(dict.fromkeys(CONNECTORS.values()))  # s3, azure, gcs
 
 
 def connector(name: str) -> Connector:
@@ -111,26 +115,25 @@ def connector_dir(found: Connector) -> Path:
     return jars_dir() / "connectors" / "_".join(p.replace(":", "_") for p in found.packages)
 
 
-def connector_jars(names: frozenset[str]) -> list[str]:
-    """Local paths of the jars of the connectors `names`, with those fetched before (a catalog table on
-    storage a connector was fetched for then reads without naming it), fetching the missing on first use."""
-    wanted = {n: connector(n) for n in sorted(names)}
-    cached = {n: connector(n) for n in ("s3", "azure", "gcs") if n not in wanted}
-    cached = {n: c for n, c in cached.items() if (connector_dir(c) / ".complete").exists()}
+def connectors_in_use(names: frozenset[str]) -> list[Connector]:
+    """The connectors `names`, with those fetched before: a catalog table on storage a connector was fetched
+    for then reads without naming it."""
+    named = [connector(n) for n in sorted(names)]
+    fetched = [connector(n) for n in KNOWN if n not in names]
+    return named + [c for c in fetched if (connector_dir(c) / ".complete").exists()]
+
+
+def connector_jars(found: list[Connector]) -> list[str]:
+    """Local paths of the jars of the connectors `found`, fetching the missing on first use."""
     jars: list[str] = []
-    for found in {**wanted, **cached}.values():
-        jars += _cached(connector_dir(found), found.packages, found.excludes, f"the {found.name} connector")
+    for c in found:
+        jars += _cached(connector_dir(c), c.packages, c.excludes, f"the {c.name} connector")
     return jars
 
 
-def connector_conf(jars: list[str]) -> dict[str, str]:
-    """The settings the connectors among `jars` need."""
-    out: dict[str, str] = {}
-    for name in ("s3", "azure", "gcs"):
-        found = connector(name)
-        if any(j.startswith(str(connector_dir(found)) + os.sep) for j in jars):
-            out.update(found.conf)
-    return out
+def connector_conf(found: list[Connector]) -> dict[str, str]:
+    """The settings the connectors `found` need."""
+    return {key: value for c in found for key, value in c.conf}
 
 
 def _cached(target: Path, packages: tuple[str, ...], excludes: tuple[str, ...], what: str) -> list[str]:

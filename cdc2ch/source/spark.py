@@ -18,7 +18,7 @@ from pathlib import Path
 from cdc2ch.model.config import SparkSettings, is_secret_key
 from cdc2ch.model.objectstore import S3Settings, connectors_for
 from cdc2ch.source import classes
-from cdc2ch.source.jars import connector_conf, connector_jars, delta_jars, jars_dir
+from cdc2ch.source.jars import connector_conf, connector_jars, connectors_in_use, delta_jars, jars_dir
 from cdc2ch.source.lazy import LazySpark, no_java
 
 if typing.TYPE_CHECKING:
@@ -115,9 +115,9 @@ def _build(settings: SparkSettings):
         conf["spark.driver.extraJavaOptions"] += young_generation(memory)
     ours = not under_submit and "spark.jars.packages" not in user and "spark.jars" not in user
     if ours:
-        connectors = connector_jars(settings.connectors | connectors_for([], user))
-        conf.update(jar_conf(delta_jars(), connectors, local, user))
-        conf.update(connector_conf(connectors))
+        found = connectors_in_use(settings.connectors | connectors_for([], user))
+        conf.update(jar_conf(delta_jars(), connector_jars(found), local, user))
+        conf.update(connector_conf(found))
     conf.update(S3Settings.of(user, os.environ).hadoop_conf(user, provider_chain=ours))
     archive = _class_archive(conf, user)
     if archive is not None:
@@ -332,7 +332,7 @@ def prepare(connectors: list[str]) -> None:
     class archive behind (see classes.py)."""
     from cdc2ch.source.delta import DeltaSource
 
-    for jar in delta_jars() + connector_jars(frozenset(connectors)):
+    for jar in delta_jars() + connector_jars(connectors_in_use(frozenset(connectors))):
         print(jar)
     spark = session()
     with tempfile.TemporaryDirectory(prefix="cdc2ch-warm-") as tmp:

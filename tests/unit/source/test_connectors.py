@@ -34,16 +34,22 @@ def test_connectors_come_from_the_cache_and_a_fetched_one_stays_on_the_class_pat
         (target / f"{packages[0].split(':')[1]}.jar").write_text("")
 
     monkeypatch.setattr(jars, "_fetch", fetch)
-    assert jars.connector_jars(frozenset()) == []
-    s3 = jars.connector_jars(frozenset({"s3"}))
+
+    def jars_of(names):
+        return jars.connector_jars(jars.connectors_in_use(frozenset(names)))
+
+    assert jars.connectors_in_use(frozenset()) == [] and jars_of(()) == []
+    s3 = jars_of({"s3"})
     assert [os.path.basename(j) for j in s3] == ["hadoop-aws.jar"] and len(fetched) == 1
     assert s3[0].startswith(str(tmp_path / "connectors") + os.sep)
     # fetched once; then on every JVM's class path, named or not (a catalog table on S3 needs it too)
-    assert jars.connector_jars(frozenset()) == s3 and len(fetched) == 1
-    both = jars.connector_jars(frozenset({"gcs"}))
+    assert jars_of(()) == s3 and len(fetched) == 1
+    both = jars_of({"gcs"})
     assert sorted(os.path.basename(j) for j in both) == ["gcs-connector.jar", "hadoop-aws.jar"]
-    assert jars.connector_conf(both) == dict(jars.connector("gcs").conf)
-    assert jars.connector_conf(s3) == {}
+    assert jars.connector_conf(jars.connectors_in_use(frozenset({"gcs"}))) == dict(jars.connector("gcs").conf)
+    assert jars.connector_conf([jars.connector("s3")]) == {}
+    with pytest.raises(ConfigError, match="s3, azure or gcs"):
+        jars.connectors_in_use(frozenset({"hdfs"}))
 
 
 def test_a_local_jvm_has_its_connectors_on_its_class_path_from_the_start():
