@@ -30,7 +30,6 @@ from tests.support.helpers import (
     committed_version,
     create_table,
     latest_version,
-    out_of_memory_paragraph,
     recorded_version,
 )
 
@@ -561,20 +560,3 @@ def test_one_process_per_embedded_database(built, spark, tmp_path):
         "query", "SELECT released FROM cdc2ch.cdc2ch_locks FINAL", "--format", "TSV", "--clickhouse", dsn
     )
     assert query.wait() == 0 and query.stdout.split() == ["1"], query.stderr
-
-
-def test_a_range_too_large_for_spark_says_what_to_change(spark, tmp_path):
-    """A version is read whole, so one larger than the JVM's memory cannot be read: `run` stops with a
-    paragraph naming the cause and the fixes, and a new pipeline (its first range this one) leaves nothing
-    behind."""
-    path = str(tmp_path / "big_version")
-    create_table(spark, path, "id BIGINT, pad STRING")
-    spark.range(0, 5_000_000, 1, 1).selectExpr("id", "repeat('x', 100) AS pad").write.format("delta").mode(
-        "append"
-    ).save(path)
-    last = out_of_memory_paragraph(
-        "run", "--table", path, "--primary-key", "id", "--target", "k.big", "--once", "--from-version", "1",
-        dsn=f"chdb://{tmp_path / 'ch'}",
-    )  # fmt: skip
-    assert last.startswith("cdc2ch: error: Spark ran out of memory reading the change data feed for"), last
-    assert "--max-rows-per-read" in last and "spark.driver.memory" in last and "--reader clickhouse" in last

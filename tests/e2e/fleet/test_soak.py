@@ -1,4 +1,4 @@
-"""A two-minute soak (bench/soak.py) on every run of the suite: both targets, a writer committing all the
+"""A one-minute soak (bench/soak.py) on every run of the suite: both targets, a writer committing all the
 time, kills, signals and network faults at seeded moments, then an independent check of every table.
 
 The seed is fixed so the suite replays the same schedule and writes; `make soak SEED=... MINUTES=...` runs
@@ -14,7 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 SEED = int(os.environ.get("CDC2CH_SOAK_SEED", "20261127"))
-MINUTES = float(os.environ.get("CDC2CH_SOAK_MINUTES", "2"))
+MINUTES = float(os.environ.get("CDC2CH_SOAK_MINUTES", "1"))
 
 
 def test_a_short_soak_loses_and_doubles_nothing(tmp_path):

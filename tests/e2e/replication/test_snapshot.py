@@ -233,27 +233,36 @@ def test_killed_snapshot_resumes(spark, tmp_path):
     assert sorted(got) == sorted(expected) and len(got) == 60_000  # no duplicates after FINAL
 
 
-def _one_file(spark, path: str, rows: int, column: str, row_group_bytes: int) -> None:
-    """A Delta table of one Parquet file (`id` and `column`) whose row groups hold about `row_group_bytes`."""
+def _one_file(spark, path: str, rows: int, column: str, row_group_bytes: int, mode: str = "error") -> None:
+    """`rows` rows (`id` and `column`) in one Parquet file whose row groups hold about `row_group_bytes`."""
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()
     hadoop.set("parquet.block.size", str(row_group_bytes))
     try:
-        spark.range(0, rows, 1, 1).selectExpr("id", column).write.format("delta").save(path)
+        spark.range(0, rows, 1, 1).selectExpr("id", column).write.format("delta").mode(mode).save(path)
     finally:
         hadoop.unset("parquet.block.size")
 
 
-def test_a_chunk_too_large_for_spark_says_what_to_change(spark, tmp_path):
-    """A file of one large row group cannot be split, so its chunk is read whole. When that does not fit in
-    the JVM (which then exits), the snapshot stops with a paragraph naming the cause and the fixes, and
-    records no offset."""
-    path = str(tmp_path / "one_row_group")
-    _one_file(spark, path, 5_000_000, "repeat('x', 100) AS pad", row_group_bytes=1 << 30)
+def test_a_read_too_large_for_spark_says_what_to_change(spark, tmp_path):
+    """One version of one file of one large row group: a snapshot reads the row group whole (Parquet splits
+    only between them) and `run` reads the version whole. When that does not fit in the JVM (which then
+    exits), each stops with a paragraph naming the cause and the fixes, and records no offset; a new
+    pipeline (its first range this one) leaves nothing behind."""
+    path = str(tmp_path / "big_version")
+    create_table(spark, path, "id BIGINT, pad STRING")
+    _one_file(spark, path, 5_000_000, "repeat('x', 100) AS pad", row_group_bytes=1 << 30, mode="append")
+    dsn = f"chdb://{tmp_path / 'ch'}"
     last = out_of_memory_paragraph(
-        "snapshot", "--table", path, "--primary-key", "id", "--target", "k.big", dsn=f"chdb://{tmp_path / 'ch'}"
+        "snapshot", "--table", path, "--primary-key", "id", "--target", "k.big", dsn=dsn
     )  # fmt: skip
     assert last.startswith("cdc2ch: error: Spark ran out of memory reading chunk"), last
     assert "5,000,000 rows each" in last and "spark.driver.memory" in last and "--reader clickhouse" in last
+    last = out_of_memory_paragraph(
+        "run", "--table", path, "--primary-key", "id", "--target", "k.big", "--once", "--from-version", "1",
+        dsn=dsn,
+    )  # fmt: skip
+    assert last.startswith("cdc2ch: error: Spark ran out of memory reading the change data feed for"), last
+    assert "--max-rows-per-read" in last and "spark.driver.memory" in last and "--reader clickhouse" in last
 
 
 def test_chunks_hold_at_most_max_rows_as_far_as_row_groups_allow(spark, tmp_path):
