@@ -80,10 +80,12 @@ def spark():
 
 @pytest.fixture(scope="session")
 def built(spark, tmp_path_factory):
-    """Delta histories written once per test process; each test gets its own copy (tests/support/helpers.py)."""
+    """Delta histories written once per test run; each test gets its own copy (tests/support/helpers.py)."""
     from tests.support.helpers import BuiltTables
 
-    return BuiltTables(spark, tmp_path_factory.mktemp("built"))
+    base = tmp_path_factory.getbasetemp()
+    run = base.parent if "PYTEST_XDIST_WORKER" in os.environ else base  # the workers' folders share a parent
+    return BuiltTables(spark, run / "built")
 
 
 @pytest.fixture(scope="session")

@@ -308,21 +308,27 @@ def out_of_memory_paragraph(command: str, *args: str, dsn: str) -> str:
 
 
 class BuiltTables:
-    """Delta histories written once per test process and handed out as copies, so that tests reading the same
-    history do not each write it again with Spark, and a test may change its own copy. A copy keeps the log's
-    files and their modification times (the commit timestamps of a log without in-commit timestamps)."""
+    """Delta histories written once per test run and handed out as copies, so that tests reading the same
+    history do not each write it again with Spark, and a test may change its own copy. The workers of one
+    run share `root`: the first to need a history writes it under a lock while the others wait for it. A copy
+    keeps the log's files and their modification times (the commit timestamps of a log without in-commit
+    timestamps)."""
 
     def __init__(self, spark, root: Path):
         self.spark, self.root = spark, root
-        self._built: dict[str, Path] = {}
+        root.mkdir(parents=True, exist_ok=True)
 
     def copy(self, build: Callable[..., None], dest: Path, *args: object) -> str:
         """A copy at `dest` of the table `build(spark, path, *args)` writes, built on first use."""
+        import fcntl
+
         name = f"{build.__module__}.{build.__qualname__}" + "".join(f"-{a}" for a in args)
-        source = self._built.get(name)
-        if source is None:
-            source = self.root / name
-            build(self.spark, str(source), *args)
-            self._built[name] = source
+        source, done = self.root / name, self.root / f"{name}.done"
+        with open(self.root / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not done.exists():
+                shutil.rmtree(source, ignore_errors=True)  # what a worker that failed mid-way left
+                build(self.spark, str(source), *args)
+                done.touch()
         shutil.copytree(source, dest)
         return str(dest)

@@ -58,7 +58,7 @@ def test_service_compacts_on_schedule_while_commits_arrive(spark, database, tmp_
             try:
                 while not stop.is_set():
                     seen.add(_rows(reader.query(LIVE.format(t=table_a)).result_rows))
-                    time.sleep(0.02)
+                    time.sleep(0.1)
             except BaseException as exc:
                 errors.append(exc)
 

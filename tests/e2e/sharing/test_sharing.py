@@ -30,9 +30,8 @@ from tests.support.sharing_server import SharingServer
 
 
 def scenario_history(spark, path):
-    """The 26-version mix of every kind of write (append, overwrite, replaceWhere, UPDATE, DELETE, MERGE),
-    then a key-changing UPDATE and a column added (the schema of the end version): 29 versions."""
-    scenario_mix(spark, path)
+    """On a copy of the 26-version mix of every kind of write (append, overwrite, replaceWhere, UPDATE, DELETE,
+    MERGE): a key-changing UPDATE and a column added (the schema of the end version): 29 versions."""
     spark.sql(f"UPDATE delta.`{path}` SET id = id + 1000000 WHERE id % 4 = 1")  # key change
     spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS (extra STRING)")
     spark.createDataFrame([(5_000_000, "a", "late", 1.0, "x")], COLS + ", extra STRING").write.format(
@@ -41,18 +40,18 @@ def scenario_history(spark, path):
 
 
 @pytest.fixture(scope="module")
-def share(spark, tmp_path_factory):
+def share(spark, tmp_path_factory, built):
     """One server for the module; its tables are written on first use, once."""
     root = tmp_path_factory.mktemp("shared")
     with SharingServer() as server:
-        server.root, server.paths = root, {}
+        server.root, server.paths, server.built = root, {}, built
         server.profile_path = server.profile(root)
         yield server
 
 
 def _table(server, spark, name) -> str:
     if name not in server.paths:
-        path = str(server.root / name)
+        path = server.built.copy(scenario_mix, server.root / name)
         {"mix": scenario_history}[name](spark, path)
         server.share(f"prov.sales.{name}", path)
         server.paths[name] = path
