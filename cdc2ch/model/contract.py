@@ -1,4 +1,4 @@
-"""The row contract (design.md sections 2-4): every rule about the rows cdc2ch writes, in one place.
+"""The row contract (docs/design.md, "The row contract"): every rule about the rows cdc2ch writes, in one place.
 
 Each change row becomes one target row versioned `_commit_version * 4 + rank`:
 

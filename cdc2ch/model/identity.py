@@ -1,5 +1,5 @@
 """Which columns identify a row in a target table: its sorting key and the columns its partition expression
-reads (design.md section 2), and the rule that a sorting key holds the primary key.
+reads (docs/design.md, "Row identity"), and the rule that a sorting key holds the primary key.
 
 ReplacingMergeTree collapses the rows whose whole sorting key is equal, within one partition. Every place
 that collapses, ranks, leaves out or counts rows per key takes this value, so none decides identity for

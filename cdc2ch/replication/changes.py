@@ -73,10 +73,10 @@ def _neighbours(rows: pa.Table, key: tuple[str, ...], order: pa.UInt64Array, upd
 
 
 def _latest(by_key: pa.UInt64Array, pairs: Pairs) -> pa.UInt64Array | None:
-    """Which rows to write: those no row of the same key and a higher `_version` outranks (design.md section
-    3), as indices in `by_key` order; None when that is all of them. FINAL would never show an outranked row,
-    so it need not be written. An ordinary update's pre-image goes (its post-image outranks it), a
-    key-changing update's stays (no row of its key outranks it), and so does every row of a key's newest
+    """Which rows to write: those no row of the same key and a higher `_version` outranks (docs/design.md,
+    "The row contract"), as indices in `by_key` order; None when that is all of them. FINAL would never show
+    an outranked row, so it need not be written. An ordinary update's pre-image goes (its post-image outranks
+    it), a key-changing update's stays (no row of its key outranks it), and so does every row of a key's newest
     `_version`, repeats included, in their order. Primary keys are not null here; `pairs` are the rows' neighbours in
     `by_key` order."""
     if pairs is None:

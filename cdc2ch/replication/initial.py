@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cdc2ch.model.commit import Commit
 from cdc2ch.replication import plan
 from cdc2ch.source.history import Replay
-from cdc2ch.source.log import Commit
 
 REPLAY_RATIO = 2
 REPLAY_FLOOR = 1_000_000

@@ -1,7 +1,8 @@
 """The ports the replication loop drives. Each method's contract says whether it is idempotent and whether it
-may split a Delta version; the loop's guarantees (design.md section 4) rest on exactly these promises.
+may split a Delta version; the loop's guarantees (docs/design.md, "The commit protocol") rest on exactly
+these promises.
 
-    ChangeSource  the table's versions and changes      (source/delta.py; a Delta Sharing source next)
+    ChangeSource  the table's versions and changes      (source/delta.py, source/shared.py)
     RangeWriter   one version range into the target     (writers/driver.py, executors.py, pushdown.py)
     TargetTables  the target table's DDL                (clickhouse/ddl.py)
     OffsetStore   the committed offset per pipeline     (clickhouse/state.py)
@@ -23,12 +24,12 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from cdc2ch.model.commit import Commit
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.design import TableDesign
 from cdc2ch.model.offset import PipelineState
 from cdc2ch.model.renames import TargetMoves
 from cdc2ch.model.schema import SchemaDiff
-from cdc2ch.source.log import Commit
 
 __all__ = [
     "ChangeSource",

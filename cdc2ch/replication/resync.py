@@ -13,13 +13,13 @@ from dataclasses import replace
 
 from cdc2ch.base.errors import SchemaChangeError
 from cdc2ch.base.log import Logger
+from cdc2ch.model.commit import Commit
 from cdc2ch.model.config import RunConfig, TargetName
 from cdc2ch.model.offset import PipelineState
 from cdc2ch.model.schema import SchemaDiff
 from cdc2ch.model.view import NONE as NO_VIEW
 from cdc2ch.replication import plan
 from cdc2ch.replication.ports import ChangeSource, OffsetStore, TargetTables
-from cdc2ch.source.log import Commit
 
 SUFFIX = "__cdc2ch_resync"
 _MARKER = "cdc2ch: rebuilt by resync of pipeline {pipeline} at Delta version {version}"

@@ -25,6 +25,7 @@ from cdc2ch.clickhouse.lock import PipelineLock
 from cdc2ch.clickhouse.state import StateStore
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model import contract, schema
+from cdc2ch.model.commit import Commit
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.offset import PipelineState
 from cdc2ch.replication import plan, readers
@@ -37,7 +38,6 @@ from cdc2ch.replication.readers import check_clickhouse_reads
 from cdc2ch.replication.writers.driver import insert_rows
 from cdc2ch.replication.writers.pushdown import insert_from_lake, insert_settings, lake_access
 from cdc2ch.source.chunked import ChunkedFrame, arrow_schema
-from cdc2ch.source.log import Commit
 from cdc2ch.source.variants import variants_as_json
 
 if TYPE_CHECKING:

@@ -15,7 +15,8 @@ import threading
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-from cdc2ch.source.log import Commit, missing_table, not_a_delta_table
+from cdc2ch.model.commit import Commit
+from cdc2ch.source.log import missing_table, not_a_delta_table
 
 
 def delta_log(spark, location: str):

@@ -19,6 +19,7 @@ from cdc2ch.base.errors import (
     summarise,
 )
 from cdc2ch.model import contract
+from cdc2ch.model.commit import Commit
 from cdc2ch.model.tableref import is_local, normalize_uri, parse_table
 from cdc2ch.source.cdfscan import StateSnapshots, check_table
 from cdc2ch.source.cdfscan import delta_log as _delta_log
@@ -27,7 +28,7 @@ from cdc2ch.source.feed import SparkChanges
 from cdc2ch.source.jvmmeta import jvm_properties, jvm_table_id, logged_schema
 from cdc2ch.source.jvmmeta import protocol as _protocol
 from cdc2ch.source.lazy import local_master, running, s3_settings, session_of
-from cdc2ch.source.log import Commit, DeltaLog, LogChanged
+from cdc2ch.source.log import DeltaLog, LogChanged
 from cdc2ch.source.logfiles import TableLog
 from cdc2ch.source.logstate import LogStates, TableState, live_paths
 from cdc2ch.source.sessionconf import session_conf

@@ -9,40 +9,15 @@ Spark's own reads), or through pyarrow's file systems where no JVM is wanted (`s
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from cdc2ch.base import phases
 from cdc2ch.base.errors import SourceError
+from cdc2ch.model.commit import Commit, Files
 
 # Bytes per row assumed for change files when a commit carries no statistics to learn it from. Small on
 # purpose: an over-estimate only makes read ranges smaller.
 DEFAULT_BYTES_PER_ROW = 8
-
-
-@dataclass(frozen=True)
-class Files:
-    """A commit's file actions, as far as the table's size and the files its change feed reads need them
-    (source/history.py). Paths as the log writes them: relative to the table, URI-encoded."""
-
-    added: tuple[tuple[str, int | None, bool], ...] = ()  # (path, live rows or None, dataChange)
-    removed: tuple[tuple[str, bool], ...] = ()  # (path, dataChange)
-    change_files: tuple[str, ...] = ()  # its change files (_change_data/...), if it wrote any
-
-
-@dataclass(frozen=True)
-class Commit:
-    """One commit as its log file records it."""
-
-    version: int
-    timestamp: datetime
-    operation: str
-    estimated_rows: int  # change rows it yields, from file statistics and metrics (an upper bound)
-    parameters: dict = field(default_factory=dict, compare=False)
-    metadata: bool = False  # carries a metaData action: a new schema or new table properties
-    properties: dict | None = None  # the table properties of that metaData action
-    files: Files | None = field(default=None, compare=False)  # None: not known (a share's answer)
-    protocol: bool = False  # carries a protocol action: new table features
 
 
 def parse_commit(version: int, text: str, modified_ms: int) -> Commit:

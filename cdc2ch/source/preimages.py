@@ -14,8 +14,8 @@ from collections.abc import Iterable
 
 import pyarrow as pa
 
+from cdc2ch.model.commit import Commit
 from cdc2ch.model.contract import PREIMAGE
-from cdc2ch.source.log import Commit
 from cdc2ch.source.logstate import TableState, table_file
 
 # A commit with more change rows than this is read with its pre-images: telling would hold its keys in this

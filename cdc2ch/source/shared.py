@@ -18,9 +18,10 @@ import pyarrow as pa
 from cdc2ch.base import phases, retry
 from cdc2ch.base.errors import CHANGE_FEED, SourceError, error_text, range_out_of_memory, summarise
 from cdc2ch.model import contract
+from cdc2ch.model.commit import Commit
 from cdc2ch.model.tableref import parse_table
 from cdc2ch.source import sharefiles
-from cdc2ch.source.log import Commit, estimate_rows
+from cdc2ch.source.log import estimate_rows
 from cdc2ch.source.shareanswer import check_served, metadata_of, schema_of, sliced, version_of
 from cdc2ch.source.sharing import SharingClient, SharingRefused, load_profile
 from cdc2ch.source.threads import to_arrow

@@ -17,11 +17,11 @@ import pyarrow as pa
 from cdc2ch.base.errors import SourceError
 from cdc2ch.clickhouse.lock import LockedError
 from cdc2ch.model import contract, schema
+from cdc2ch.model.commit import Commit
 from cdc2ch.model.config import RunConfig, TargetName
 from cdc2ch.model.identity import Identity
 from cdc2ch.model.offset import PipelineState
 from cdc2ch.replication.ports import Ports, RangeResult
-from cdc2ch.source.log import Commit
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 SPARK_TYPES = {"long": pa.int64(), "string": pa.string(), "integer": pa.int32(), "double": pa.float64()}
@@ -75,7 +75,7 @@ class FakeTable:
     ) -> int:
         """ops: ("insert", row), ("update", key, {col: value}), ("delete", key). `drop` drops a column;
         `properties`, the table properties of a metaData action; `parameters`, the operation's; `files`, the
-        commit's file actions (log.Files; None: unknown, as for a share)."""
+        commit's file actions (model.commit.Files; None: unknown, as for a share)."""
         changes = []
         if drop:
             self.columns.pop(drop)

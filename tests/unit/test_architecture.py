@@ -139,6 +139,24 @@ def test_every_package_says_what_it_decides():
             assert ast.get_docstring(ast.parse(path.read_text())), name
 
 
+def test_the_documents_the_code_cites_exist_with_the_sections_it_names():
+    """A comment cites the design by its path and a section's title (docs/design.md, "The row contract")."""
+    root = PACKAGE.parent
+    cited = re.compile(r'(docs/[\w./-]+\.md)(?:, "([^"]+)")?')
+    missing = []
+    for name, path in modules().items():
+        for doc, section in cited.findall(" ".join(path.read_text().split())):
+            text = (root / doc).read_text() if (root / doc).exists() else None
+            if text is None or (
+                section and not re.search(rf"^#+ (\d+\. )?{re.escape(section)}$", text, re.M)
+            ):
+                missing.append((name, doc, section))
+        assert not re.search(r"(?<!docs/)\bdesign\.md", path.read_text()), (
+            f"{name} cites design.md without its path"
+        )
+    assert missing == []
+
+
 def test_modules_log_through_cdc2ch_log():
     """cdc2ch.base.log.get_logger routes events to the caller's logging during Python API calls; a structlog
     logger taken directly would print on its own there."""

@@ -1,4 +1,4 @@
-"""Every Spark type of design.md section 5 survives Delta -> ClickHouse exactly (values, not strings)."""
+"""Every Spark type of the README's type mapping survives Delta -> ClickHouse exactly (values, not strings)."""
 
 from __future__ import annotations
 

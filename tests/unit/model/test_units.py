@@ -10,12 +10,13 @@ import pytest
 
 from cdc2ch.base.errors import ConfigError, SourceError
 from cdc2ch.clickhouse.dsn import redact
+from cdc2ch.model.commit import Commit
 from cdc2ch.model.config import TargetName
 from cdc2ch.model.design import TableDesign
 from cdc2ch.model.schema import clickhouse_type, column_types, quote
 from cdc2ch.replication import changes
 from cdc2ch.replication.plan import plan_ranges
-from cdc2ch.source.log import Commit, estimate_rows, parse_commit
+from cdc2ch.source.log import estimate_rows, parse_commit
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

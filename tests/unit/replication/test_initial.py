@@ -8,10 +8,11 @@ import json
 import pytest
 
 from cdc2ch.base.errors import ConfigError, SourceError
+from cdc2ch.model.commit import Commit, Files
 from cdc2ch.replication import initial
 from cdc2ch.replication.initial import CHANGES, SNAPSHOT, Facts, decide
 from cdc2ch.source.history import Replay, replay
-from cdc2ch.source.log import Commit, Files, parse_commit
+from cdc2ch.source.log import parse_commit
 from tests.support.fakes import T0, FakeTable, Harness
 
 CDF_ON = {"delta.enableChangeDataFeed": "true"}

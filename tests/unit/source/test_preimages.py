@@ -12,8 +12,8 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
+from cdc2ch.model.commit import Commit, Files
 from cdc2ch.source.feed import SparkChanges
-from cdc2ch.source.log import Commit, Files
 from cdc2ch.source.logstate import TableState
 from cdc2ch.source.preimages import left_out, needless
 from tests.support.fakes import T0

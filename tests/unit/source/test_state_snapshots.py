@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
+from cdc2ch.model.commit import Commit
 from cdc2ch.source.cdfscan import StateSnapshots
-from cdc2ch.source.log import Commit, parse_commit
+from cdc2ch.source.log import parse_commit
 
 TS = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
