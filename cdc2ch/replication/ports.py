@@ -34,7 +34,6 @@ from cdc2ch.model.schema import SchemaDiff
 __all__ = [
     "ChangeSource",
     "Changes",
-    "Commit",
     "Footprint",
     "Lock",
     "OffsetStore",

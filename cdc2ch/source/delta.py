@@ -35,7 +35,7 @@ from cdc2ch.source.sessionconf import session_conf
 from cdc2ch.source.storefaults import storage_error
 from cdc2ch.source.threads import to_arrow
 
-__all__ = ["Commit", "DeltaSource", "normalize_uri", "session_conf"]
+__all__ = ["DeltaSource", "normalize_uri", "session_conf"]
 
 
 # Session settings of cdc2ch's CDF reads, applied only while a read is planned (`session_conf`): CDF reads

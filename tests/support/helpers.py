@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import fcntl
 import math
 import shutil
 from collections.abc import Callable
@@ -320,8 +321,6 @@ class BuiltTables:
 
     def copy(self, build: Callable[..., None], dest: Path, *args: object) -> str:
         """A copy at `dest` of the table `build(spark, path, *args)` writes, built on first use."""
-        import fcntl
-
         name = f"{build.__module__}.{build.__qualname__}" + "".join(f"-{a}" for a in args)
         source, done = self.root / name, self.root / f"{name}.done"
         with open(self.root / f"{name}.lock", "w") as lock:
