@@ -8,7 +8,6 @@ import os
 import socket
 import sys
 import tempfile
-import threading
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,6 +17,7 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from cdc2ch.base.errors import SinkError, summarise
 from cdc2ch.clickhouse import codes, server
+from cdc2ch.clickhouse.fileroot import from_root
 from cdc2ch.clickhouse.lock import LockedError, command_name
 from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.model.config import default_data_dir
@@ -94,7 +94,7 @@ def connect(dsn: str, retries: int, create: bool = True, via_service: bool = Fal
         client,
         f"chdb://{path}",
         retries,
-        reads_files=_from_root,
+        reads_files=from_root,
         opener=opener,
         small_settings=NO_JIT,
         one_process=True,
@@ -224,33 +224,3 @@ def _holder(path: Path) -> str:
         return f"{info['command']} (pid {info['pid']} on host {info['host']}, since {info['since']})"
     except (OSError, ValueError, KeyError):
         return "another process"
-
-
-class _FromRoot:
-    """The embedded engine lets table functions read files only below the process's working directory;
-    lake files can be anywhere, so statements that read them run from /. Statements of several pipelines
-    overlap: the first to begin moves to /, the last to end moves back (one alone would move back under
-    another still running, or leave the process in /)."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._running = 0
-        self._previous = ""
-
-    @contextmanager
-    def __call__(self):
-        with self._lock:
-            if self._running == 0:
-                self._previous = os.getcwd()
-                os.chdir("/")
-            self._running += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._running -= 1
-                if self._running == 0:
-                    os.chdir(self._previous)
-
-
-_from_root = _FromRoot()

@@ -12,6 +12,8 @@ no statement can lift it (changing readonly is a change of settings). What reado
 engine whose one user holds every grant (INTO OUTFILE, KILL, SYSTEM, settings naming files, ...) is refused
 first by cdc2ch.clickhouse.readonly. Sessions keep no state then.
 Writable: a `session_id` keeps its handle, so SET persists as on a server; URL settings last one statement.
+Statements that read local files run as the embedded target runs them (cdc2ch.clickhouse.fileroot), so a
+client's `--reader clickhouse` reads a local Delta table as it would through a server allowed to.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ import os
 import re
 import threading
 from collections import OrderedDict
+from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 import chdb
 
 from cdc2ch.clickhouse import readonly as gate
+from cdc2ch.clickhouse.fileroot import from_root, reads_local_files
 
 if TYPE_CHECKING:
     from chdb.state.sqlitelike import Connection
@@ -108,7 +112,8 @@ class Engine:
             self._apply(conn, params.get("database"), settings, undo if session else None)
             if self.readonly:
                 conn.query("SET readonly = 1", "TSV")
-            return self._insert(conn, stmt, data, fmt) if fmt else self._query(conn, stmt, binds, params)
+            with from_root() if not self.readonly and reads_local_files(stmt) else nullcontext():
+                return self._insert(conn, stmt, data, fmt) if fmt else self._query(conn, stmt, binds, params)
         finally:
             for sql in reversed(undo):
                 try:
