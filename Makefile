@@ -40,7 +40,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[test]"
-	$(BIN)/python -m cdc2ch.source.spark s3 > /dev/null
+	$(BIN)/python -m cdc2ch.source.spark.session s3 > /dev/null
 	touch $(STAMP)
 
 $(SHARING_STAMP): tests/support/sharing-requirements.txt

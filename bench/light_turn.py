@@ -33,16 +33,19 @@ sys.path.insert(0, str(ROOT))
 
 from workloads import cpu_seconds, descendants  # noqa: E402  (this script's own directory: bench/)
 
-from cdc2ch.clickhouse import ddl, lock, state  # noqa: E402
-from cdc2ch.clickhouse.dsn import connect  # noqa: E402
-from cdc2ch.clickhouse.transport import Sink  # noqa: E402
+from cdc2ch.clickhouse.connection.dsn import connect  # noqa: E402
+from cdc2ch.clickhouse.connection.transport import Sink  # noqa: E402
+from cdc2ch.clickhouse.state import lock  # noqa: E402
+from cdc2ch.clickhouse.state import statestore as state  # noqa: E402
+from cdc2ch.clickhouse.tables import ddl  # noqa: E402
 from cdc2ch.model import contract  # noqa: E402
 from cdc2ch.model.config import RunConfig, SparkSettings, TargetName  # noqa: E402
 from cdc2ch.replication import changes  # noqa: E402
 from cdc2ch.replication.pipeline import Replicator  # noqa: E402
-from cdc2ch.source import delta, log  # noqa: E402
-from cdc2ch.source.spark import session  # noqa: E402
-from cdc2ch.source.threads import jobs_of  # noqa: E402
+from cdc2ch.source.deltalog import commitlog as log  # noqa: E402
+from cdc2ch.source.spark.session import session  # noqa: E402
+from cdc2ch.source.spark.threads import jobs_of  # noqa: E402
+from cdc2ch.source.sparkread import deltasource as delta  # noqa: E402
 
 CDF = {"delta.enableChangeDataFeed": "true"}
 
@@ -100,7 +103,7 @@ def instrument(p: Phases) -> None:
     p.wrap(changes, "prepare", "checks: outranked/duplicates")
     p.wrap(contract, "check_keys", "checks: null keys")
     p.wrap(contract, "driver_batch_token", "insert token (digest)")
-    p.wrap(ddl.TargetTables, "prepare", "target DDL check")
+    p.wrap(ddl.ClickHouseTables, "prepare", "target DDL check")
     p.wrap(Sink, "insert_arrow", "insert (ClickHouse)")
     p.wrap(state.StateStore, "save", "offset write", whole=True)
     p.wrap(lock.PipelineLock, "check", "lock check")

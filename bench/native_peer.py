@@ -13,7 +13,7 @@ import json
 import sys
 import time
 
-from cdc2ch.clickhouse.dsn import connect
+from cdc2ch.clickhouse.connection.dsn import connect
 from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName
 from cdc2ch.model.design import TableDesign

@@ -42,7 +42,7 @@ def replicate(table: str, clickhouse: str) -> tuple[int, float, float]:
 
 def main(rows: int) -> None:
     from cdc2ch.model.config import SparkSettings
-    from cdc2ch.source.spark import session
+    from cdc2ch.source.spark.session import session
     from tests.support.sharing_server import SharingServer
 
     with tempfile.TemporaryDirectory(prefix="cdc2ch-sharing-bench-") as tmp:

@@ -12,11 +12,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from cdc2ch.clickhouse.dsn import connect
+from cdc2ch.clickhouse.connection.dsn import connect
 from cdc2ch.model.config import RunConfig, SparkSettings, TargetName
-from cdc2ch.replication.snapshot import Snapshotter
-from cdc2ch.source.delta import DeltaSource
-from cdc2ch.source.spark import session
+from cdc2ch.replication.fullload.snapshot import Snapshotter
+from cdc2ch.source.spark.session import session
+from cdc2ch.source.sparkread.deltasource import DeltaSource
 
 
 def main(rows: int) -> None:

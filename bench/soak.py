@@ -395,7 +395,7 @@ class Endpoints:
     def __init__(self, p: Phase):
         self.p, self.holder, self.server = p, None, None
         if p.target == "server":
-            from cdc2ch.clickhouse.dsn import connect
+            from cdc2ch.clickhouse.connection.dsn import connect
             from tests.support.chserver import ChServer, FaultProxy
 
             self.holder = connect(f"chdb://{p.work / 'clickhouse'}", 1)

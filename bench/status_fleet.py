@@ -37,7 +37,7 @@ def timed(fn, repeat: int = 5) -> tuple[float, object]:
 
 
 def main(pipelines: int) -> None:
-    from cdc2ch.clickhouse.dsn import connect
+    from cdc2ch.clickhouse.connection.dsn import connect
     from cdc2ch.commands import status
     from tests.support import fleet
 

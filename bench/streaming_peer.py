@@ -19,11 +19,11 @@ import time
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdc2ch.clickhouse.dsn import connect
+from cdc2ch.clickhouse.connection.dsn import connect
 from cdc2ch.model import schema
 from cdc2ch.model.config import SparkSettings, TargetName
 from cdc2ch.model.design import TableDesign
-from cdc2ch.source.spark import session
+from cdc2ch.source.spark.session import session
 
 BATCH = 80_000
 

@@ -33,7 +33,7 @@ def measured(argv: list[str]) -> tuple[float, int, str]:
 
 def main(rows: int) -> None:
     from cdc2ch.model.config import SparkSettings
-    from cdc2ch.source.spark import session
+    from cdc2ch.source.spark.session import session
 
     with tempfile.TemporaryDirectory(prefix="cdc2ch-verify-bench-") as tmp:
         path = str(Path(tmp) / "delta")

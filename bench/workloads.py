@@ -48,11 +48,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdc2ch.clickhouse.dsn import connect
+from cdc2ch.clickhouse.connection.dsn import connect
 from cdc2ch.model import schema
 from cdc2ch.model.config import SparkSettings, TargetName
 from cdc2ch.model.design import TableDesign
-from cdc2ch.source.spark import class_archive, delta_jars, session
+from cdc2ch.source.spark.session import class_archive, delta_jars, session
 
 # quick: under 3 minutes on 2 cores (fewer versions, the push-down reader on W1 only)
 _W = ("w1_rows", "w1_versions", "w2_rows", "w2_versions", "w3_seconds", "w1_scale", "w2_push", "w4_tables")
@@ -323,7 +323,9 @@ def follow_from(path: str, start: int, dsn: str, table: str) -> float:
     # would merge it during the timed run (20M rows for W5), where the other contenders write into tables
     # made empty. Merge it first, untimed.
     merge = f"s = connect({dsn!r}); s.command('OPTIMIZE TABLE bench.{table} FINAL'); s.close()"
-    subprocess.run([sys.executable, "-c", f"from cdc2ch.clickhouse.dsn import connect\n{merge}"], check=True)
+    subprocess.run(
+        [sys.executable, "-c", f"from cdc2ch.clickhouse.connection.dsn import connect\n{merge}"], check=True
+    )
     return time.monotonic() - t0
 
 

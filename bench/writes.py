@@ -156,7 +156,7 @@ class Writer:
         """An UPDATE, DELETE or MERGE through Spark SQL."""
         if self._spark is None:
             from cdc2ch.model.config import SparkSettings
-            from cdc2ch.source.spark import session
+            from cdc2ch.source.spark.session import session
 
             self._spark = session(SparkSettings(master="local[1]"))
         path, op = self.lake / name, self.rng.choice(["update", "delete", "merge"])

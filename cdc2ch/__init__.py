@@ -1,7 +1,7 @@
 """cdc2ch: replicate Delta Lake tables into ClickHouse through Delta's Change Data Feed.
 
 The Python API is cdc2ch.api (`replicate`, `snapshot`, `status`); `cdc2ch.replicate` is its `replicate`
-too. (`cdc2ch.replication.snapshot` and `cdc2ch.commands.status` are the modules doing that work, hence not
+too. (`cdc2ch.replication.fullload.snapshot` and `cdc2ch.commands.status` are the modules doing that work, hence not
 the functions.) It is imported on first use, so that the command line does not pay for it."""
 
 from cdc2ch.base.version import __version__

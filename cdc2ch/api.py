@@ -146,9 +146,9 @@ def replicate(
     """Replicate `table` into ClickHouse from the pipeline's stored offset, as `cdc2ch run --once` (or, with
     once=False, until `stop` is set: the range in flight is finished first). Records the pipeline's health
     (last success or error) as `run` does. `spark`: your SparkSession (None: the active one)."""
-    from cdc2ch.clickhouse.dsn import connect
-    from cdc2ch.clickhouse.lock import PipelineLock
-    from cdc2ch.clickhouse.state import StateStore
+    from cdc2ch.clickhouse.connection.dsn import connect
+    from cdc2ch.clickhouse.state.lock import PipelineLock
+    from cdc2ch.clickhouse.state.statestore import StateStore
     from cdc2ch.fleet.runner import Runner
     from cdc2ch.replication.metrics import Metrics
 
@@ -159,7 +159,7 @@ def replicate(
         cfg = _config("run", "replicate", {**given, **options}, once=bool(once))
         with connect(cfg.clickhouse_dsn, cfg.retries, cluster=cfg.cluster) as sink:
             PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl).check()
-            runner = Runner([cfg], spark, sink, stop or threading.Event(), Metrics(), isolate=False)
+            runner = Runner([cfg], spark, sink, stop or threading.Event(), Metrics())
             runner.run()  # raises what failed, as the command would report it
             job = runner.slots[0].job
             before: PipelineState | None
@@ -198,9 +198,9 @@ def snapshot(
 ) -> SnapshotResult:
     """Load `table` as of `version` (default: the latest), resumably, as `cdc2ch snapshot`; `replicate`
     then continues at version + 1."""
-    from cdc2ch.clickhouse.dsn import connect
-    from cdc2ch.clickhouse.lock import PipelineLock
-    from cdc2ch.replication.snapshot import Snapshotter
+    from cdc2ch.clickhouse.connection.dsn import connect
+    from cdc2ch.clickhouse.state.lock import PipelineLock
+    from cdc2ch.replication.fullload.snapshot import Snapshotter
     from cdc2ch.source import open_source
 
     with api_call():
@@ -239,7 +239,7 @@ def status(
     """Every pipeline with a record in ClickHouse (or those writing `target`), as `cdc2ch status --json`;
     `pattern`, `failing` and `lagging` ("5m") select some as `--pattern`, `--failing` and `--lagging` do.
     Delta logs Python cannot reach are read through `spark` (None: the active session, if any)."""
-    from cdc2ch.clickhouse.dsn import connect
+    from cdc2ch.clickhouse.connection.dsn import connect
     from cdc2ch.commands import status as report
     from cdc2ch.commands.selection import Selection
 

@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from cdc2ch.cli import main
-from cdc2ch.clickhouse.dsn import connect
+from cdc2ch.clickhouse.connection.dsn import connect
 from cdc2ch.model.config import SparkSettings
-from cdc2ch.source.spark import session
+from cdc2ch.source.spark.session import session
 
 _ids = itertools.count()
 

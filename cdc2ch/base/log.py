@@ -25,7 +25,7 @@ from cdc2ch.base.errors import one_line, py4j_source
 
 _format = "console"
 _level = logging.INFO
-# log4j's lines as cdc2ch/source/log4j2.properties lays them out: `26/11/23 06:40:00 ERROR Executor: ...`
+# log4j's lines as cdc2ch/source/spark/log4j2.properties lays them out: `26/11/23 06:40:00 ERROR Executor: ...`
 _LOG4J = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (FATAL|ERROR|WARN|INFO|DEBUG|TRACE) ([^:\s]+): (.*)$")
 _LEVELS = {
     "FATAL": "error",
@@ -36,7 +36,7 @@ _LEVELS = {
     "TRACE": "debug",
 }
 # Printed by every JVM start (Spark adds --add-modules=jdk.incubator.vector), with no option to silence it,
-# and by the JVM when it saves its class archive (source/classes.py).
+# and by the JVM when it saves its class archive (source/spark/classarchive.py).
 NOISE = ("WARNING: Using incubator modules:", "Dynamic dump to file")
 
 

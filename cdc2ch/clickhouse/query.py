@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from cdc2ch.base.errors import ConfigError
-from cdc2ch.clickhouse.transport import Sink
+from cdc2ch.clickhouse.connection.transport import Sink
 
 # Statements whose result is rows, by their first word.
 _RETURNS_ROWS = frozenset(

@@ -28,8 +28,8 @@ def _target(cfg: RunConfig, retries: int, check_lock: bool, reader: bool = False
     """ClickHouse opened: yields the sink. With `check_lock`, refuses early, before Spark starts, if another
     runner has the pipeline; the job claims it itself once its inputs are checked, so bad input writes
     nothing. A `reader` of an embedded directory a `run --serve` holds goes through that service."""
-    from cdc2ch.clickhouse.dsn import connect
-    from cdc2ch.clickhouse.lock import PipelineLock
+    from cdc2ch.clickhouse.connection.dsn import connect
+    from cdc2ch.clickhouse.state.lock import PipelineLock
 
     with connect(cfg.clickhouse_dsn, retries, reader=reader, cluster=cfg.cluster) as sink:
         if check_lock:
@@ -60,11 +60,11 @@ def run_pipelines(
     """One ClickHouse connection and one Spark session for all pipelines, started when the first of them
     reads through Spark; see runner.Runner. With a config file a failing pipeline is one failure among
     others (`--once` then exits 1 with a summary)."""
-    from cdc2ch.fleet.runner import Runner
+    from cdc2ch.fleet.runner import Fleet, Runner
     from cdc2ch.fleet.scheduler import pool_size, spark_cores
     from cdc2ch.replication.budget import RowBudget
     from cdc2ch.replication.metrics import Metrics
-    from cdc2ch.source.spark import jvm_pid, lazy_session
+    from cdc2ch.source.spark.session import jvm_pid, lazy_session
 
     isolate = process.config_path is not None or discover is not None  # one table's failure stops no other
     first = configs[0]
@@ -88,19 +88,8 @@ def run_pipelines(
             metrics.serve(process.metrics_port)
         try:
             spark = lazy_session(first.spark, on_start=lambda s: setattr(metrics, "jvm_pid", jvm_pid(s)))
-            runner = Runner(
-                configs,
-                spark,
-                sink,
-                stop,
-                metrics,
-                isolate,
-                discover,
-                process.discover_interval,
-                skipped,
-                workers,
-                budget,
-            )
+            fleet = Fleet(isolate, workers, budget, discover, process.discover_interval, tuple(skipped or ()))
+            runner = Runner(configs, spark, sink, stop, metrics, fleet)
             failed = runner.run()
         finally:
             metrics.close()
@@ -128,15 +117,16 @@ def check_serve(process: ProcessOptions) -> None:
     """Refuse --serve options that cannot work, before anything starts."""
     if process.serve is None:
         return
-    from cdc2ch.commands import serve  # the embedded engine's HTTP interface (imports it): only when asked
+    # the HTTP service (and what it imports) only when asked
+    from cdc2ch.clickhouse.serving.httpservice import parse_address, tls_context
 
     if not process.clickhouse_dsn.startswith("chdb:"):
         raise ConfigError(
             "--serve shares this process's embedded ClickHouse (--clickhouse chdb:///path); a ClickHouse server "
             "serves its readers itself: point them at it, or drop --serve."
         )
-    serve.parse_address(process.serve.address)
-    serve.tls_context(process.serve.tls_cert, process.serve.tls_key)
+    parse_address(process.serve.address)
+    tls_context(process.serve.tls_cert, process.serve.tls_key)
 
 
 @contextmanager
@@ -147,18 +137,18 @@ def _serving(process: ProcessOptions):
     if opts is None:
         yield
         return
-    from cdc2ch.clickhouse import embedded
-    from cdc2ch.commands import serve
+    from cdc2ch.clickhouse.connection import embedded
+    from cdc2ch.clickhouse.serving import endpoint
 
     path = embedded.data_path(process.clickhouse_dsn)
-    server = serve.serve_engine(
+    server = endpoint.serve_engine(
         str(path), opts.address, opts.user, opts.writable, opts.tls_cert, opts.tls_key
     )
     try:
         embedded.announce_service(path, server.url, opts.tls_cert)
         log.info("serving", url=server.url, writable=opts.writable, tls=server.tls is not None)
         if not server.password:
-            log.warning("serving_without_password", url=server.url, hint=f"set {serve.PASSWORD_ENV}")
+            log.warning("serving_without_password", url=server.url, hint=f"set {endpoint.PASSWORD_ENV}")
         yield
     finally:
         embedded.withdraw_service(path)
@@ -184,9 +174,9 @@ def snapshot(invocation: Invocation) -> None:
 
 def load_snapshot(cfg: RunConfig, stop: threading.Event) -> None:
     """Load the pipeline's table as of cfg.snapshot_version (default: the latest), resumably."""
-    from cdc2ch.replication.snapshot import Snapshotter
+    from cdc2ch.replication.fullload.snapshot import Snapshotter
     from cdc2ch.source import open_source
-    from cdc2ch.source.spark import lazy_session
+    from cdc2ch.source.spark.session import lazy_session
 
     with _target(cfg, cfg.retries, check_lock=True) as sink:
         Snapshotter(cfg, open_source(lazy_session(cfg.spark), cfg.table), sink, stop).run()
@@ -196,7 +186,7 @@ def reshape(invocation: Invocation) -> None:
     """`cdc2ch reshape`: rebuild one pipeline's target with a new design and swap it in."""
     from cdc2ch.commands.reshape import Reshape
     from cdc2ch.source import open_source
-    from cdc2ch.source.spark import lazy_session
+    from cdc2ch.source.spark.session import lazy_session
 
     configs, process = configured(invocation)
     if len(configs) > 1:
@@ -219,7 +209,7 @@ def validate(invocation: Invocation) -> None:
     """`cdc2ch validate`: print one line per check (ok, WARN or FAIL); exit 2 if any failed."""
     from cdc2ch.commands.status import aligned
     from cdc2ch.commands.validate import Finding, check
-    from cdc2ch.source.spark import lazy_session
+    from cdc2ch.source.spark.session import lazy_session
 
     listed = pipelines(invocation)
     configs, process, skipped = listed.configs, listed.process, listed.skipped
@@ -236,10 +226,10 @@ def validate(invocation: Invocation) -> None:
 def verify(invocation: Invocation, repair: bool, as_json: bool) -> None:
     """`cdc2ch verify`: compare each pipeline's target with its Delta table at the committed version; with
     `repair`, mend what differs and verify again. Exit 1 when a pipeline differs."""
-    from cdc2ch.clickhouse.state import StateStore, VerifyStore
+    from cdc2ch.clickhouse.state.statestore import StateStore, VerifyStore
     from cdc2ch.commands.verify import Verifier, check_target, render
     from cdc2ch.source import open_source
-    from cdc2ch.source.spark import lazy_session
+    from cdc2ch.source.spark.session import lazy_session
 
     configs, process = configured(invocation.with_values(once=True))
     start_logging(process)
@@ -285,10 +275,10 @@ def _record(store, report) -> None:
 def status(invocation: Invocation) -> None:
     """`cdc2ch status`: a table (or JSON) of the pipelines the filters keep; exit 2 when one of them is
     behind by more than --max-lag."""
-    from cdc2ch.clickhouse.dsn import connect
+    from cdc2ch.clickhouse.connection.dsn import connect
     from cdc2ch.commands import status as report
     from cdc2ch.commands.selection import Selection
-    from cdc2ch.source.spark import lazy_session
+    from cdc2ch.source.spark.session import lazy_session
 
     given = invocation.values
     as_json = _status_format(invocation)
@@ -332,8 +322,8 @@ def compact(
     target: str, older_than: str | None, as_json: bool, clickhouse_dsn: str, log_format: str, log_level: str
 ) -> None:
     """`cdc2ch compact`: drop old tombstones and superseded versions of one target table."""
-    from cdc2ch.clickhouse import compaction
-    from cdc2ch.clickhouse.dsn import connect
+    from cdc2ch.clickhouse.connection.dsn import connect
+    from cdc2ch.clickhouse.tables import compaction
 
     logsetup.configure(log_format, log_level)
     name = TargetName.parse(target)
@@ -347,7 +337,7 @@ def lifecycle(
     action: str, pipeline: str, reason: str | None, target: str | None, clickhouse_dsn: str
 ) -> None:
     """`cdc2ch pause`, `resume`, `resync`: a request to the service running the pipeline."""
-    from cdc2ch.commands.lifecycle import request
+    from cdc2ch.commands.pipeline_requests import request
 
     click.echo(request(action, pipeline, reason, target, clickhouse_dsn))
 
@@ -355,7 +345,7 @@ def lifecycle(
 def query(sql: str, fmt: str, clickhouse_dsn: str) -> None:
     """`cdc2ch query`: print the result of one SQL statement in a ClickHouse output format."""
     from cdc2ch.clickhouse import query as statement
-    from cdc2ch.clickhouse.dsn import connect
+    from cdc2ch.clickhouse.connection.dsn import connect
 
     statement.output_format(sql, fmt)  # an empty statement is refused before ClickHouse is opened
     with connect(clickhouse_dsn, retries=1, create=False, reader=True) as sink:

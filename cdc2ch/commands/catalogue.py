@@ -36,7 +36,7 @@ RUN = frozenset({"run", "validate"})  # validate checks exactly what run would d
 PIPELINES = RUN | {"snapshot", "verify", "reshape"}
 WITH_CONFIG = PIPELINES | {"status"}
 WITH_LOGS = WITH_CONFIG | {"compact", "demo"}
-LIFECYCLE = frozenset({"pause", "resume", "resync"})  # requests to a running service (lifecycle.py)
+LIFECYCLE = frozenset({"pause", "resume", "resync"})  # requests to a running service (pipeline_requests.py)
 WITH_CLICKHOUSE = WITH_CONFIG | LIFECYCLE | {"compact", "query"}
 
 # RunConfig's field defaults are the options' defaults.

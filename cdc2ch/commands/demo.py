@@ -7,12 +7,12 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from cdc2ch.clickhouse.dsn import connect
+from cdc2ch.clickhouse.connection.dsn import connect
 from cdc2ch.commands import status as report
 from cdc2ch.fleet.runner import Runner
 from cdc2ch.model.config import RunConfig, TargetName
 from cdc2ch.replication.metrics import Metrics
-from cdc2ch.source.spark import session
+from cdc2ch.source.spark.session import session
 
 COLUMNS = ["id", "name", "city", "balance"]
 
@@ -79,7 +79,7 @@ def run_demo(demo_dir: str, echo: Callable[[str], None]) -> bool:
     )
     with connect(dsn) as sink:
         # Through the runner, as `cdc2ch run` does: the pipeline's health (last success) is recorded too.
-        Runner([cfg], spark, sink, threading.Event(), Metrics(), isolate=False).run()
+        Runner([cfg], spark, sink, threading.Event(), Metrics()).run()
         replicated = sink.query_rows(
             "SELECT id, name, city, balance FROM cdc2ch.customers FINAL WHERE _is_deleted = 0 ORDER BY id"
         )

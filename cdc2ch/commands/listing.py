@@ -46,7 +46,7 @@ def configured(
 
 def pipelines(invocation: Invocation) -> Listed:
     """The invocation's pipelines, each --table pattern listed now."""
-    from cdc2ch.source.spark import lazy_session
+    from cdc2ch.source.spark.session import lazy_session
 
     items, process = resolve(invocation, load_config(invocation))
     if all(isinstance(item, RunConfig) for item in items):

@@ -260,7 +260,7 @@ def table_design(primary_key: tuple[str, ...], values: Mapping[str, Any]) -> des
 
 def check_shared(ref, values: Mapping[str, Any]) -> None:
     """A Delta Sharing table: its profile readable and current, and a reader that can read it."""
-    from cdc2ch.source.sharing import load_profile
+    from cdc2ch.source.sharing.restclient import load_profile
 
     load_profile(ref.profile)
     if values.get("reader") == "clickhouse" or values.get("writer") == "clickhouse":

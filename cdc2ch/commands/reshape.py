@@ -19,16 +19,16 @@ from dataclasses import dataclass, fields, replace
 
 from cdc2ch.base.errors import ConfigError, StateError
 from cdc2ch.base.log import get_logger
-from cdc2ch.clickhouse.ddl import TargetTables
-from cdc2ch.clickhouse.lock import LockedError, PipelineLock
-from cdc2ch.clickhouse.state import StateStore
-from cdc2ch.clickhouse.transport import Sink
+from cdc2ch.clickhouse.connection.transport import Sink
+from cdc2ch.clickhouse.state.lock import LockedError, PipelineLock
+from cdc2ch.clickhouse.state.statestore import StateStore
+from cdc2ch.clickhouse.tables.ddl import ClickHouseTables
 from cdc2ch.model.config import RunConfig, TargetName
 from cdc2ch.model.offset import PipelineState
 from cdc2ch.model.view import NONE as NO_VIEW
+from cdc2ch.replication.fullload.snapshot import Snapshotter
 from cdc2ch.replication.pipeline import Replicator
 from cdc2ch.replication.projection import designed
-from cdc2ch.replication.snapshot import Snapshotter
 
 log = get_logger("cdc2ch.reshape")
 
@@ -70,7 +70,7 @@ class Reshape:
         self.stop = stop or threading.Event()
         self.side = side_config(cfg)
         self.store = StateStore(sink, cfg.target.database)
-        self.tables = TargetTables(sink, cfg.target, cfg.design)
+        self.tables = ClickHouseTables(sink, cfg.target, cfg.design)
         self.mark = marker(cfg)
         self.log = log.bind(pipeline=cfg.pipeline)
 

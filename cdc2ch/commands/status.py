@@ -13,10 +13,11 @@ from datetime import datetime
 
 from cdc2ch.base.errors import Cdc2chError, ConfigError, SourceError, summarise
 from cdc2ch.base.log import get_logger
-from cdc2ch.clickhouse.compactions import CompactStore
-from cdc2ch.clickhouse.control import ControlStore
-from cdc2ch.clickhouse.layout import LAYOUT_TABLE, Layout
-from cdc2ch.clickhouse.state import (
+from cdc2ch.clickhouse.connection.transport import Sink
+from cdc2ch.clickhouse.state.compactlog import CompactStore
+from cdc2ch.clickhouse.state.control import ControlStore
+from cdc2ch.clickhouse.state.layout import LAYOUT_TABLE, Layout
+from cdc2ch.clickhouse.state.statestore import (
     COMPACT_TABLE,
     CONTROL_TABLE,
     HEALTH_TABLE,
@@ -29,14 +30,13 @@ from cdc2ch.clickhouse.state import (
     VerifyStore,
     state_tables,
 )
-from cdc2ch.clickhouse.transport import Sink
 from cdc2ch.commands.selection import Selection
 from cdc2ch.model.config import TargetName, parse_duration
 from cdc2ch.model.objectstore import S3Settings
 from cdc2ch.model.tableref import is_path, is_shared
-from cdc2ch.source.lazy import s3_settings
-from cdc2ch.source.log import LogChanged
-from cdc2ch.source.logfiles import python_log
+from cdc2ch.source.deltalog.commitlog import LogChanged
+from cdc2ch.source.deltalog.logfiles import python_log
+from cdc2ch.source.spark.lazysession import s3_settings
 from cdc2ch.source.storefaults import storage_error
 
 log = get_logger("cdc2ch.status")

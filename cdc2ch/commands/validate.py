@@ -8,11 +8,12 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 
 from cdc2ch.base.errors import Cdc2chError
-from cdc2ch.clickhouse import embedded
-from cdc2ch.clickhouse.dsn import connect
+from cdc2ch.clickhouse.connection import embedded
+from cdc2ch.clickhouse.connection.dsn import connect
 from cdc2ch.model.config import RunConfig
-from cdc2ch.replication import initial, plan
+from cdc2ch.replication import plan
 from cdc2ch.replication.projection import designed
+from cdc2ch.replication.startup import initial
 from cdc2ch.source import open_source
 
 
@@ -70,7 +71,7 @@ def _shown(value) -> str:
 def _duplicates(source, cfg: RunConfig, version: int):
     """The duplicate keys of the table (a Spark aggregate), as duplicate_keys gives them; without Java, the
     warning that they went unchecked."""
-    from cdc2ch.source.lazy import JavaMissing
+    from cdc2ch.source.spark.lazysession import JavaMissing
 
     try:
         return source.duplicate_keys(cfg.identity.columns, version)

@@ -16,12 +16,12 @@ import time
 from dataclasses import dataclass, field, replace
 
 from cdc2ch.base.errors import Cdc2chError, SourceError
-from cdc2ch.clickhouse.transport import Sink
+from cdc2ch.clickhouse.connection.transport import Sink
 from cdc2ch.model import canonical, contract, schema
 from cdc2ch.model.canonical import CLICKHOUSE, SPARK
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.identity import Identity
-from cdc2ch.replication.progress import Progress
+from cdc2ch.replication.fullload.progress import Progress
 from cdc2ch.replication.projection import designed
 
 ROWS_PER_BUCKET = 2_000  # narrowing a mismatching bucket reads about this many keys on each side
@@ -325,7 +325,7 @@ class Verifier:
     def _repair(self, sides: Sides, version: int, found: dict) -> int:
         """Re-send the keys found wrong as of `version`: their Delta rows (missing, differing) and
         tombstones (extra), at the repair version of `version` so any later change still wins."""
-        from cdc2ch.replication.writers.driver import insert_rows
+        from cdc2ch.replication.writers.driver import InsertInto, insert_rows
 
         live = [k for k, (kind, _) in found.items() if kind != "extra"]
         gone = [k for k, (kind, _) in found.items() if kind == "extra"]
@@ -336,9 +336,8 @@ class Verifier:
             rows = self._with_keys(self._delta(version), sides, live)
             table = contract.spark_snapshot_rows(rows, version, ts_ms, contract.REPAIR).toArrow()
             token = lambda i, batch: contract.repair_token(self.cfg.pipeline, version, batch)  # noqa: E731
-            written += insert_rows(
-                self.sink, self.table_sql, table, self.cfg, "verify --repair", token, self.log
-            )[0]
+            into = InsertInto(self.sink, self.table_sql, self.log)
+            written += insert_rows(into, table, self.cfg, "verify --repair", token)[0]
         if gone:
             cols = ", ".join(schema.quote(f["name"]) for f in sides.fields)
             meta = contract.sql_fixed_meta(version, ts_ms, contract.REPAIR_DELETE)

@@ -21,7 +21,7 @@ from cdc2ch.model.design import names
 from cdc2ch.model.tableref import display_name, is_local, normalize_uri, quote_name
 from cdc2ch.replication import plan
 from cdc2ch.replication.projection import designed
-from cdc2ch.source.lazy import session_of
+from cdc2ch.source.spark.lazysession import session_of
 
 DELTA_LOG = "_delta_log"
 
@@ -114,7 +114,7 @@ def _catalog(pattern: Pattern, spark: Any) -> list[Match]:
 
 
 def _shared(pattern: Pattern) -> list[Match]:
-    from cdc2ch.source.sharing import SharingClient, load_profile
+    from cdc2ch.source.sharing.restclient import SharingClient, load_profile
 
     profile, share, schema_name = pattern.base
     client = SharingClient(load_profile(profile), share, schema_name, "*")

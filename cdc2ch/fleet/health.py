@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 
 from cdc2ch.base.errors import SinkError, summarise
 from cdc2ch.base.log import get_logger
-from cdc2ch.clickhouse.state import Health, HealthStore, VerifyStore
-from cdc2ch.clickhouse.transport import Sink
+from cdc2ch.clickhouse.connection.transport import Sink
+from cdc2ch.clickhouse.state.statestore import Health, HealthStore, VerifyStore
 from cdc2ch.replication.metrics import PipelineMetrics
 
 log = get_logger("cdc2ch.runner")

@@ -1,5 +1,5 @@
 """Which of a service's pipelines are paused or owe a resync, from the requests `cdc2ch pause`, `resume` and
-`resync` record (clickhouse/control.py): read once per poll interval, one query per target database."""
+`resync` record (clickhouse/state/control.py): read once per poll interval, one query per target database."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterable
 
 from cdc2ch.base.errors import Cdc2chError, summarise
 from cdc2ch.base.log import get_logger
-from cdc2ch.clickhouse.control import ControlStore, Request, requester
-from cdc2ch.clickhouse.transport import Sink
+from cdc2ch.clickhouse.connection.transport import Sink
+from cdc2ch.clickhouse.state.control import ControlStore, Request, requester
 from cdc2ch.model.config import RunConfig
 from cdc2ch.replication.metrics import PipelineMetrics
 

@@ -17,8 +17,8 @@ from functools import partial
 
 from cdc2ch.base.errors import Cdc2chError, jvm_gone, jvm_stopped, jvm_stopped_error, summarise
 from cdc2ch.base.log import get_logger
-from cdc2ch.clickhouse.state import Health, HealthStore
-from cdc2ch.clickhouse.transport import Sink
+from cdc2ch.clickhouse.connection.transport import Sink
+from cdc2ch.clickhouse.state.statestore import Health, HealthStore
 from cdc2ch.fleet.health import HealthBook
 from cdc2ch.fleet.health import kept as _kept
 from cdc2ch.fleet.lifecycle import Lifecycle
@@ -29,7 +29,7 @@ from cdc2ch.replication.budget import UNLIMITED, RowBudget
 from cdc2ch.replication.metrics import Metrics, PipelineMetrics, error_kind
 from cdc2ch.replication.pipeline import Replicator
 from cdc2ch.source import open_source
-from cdc2ch.source.threads import cancel_jobs, jobs_of
+from cdc2ch.source.spark.threads import cancel_jobs, jobs_of
 
 log = get_logger("cdc2ch.runner")
 
@@ -80,10 +80,23 @@ def backoff(poll_interval: float, failures: int) -> float:
     return min(poll_interval * 2 ** max(failures - 1, 0), max(MAX_BACKOFF, poll_interval))
 
 
+@dataclass(frozen=True)
+class Fleet:
+    """How one process runs its pipelines: a failure isolated (recorded, retried) or raised, on how many
+    workers, holding how many rows at once, and the table patterns listed again for new tables."""
+
+    isolate: bool = False
+    workers: int = 1
+    budget: RowBudget = UNLIMITED
+    discover: Callable[[frozenset[str]], tuple[list[RunConfig], list]] | None = None
+    discover_interval: float = 300.0
+    skipped: tuple = ()  # tables the patterns matched but no pipeline can follow
+
+
 class Runner:
-    """Drives pipelines until stopped (or once each with --once), up to `workers` at a time. With
-    `isolate`, a failure is recorded and retried; without it (a single pipeline from flags) it is recorded
-    and raised, and the pipeline runs on the calling thread."""
+    """Drives pipelines until stopped (or once each with --once), up to `fleet.workers` at a time. With
+    `fleet.isolate`, a failure is recorded and retried; without it (a single pipeline from flags) it is
+    recorded and raised, and the pipeline runs on the calling thread."""
 
     def __init__(
         self,
@@ -92,26 +105,21 @@ class Runner:
         sink: Sink,
         stop: threading.Event,
         metrics: Metrics,
-        isolate: bool,
-        discover: Callable[[frozenset[str]], tuple[list[RunConfig], list]] | None = None,
-        discover_interval: float = 300.0,
-        skipped: list | None = None,
-        workers: int = 1,
-        budget: RowBudget = UNLIMITED,
+        fleet: Fleet = Fleet(),
     ):
         self.configs = configs
-        self.budget = budget  # rows all pipelines may hold at once
+        self.budget = fleet.budget  # rows all pipelines may hold at once
         self.metrics = metrics
-        self.discover, self.discover_interval = discover, discover_interval
-        self._discover_at = time.monotonic() + discover_interval
+        self.discover, self.discover_interval = fleet.discover, fleet.discover_interval
+        self._discover_at = time.monotonic() + fleet.discover_interval
         self.spark = spark
         self.sink = sink
         self.stop = stop
-        self.isolate = isolate
+        self.isolate = fleet.isolate
         self.once = configs[0].once
         self.fatal: BaseException | None = None  # what ends the whole process (Spark's JVM gone)
         self.poll_interval = configs[0].poll_interval
-        self.schedule = Schedule(workers if isolate else 1)
+        self.schedule = Schedule(fleet.workers if fleet.isolate else 1)
         self.health = HealthBook(sink)
         self.upkeep = Upkeep(sink)  # scheduled compactions, between a pipeline's turns
         self.lifecycle = Lifecycle(sink, self.poll_interval)  # pause, resume and resync requests
@@ -119,7 +127,7 @@ class Runner:
         self._warmed = self.once  # a --once run has no first change to speed up
         self.slots: list[Slot] = []
         self._add(self._slots(configs))
-        self._report_skipped(skipped or [])
+        self._report_skipped(list(fleet.skipped))
 
     def _slots(self, configs: list[RunConfig]) -> list[Slot]:
         known: dict[str, Health] = {}

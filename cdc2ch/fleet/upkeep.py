@@ -10,9 +10,9 @@ from datetime import datetime, timezone
 
 from cdc2ch.base.errors import Cdc2chError, summarise
 from cdc2ch.base.log import get_logger
-from cdc2ch.clickhouse.compaction import compact
-from cdc2ch.clickhouse.compactions import Compacted, CompactStore
-from cdc2ch.clickhouse.transport import Sink
+from cdc2ch.clickhouse.connection.transport import Sink
+from cdc2ch.clickhouse.state.compactlog import Compacted, CompactStore
+from cdc2ch.clickhouse.tables.compaction import compact
 from cdc2ch.model.config import RunConfig
 from cdc2ch.replication.metrics import PipelineMetrics
 

@@ -30,7 +30,7 @@ DEFAULT_MAX_ROWS_PER_READ = 500_000
 READERS = ("spark", "clickhouse", "auto")
 WRITERS = ("auto", "driver", "executors")
 SCHEMA_CHANGES = ("fail", "resync", "follow")  # follow: renames and drops in place (renames.py)
-INITIAL_LOADS = ("auto", "snapshot", "changes")  # how a new pipeline begins (replication/initial.py)
+INITIAL_LOADS = ("auto", "snapshot", "changes")  # how a new pipeline begins (replication/startup/initial.py)
 
 
 def default_data_dir() -> Path:
@@ -174,7 +174,7 @@ class RunConfig:
     lake_collection: str | None = None
     # the target table's design (design.py); default: sorted by the primary key, every column as Delta has it
     design: TableDesign = None  # type: ignore[assignment]  # None: __post_init__ sets the default
-    # the ClickHouse cluster the target lives on (clickhouse/placement.py); None: one server
+    # the ClickHouse cluster the target lives on (clickhouse/connection/placement.py); None: one server
     cluster: str | None = None
     # a service compacts the target this often (fleet/upkeep.py), dropping tombstones older than
     # compact_older_than (None: all of them); None: never

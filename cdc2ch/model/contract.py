@@ -112,7 +112,7 @@ def spark_changes(cdf: DataFrame, no_preimages: bool = False, needless: Collecti
     """The Spark CDF rows to write: all of them, or without update pre-images (`no_preimages`: the caller
     promises that updates never change key columns, --immutable-keys, or no commit of the range needs its
     own), or without those of the commits `needless` names (each outranked by another row of its key:
-    source/preimages.py)."""
+    source/deltalog/preimages.py)."""
     from pyspark.sql import functions as F
 
     preimage = F.col("_change_type") == F.lit(PREIMAGE)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-# URI scheme -> the storage connector Spark needs for it (source/jars.py fetches each).
+# URI scheme -> the storage connector Spark needs for it (source/spark/jars.py fetches each).
 CONNECTORS = {
     "s3a": "s3",
     "s3": "s3",

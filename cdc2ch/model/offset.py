@@ -29,7 +29,7 @@ class PipelineState:
     # recorded before names existed have "" here, and their `source` is the path).
     location: str = ""
     table_id: str = ""  # the Delta table's id (metaData.id); "" where not recorded
-    # How the pipeline began (replication/initial.py), e.g. "snapshot at version 12", and why; "" where not
+    # How the pipeline began (replication/startup/initial.py), e.g. "snapshot at version 12", and why; "" where not
     # recorded (pipelines started before this was).
     initial_load: str = ""
     initial_reason: str = ""

@@ -171,7 +171,7 @@ def repeated_across_commits(rows: pa.Table, key: tuple[str, ...]) -> dict[str, A
     the table, and ClickHouse will keep one per key. Found within `rows` (one read range); None if none.
 
     An update's post-image is never counted: its pre-image, the tombstone in between, may have been left out
-    of the read (source/preimages.py). Costs one sort of the key columns, and only when the rows span commits.
+    of the read (source/deltalog/preimages.py). Costs one sort of the key columns, and only when the rows span commits.
     """
     versions = rows.column("_commit_version")
     if rows.num_rows < 2 or pc.min(versions).as_py() == pc.max(versions).as_py():

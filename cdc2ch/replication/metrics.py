@@ -22,7 +22,7 @@ from prometheus_client import (
 
 from cdc2ch.base.errors import Cdc2chError, ConfigError, SchemaChangeError, SinkError, SourceError, StateError
 from cdc2ch.clickhouse import codes
-from cdc2ch.clickhouse.lock import LockedError
+from cdc2ch.clickhouse.state.lock import LockedError
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer

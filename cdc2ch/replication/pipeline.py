@@ -20,19 +20,19 @@ from cdc2ch.base.phases import Phases
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.offset import PipelineState
 from cdc2ch.replication import follow, plan, readers
-from cdc2ch.replication.bootstrap import Bootstrap
 from cdc2ch.replication.budget import UNLIMITED, Leases, RowBudget
-from cdc2ch.replication.inputs import Inputs, check_inputs
+from cdc2ch.replication.fullload.progress import Progress
+from cdc2ch.replication.fullload.resync import Resync
 from cdc2ch.replication.metrics import Metrics, PipelineMetrics
 from cdc2ch.replication.ports import ChangeSource, Ports, RangeWriter
-from cdc2ch.replication.progress import Progress
 from cdc2ch.replication.projection import designed
 from cdc2ch.replication.readahead import ReadAhead
-from cdc2ch.replication.resume import idle, resumed
-from cdc2ch.replication.resync import Resync
+from cdc2ch.replication.startup.bootstrap import Bootstrap
+from cdc2ch.replication.startup.inputs import Inputs, check_inputs
+from cdc2ch.replication.startup.resume import idle, resumed
 
 if TYPE_CHECKING:
-    from cdc2ch.clickhouse.transport import Sink
+    from cdc2ch.clickhouse.connection.transport import Sink
 
 log = get_logger("cdc2ch.pipeline")
 
@@ -71,7 +71,7 @@ class Replicator:
         # Whether this runner holds the pipeline and its offset is recorded. A new pipeline claims itself
         # only once its first range is read and checked: refused input leaves no table and no offset.
         self.claimed = False
-        # A --once poll of a pipeline with an offset that finds nothing to write holds it unclaimed (resume.py):
+        # A --once poll of a pipeline with an offset that finds nothing to write holds it unclaimed (startup/resume.py):
         # its inputs, to claim with before a write it did not foresee.
         self.deferred: Inputs | None = None
         # Asked between two ranges of a long catch-up: end this step there and let other pipelines run

@@ -98,7 +98,7 @@ def held_rows(estimate: int, max_rows_per_read: int, collects: bool, streams: bo
 
 
 @dataclass(frozen=True)
-class Schedule:
+class RangePlan:
     """A catch-up cut into ranges: each range's estimated rows and the rows this process holds while it reads
     and writes it, and the versions that change the schema (a range begins there)."""
 
@@ -116,7 +116,7 @@ def schedule(
     collects: bool,
     streams: bool,
     checks_first: bool,
-) -> Schedule:
+) -> RangePlan:
     """The ranges of a catch-up over `commits`, up to --max-rows-per-read times the writer's `range_factor`
     each; a new pipeline's first range (`checks_first`) is read whole and checked before its claim, so it
     stays within the plain bound."""
@@ -127,7 +127,7 @@ def schedule(
         held_rows(n, max_rows_per_read, collects, streams, whole=checks_first and i == 0)
         for i, n in enumerate(estimates)
     ]
-    return Schedule(ranges, estimates, held, schema_breaks(commits))
+    return RangePlan(ranges, estimates, held, schema_breaks(commits))
 
 
 def reads_ahead(estimates: list[int], i: int, max_rows: int) -> bool:
@@ -174,7 +174,6 @@ def check_commits(
 
 
 def start_version(
-    pipeline: str,
     uri: str,
     target: str,
     stored: PipelineState | None,
@@ -197,13 +196,13 @@ def start_version(
     stored.check_matches(uri, target, location, table_id)
     if requested is not None and requested != stored.committed_version + 1:
         raise StateError(
-            f"Pipeline {pipeline!r} has already replicated up to version {stored.committed_version} "
+            f"Pipeline {stored.pipeline!r} has already replicated up to version {stored.committed_version} "
             f"and would continue at {stored.committed_version + 1}, but {requested} was asked for. Drop "
             f"--from-version/--from-timestamp to resume, or add --reset to start over at {requested}."
         )
     if stored.committed_version > latest:
         raise StateError(
-            f"Pipeline {pipeline!r} has replicated up to version {stored.committed_version}, but the "
+            f"Pipeline {stored.pipeline!r} has replicated up to version {stored.committed_version}, but the "
             f"latest version of {uri} is {latest}: the table was recreated. Resync with "
             f"`cdc2ch snapshot --reset` or start over with --reset --from-version 0."
         )

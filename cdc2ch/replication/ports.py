@@ -2,12 +2,13 @@
 may split a Delta version; the loop's guarantees (docs/design.md, "The commit protocol") rest on exactly
 these promises.
 
-    ChangeSource  the table's versions and changes      (source/delta.py, source/shared.py)
+    ChangeSource  the table's versions and changes      (source/sparkread/deltasource.py,
+                                                         source/sharing/sharedsource.py)
     RangeWriter   one version range into the target     (writers/driver.py, executors.py, pushdown.py)
-    TargetTables  the target table's DDL                (clickhouse/ddl.py)
-    OffsetStore   the committed offset per pipeline     (clickhouse/state.py)
-    Lock          one runner per pipeline               (clickhouse/lock.py)
-    Footprint     what a new pipeline's first attempt added (clickhouse/footprint.py)
+    TargetTables  the target table's DDL                (clickhouse/tables/ddl.py)
+    OffsetStore   the committed offset per pipeline     (clickhouse/state/statestore.py)
+    Lock          one runner per pipeline               (clickhouse/state/lock.py)
+    Footprint     what a new pipeline's first attempt added (clickhouse/state/footprint.py)
 
 `Ports` bundles what a pipeline writes to; target.py assembles it for a ClickHouse target.
 
@@ -224,7 +225,7 @@ class OffsetStore(Protocol):
         """Record `state`; the newest save wins. Idempotent."""
 
     def snapshot_begun(self, pipeline: str) -> int | None:
-        """The version of the snapshot of `pipeline` whose chunks were recorded last (snapshot.py), or None.
+        """The version of the snapshot of `pipeline` whose chunks were recorded last (fullload/snapshot.py), or None.
         For a pipeline without an offset: a snapshot begun and not finished. Read-only."""
 
 

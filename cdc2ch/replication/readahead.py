@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from cdc2ch.replication.ports import Changes
-from cdc2ch.source.threads import on_other_threads
+from cdc2ch.source.spark.threads import on_other_threads
 
 
 class ReadAhead:

@@ -15,7 +15,7 @@ from typing import Any
 
 from cdc2ch.base.errors import SourceError
 from cdc2ch.base.log import Logger
-from cdc2ch.clickhouse import versions
+from cdc2ch.clickhouse.connection import compatibility
 from cdc2ch.model import schema
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.offset import PipelineState
@@ -86,7 +86,7 @@ def check_clickhouse_reads(
     `has_setting`, a ClickHouse that cannot read a change data feed. `outcome`: what the refusal left."""
     pushdown.lake_function(source.location)
     if has_setting is not None and not has_setting(pushdown.CDF_SETTING):
-        raise versions.missing_setting("--reader clickhouse", pushdown.CDF_SETTING)
+        raise compatibility.missing_setting("--reader clickhouse", pushdown.CDF_SETTING)
     found = plan.unsupported_by_clickhouse_reader(protocol or {}, properties or {}, schema_json)
     if found:
         raise plan.clickhouse_reader_error(source.uri, found, outcome)

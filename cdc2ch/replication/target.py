@@ -7,17 +7,17 @@ import threading
 from collections.abc import Callable
 
 from cdc2ch.base.log import get_logger
-from cdc2ch.clickhouse.ddl import TargetTables
-from cdc2ch.clickhouse.footprint import Footprint
-from cdc2ch.clickhouse.lock import PipelineLock
-from cdc2ch.clickhouse.state import StateStore
-from cdc2ch.clickhouse.transport import Sink
+from cdc2ch.clickhouse.connection.transport import Sink
+from cdc2ch.clickhouse.state.footprint import ClickHouseFootprint
+from cdc2ch.clickhouse.state.lock import PipelineLock
+from cdc2ch.clickhouse.state.statestore import StateStore
+from cdc2ch.clickhouse.tables.ddl import ClickHouseTables
 from cdc2ch.model.config import RunConfig
 from cdc2ch.replication.budget import UNLIMITED, RowBudget
+from cdc2ch.replication.fullload.snapshot import Snapshotter
 from cdc2ch.replication.metrics import PipelineMetrics
 from cdc2ch.replication.ports import Ports, RangeWriter
 from cdc2ch.replication.projection import DesignedSource
-from cdc2ch.replication.snapshot import Snapshotter
 from cdc2ch.replication.writers import Destination
 from cdc2ch.replication.writers.driver import DriverWriter
 from cdc2ch.replication.writers.executors import ExecutorWriter
@@ -34,7 +34,7 @@ def clickhouse_ports(
     metrics: PipelineMetrics,
     budget: RowBudget = UNLIMITED,
 ) -> Ports:
-    tables = TargetTables(sink, cfg.target, cfg.design)
+    tables = ClickHouseTables(sink, cfg.target, cfg.design)
     to = Destination(cfg, sink, tables.table_sql, stop, metrics, log.bind(pipeline=cfg.pipeline))
     writers: dict[str, Callable[[Destination], RangeWriter]] = {
         "clickhouse": PushdownWriter,
@@ -52,6 +52,6 @@ def clickhouse_ports(
         ).load(version, comment=comment),
         remote_target=sink.task_client is not None,
         local_master=source.spark_is_local(),
-        footprint=Footprint(sink, cfg.target, cfg.pipeline, tables.view),
+        footprint=ClickHouseFootprint(sink, cfg.target, cfg.pipeline, tables.view),
         has_setting=sink.has_setting,
     )

@@ -12,9 +12,9 @@ def open_source(spark, table: str):
 
     if parse_table(table).is_shared:
         from cdc2ch.base.log import get_logger
-        from cdc2ch.source.shared import SharedSource
+        from cdc2ch.source.sharing.sharedsource import SharedSource
 
         return SharedSource(spark, table, get_logger("cdc2ch.sharing"))
-    from cdc2ch.source.delta import DeltaSource
+    from cdc2ch.source.sparkread.deltasource import DeltaSource
 
     return DeltaSource(spark, table)

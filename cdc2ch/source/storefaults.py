@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 from cdc2ch.base.errors import SourceError
 from cdc2ch.model.objectstore import connector_of
-from cdc2ch.source.jars import connector
+from cdc2ch.source.spark.jars import connector
 
 _KEPT = "Nothing was written and no offset moved: run the same command again once it is fixed."
 

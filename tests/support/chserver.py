@@ -1,8 +1,8 @@
 """Test-only ClickHouse over HTTP, no server needed.
 
-`ChServer` is cdc2ch's own ClickHouse HTTP interface (cdc2ch/commands/serve.py), writable, on the in-process chdb
-engine, on 127.0.0.1; `FaultProxy` forwards to any ClickHouse HTTP endpoint (ChServer or a real server) and
-injects faults.
+`ChServer` is cdc2ch's own ClickHouse HTTP interface (cdc2ch/clickhouse/serving/endpoint.py), writable, on the
+in-process chdb engine, on 127.0.0.1; `FaultProxy` forwards to any ClickHouse HTTP endpoint (ChServer or a real
+server) and injects faults.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from email.message import Message
 from urllib.parse import parse_qsl, urlsplit
 
-from cdc2ch.clickhouse.served import Engine, split_insert
-from cdc2ch.commands.serve import ClickHouseHTTP, Handler, HTTPService, decompress
+from cdc2ch.clickhouse.serving.endpoint import ClickHouseHTTP
+from cdc2ch.clickhouse.serving.engine import Engine, split_insert
+from cdc2ch.clickhouse.serving.httpservice import Handler, HTTPService, decompress
 
 ERROR_NAMES = {3: "UNEXPECTED_END_OF_FILE", 159: "TIMEOUT_EXCEEDED", 164: "READONLY", 209: "SOCKET_TIMEOUT",
                202: "TOO_MANY_SIMULTANEOUS_QUERIES", 210: "NETWORK_ERROR", 236: "ABORTED", 242: "TABLE_IS_READ_ONLY",
@@ -43,7 +44,7 @@ class Endpoint:
 class ChServer(ClickHouseHTTP):
     """The ClickHouse HTTP interface on the chdb engine at `chdb_path`, writable, as a server would be.
 
-    Requests run on chdb connection handles of their own (cdc2ch.clickhouse.served). Handles share the one
+    Requests run on chdb connection handles of their own (cdc2ch.clickhouse.serving.engine). Handles share the one
     engine a process may host, so this runs beside the session's embedded clickhouse-connect client, and
     their USE/SET state is private. A `session_id` keeps its handle, so SET statements persist.
     """

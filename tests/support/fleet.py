@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from cdc2ch.clickhouse.state import Health, HealthStore, StateStore
+from cdc2ch.clickhouse.state.statestore import Health, HealthStore, StateStore
 from cdc2ch.model.offset import PipelineState
 
 # Commit v of every table is dated BASE + v * STEP (its file's modification time: delta-rs records no

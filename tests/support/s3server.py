@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cdc2ch.commands.serve import Handler, HTTPService
+from cdc2ch.clickhouse.serving.httpservice import Handler, HTTPService
 
 KEY_ID, SECRET = "cdc2ch-test-key", "cdc2ch-test-secret"
 REGION = "us-east-1"

@@ -1,8 +1,8 @@
 """The Delta log as the test sharing server reads it: JSON commits, classic checkpoints, commit timestamps.
 
-Deliberately independent of cdc2ch/source/log.py, so the sharing server and the change source it tests are
-two readings of the protocol, not one. Errors are `SharingError`s carrying the reference server's HTTP status,
-error code and words (delta-sharing server/.../DeltaSharingService.scala, DeltaCDFErrors.scala).
+Deliberately independent of cdc2ch/source/deltalog/commitlog.py, so the sharing server and the change source
+it tests are two readings of the protocol, not one. Errors are `SharingError`s carrying the reference server's
+HTTP status, error code and words (delta-sharing server/.../DeltaSharingService.scala, DeltaCDFErrors.scala).
 """
 
 from __future__ import annotations

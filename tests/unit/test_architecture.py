@@ -1,4 +1,5 @@
-"""The shape of the code, checked: no import cycles, no oversized module or class, each rule in one module."""
+"""The shape of the code, checked: no import cycles, no oversized module, class, folder or signature, no two
+modules or classes of one name, each rule in one module."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "cdc2ch"
 MAX_MODULE_LINES = 450
 MAX_CLASS_LINES = 250
+MAX_FOLDER_MODULES = 12
+MAX_PARAMETERS = 8  # beyond, a signature carries a configuration: pass a value that names it
 
 
 def modules() -> dict[str, Path]:
@@ -129,7 +132,7 @@ def test_imports_flow_down_the_layers():
 
 def test_the_layer_check_finds_an_upward_import():
     assert layer_of("cdc2ch.model.config")[0] < layer_of("cdc2ch.replication.pipeline")[0]
-    assert layer_of("cdc2ch.clickhouse.state") == (2, "cdc2ch.clickhouse")
+    assert layer_of("cdc2ch.clickhouse.state.statestore") == (2, "cdc2ch.clickhouse")
     assert layer_of("cdc2ch.cli") == (6, "cdc2ch.cli")
 
 
@@ -178,6 +181,63 @@ def test_no_module_or_class_too_large():
             if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES:
                 too_big.append(f"class {name}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
     assert too_big == []
+
+
+def twins(names: list[str]) -> list[tuple[str, str]]:
+    """Pairs of names a reader would take for one another: the same, or one the other's plural."""
+    seen: dict[str, str] = {}
+    out = []
+    for name in names:
+        key = name.split(".")[-1].removesuffix("s")
+        if key in seen:
+            out.append((seen[key], name))
+        seen.setdefault(key, name)
+    return out
+
+
+def test_the_twin_finder_finds_plurals_and_repeats():
+    assert twins(["a.compaction", "b.compactions", "c.log", "d.log", "e.lock"]) == [
+        ("a.compaction", "b.compactions"),
+        ("c.log", "d.log"),
+    ]
+
+
+def test_no_two_modules_share_a_name():
+    names = [name for name, path in modules().items() if path.stem not in ("__init__", "__main__")]
+    assert twins(names) == []
+
+
+def test_no_two_classes_share_a_name():
+    classes = [
+        f"{name}.{node.name}"
+        for name, path in modules().items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+    ]
+    assert [pair for pair in twins(classes) if pair[0].split(".")[-1] == pair[1].split(".")[-1]] == []
+
+
+def test_no_folder_holds_too_many_modules():
+    """A folder past a dozen modules hides the seams between them: split it into packages along them."""
+    crowded = {}
+    for folder in [PACKAGE, *(p for p in PACKAGE.rglob("*") if (p / "__init__.py").is_file())]:
+        count = len([p for p in folder.glob("*.py") if p.stem != "__init__"])
+        if count > MAX_FOLDER_MODULES:
+            crowded[str(folder.relative_to(PACKAGE.parent))] = count
+    assert crowded == {}
+
+
+def test_no_function_takes_too_many_parameters():
+    wide = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                given = [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, (a.vararg, a.kwarg))]
+                count = len([p for p in given if p.arg not in ("self", "cls")])
+                if count > MAX_PARAMETERS:
+                    wide.append(f"{name}.{node.name} (line {node.lineno}): {count}")
+    assert wide == []
 
 
 # Shapes that would mean a rule written a second time outside the row contract.

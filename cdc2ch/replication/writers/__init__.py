@@ -6,7 +6,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from cdc2ch.clickhouse.transport import Sink
+from cdc2ch.clickhouse.connection.transport import Sink
 from cdc2ch.model.config import RunConfig
 from cdc2ch.replication.metrics import PipelineMetrics
 

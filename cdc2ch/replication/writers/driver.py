@@ -11,13 +11,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from cdc2ch.base import phases
 from cdc2ch.base.log import Logger
-from cdc2ch.clickhouse.transport import Sink
+from cdc2ch.clickhouse.connection.transport import Sink
 from cdc2ch.model import contract
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.offset import PipelineState
@@ -31,20 +32,28 @@ DUPLICATES_HINT = (
 )
 
 
+@dataclass(frozen=True)
+class InsertInto:
+    """Where insert_rows sends its batches, where it reports, and what makes it stop between two."""
+
+    sink: Sink
+    table_sql: str
+    log: Logger
+    stop: threading.Event | None = None
+
+
 def insert_rows(
-    sink: Sink,
-    table_sql: str,
+    into: InsertInto,
     rows: pa.Table,
     cfg: RunConfig,
     where: str,
     token: Callable[[int, pa.Table], str],
-    log: Logger,
-    stop: threading.Event | None = None,
     on_batch: Callable[[int, pa.Table, float], None] = lambda i, batch, seconds: None,
     **context: Any,
 ) -> tuple[int, int, bool]:
     """Insert `rows` (target layout) in batches of cfg.batch_size, without the outranked ones. Returns (rows
-    written, batches written, complete): complete is False when `stop` was set before the last batch."""
+    written, batches written, complete): complete is False when `into.stop` was set before the last batch."""
+    sink, log, stop = into.sink, into.log, into.stop
     from cdc2ch.replication import changes  # pyarrow.compute: loaded once there are rows (contract.py)
 
     contract.check_keys(rows, cfg.identity.primary_key, where)
@@ -61,7 +70,7 @@ def insert_rows(
         if stop is not None and stop.is_set():
             return written, batches, False
         t0 = time.monotonic()
-        written += sink.insert_arrow(table_sql, batch, token(i, batch))
+        written += sink.insert_arrow(into.table_sql, batch, token(i, batch))
         batches += 1
         seconds = time.monotonic() - t0
         phases.add("insert", seconds)
@@ -153,14 +162,11 @@ class DriverWriter:
                     )
 
                 done, sent, complete = insert_rows(
-                    self.to.sink,
-                    self.to.table_sql,
+                    InsertInto(self.to.sink, self.to.table_sql, self.to.log, self.to.stop),
                     rows,
                     cfg,
                     where,
                     lambda i, batch: contract.driver_batch_token(cfg.pipeline, start, end, i, batch),
-                    self.to.log,
-                    self.to.stop,
                     batch_done,
                 )
                 del rows

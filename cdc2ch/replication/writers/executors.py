@@ -50,7 +50,7 @@ def write_partitions(
     from pyspark.sql import functions as F
 
     from cdc2ch.replication import changes
-    from cdc2ch.source.spark import positional_columns, shipped_by_value
+    from cdc2ch.source.spark.session import positional_columns, shipped_by_value
 
     safe, names = positional_columns(df)
     primary_key, key = identity

@@ -14,7 +14,7 @@ import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 
 from cdc2ch.base.errors import SinkError
-from cdc2ch.clickhouse.dsn import connect
+from cdc2ch.clickhouse.connection.dsn import connect
 
 DEDUP_TABLE = (
     "CREATE TABLE {db}.t (id UInt32, s String) ENGINE = ReplacingMergeTree ORDER BY id "

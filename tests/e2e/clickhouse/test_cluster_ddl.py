@@ -1,4 +1,4 @@
-"""The --cluster DDL (cdc2ch.clickhouse.cluster) is ClickHouse SQL: each statement goes through ClickHouse's
+"""The --cluster DDL (cdc2ch.clickhouse.connection.cluster) is ClickHouse SQL: each statement goes through ClickHouse's
 own parser (formatQuery, in the embedded engine), and the assertions read the text it normalized.
 
 The embedded engine has no cluster or Keeper, so the statements are parsed, not run."""
@@ -11,13 +11,13 @@ import pytest
 
 from cdc2ch.base.errors import SinkError
 from cdc2ch.clickhouse import codes
-from cdc2ch.clickhouse.cluster import (
+from cdc2ch.clickhouse.connection.cluster import (
     database_ddl,
     distributed_table_ddl,
     local_table_ddl,
     state_table_ddl_on_cluster,
 )
-from cdc2ch.clickhouse.placement import Cluster, OneServer
+from cdc2ch.clickhouse.connection.placement import Cluster, OneServer
 from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName
 from cdc2ch.model.contract import sql_literal

@@ -2,7 +2,7 @@
 of a server has): one paragraph saying so, exit 1, the refused statement sent once (a refusal is not a
 fault to retry), and nothing changed.
 
-The endpoint is the session's engine served read-only (cdc2ch.commands.serve, readonly=1 applied by
+The endpoint is the session's engine served read-only (cdc2ch.clickhouse.serving.endpoint, readonly=1 applied by
 ClickHouse itself), behind a FaultProxy that records every statement it forwards.
 """
 
@@ -13,8 +13,8 @@ from collections import Counter
 
 import pytest
 
-from cdc2ch.clickhouse.served import Engine
-from cdc2ch.commands.serve import ClickHouseHTTP
+from cdc2ch.clickhouse.serving.endpoint import ClickHouseHTTP
+from cdc2ch.clickhouse.serving.engine import Engine
 from cdc2ch.model.config import TargetName
 from tests.support.chserver import FaultProxy
 from tests.support.helpers import committed_version, create_table

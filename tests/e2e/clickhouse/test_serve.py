@@ -23,9 +23,11 @@ import pyarrow as pa
 import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError
 
-from cdc2ch.clickhouse import embedded, server
-from cdc2ch.clickhouse.served import Engine
-from cdc2ch.commands.serve import ClickHouseHTTP, tls_context
+from cdc2ch.clickhouse.connection import embedded
+from cdc2ch.clickhouse.connection import remote as server
+from cdc2ch.clickhouse.serving.endpoint import ClickHouseHTTP, Limits
+from cdc2ch.clickhouse.serving.engine import Engine
+from cdc2ch.clickhouse.serving.httpservice import tls_context
 from tests.support.helpers import Proc, create_table, latest_version
 
 PASSWORD = "serve-s3cret"
@@ -126,7 +128,7 @@ def test_read_only_and_credentials(served, database, tmp_path):
         c.insert_arrow(f"{database}.t", _rows(1))
     assert c.command(f"SELECT count() FROM {database}.t") == 1000  # nothing landed
     # Request bodies are bounded, compressed or not.
-    small = ClickHouseHTTP(Engine(served.engine.path), password=PASSWORD, max_request=1000).start()
+    small = ClickHouseHTTP(Engine(served.engine.path), password=PASSWORD, limits=Limits(request=1000)).start()
     try:
         body = b"SELECT 1 -- " + b"x" * 2000
         url = f"http://127.0.0.1:{small.port}/?user=default&password={PASSWORD}"
@@ -179,7 +181,9 @@ def test_connections_and_framing_are_bounded(served):
     finally:
         for s in burst:
             s.close()
-    capped = ClickHouseHTTP(Engine(served.engine.path), password=PASSWORD, max_connections=4).start()
+    capped = ClickHouseHTTP(
+        Engine(served.engine.path), password=PASSWORD, limits=Limits(connections=4)
+    ).start()
     try:
         held = [socket.create_connection(("127.0.0.1", capped.port), timeout=5) for _ in range(4)]
         time.sleep(0.3)  # each is being read by its own thread

@@ -54,7 +54,7 @@ def test_the_clickhouse_reader_is_refused_where_the_server_lacks_its_setting(
 ):
     """The embedded engine has the setting; a server without it is stood in for by hiding it from the check
     (the only way to have a current engine without it here)."""
-    from cdc2ch.clickhouse.transport import Sink
+    from cdc2ch.clickhouse.connection.transport import Sink
 
     path = str(tmp_path / "t")
     create_table(spark, path, "id BIGINT, v STRING")

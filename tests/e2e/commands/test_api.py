@@ -17,7 +17,7 @@ import cdc2ch
 from cdc2ch.api import replicate, snapshot, status
 from cdc2ch.base.errors import ConfigError, SourceError
 from cdc2ch.model.config import TargetName
-from cdc2ch.source.delta import CDF_SCHEMA_CONF, session_conf
+from cdc2ch.source.sparkread.deltasource import CDF_SCHEMA_CONF, session_conf
 from tests.support.helpers import assert_replicated, create_table, latest_version
 
 COLS = "id BIGINT, name STRING"

@@ -9,9 +9,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from cdc2ch.base.errors import ConfigError
-from cdc2ch.clickhouse import ddl
-from cdc2ch.clickhouse.compaction import SIDE_SUFFIX, VIEW_SUFFIX, compact
-from cdc2ch.clickhouse.compactions import CompactStore
+from cdc2ch.clickhouse.state.compactlog import CompactStore
+from cdc2ch.clickhouse.tables import ddl
+from cdc2ch.clickhouse.tables.compaction import SIDE_SUFFIX, VIEW_SUFFIX, compact
 from cdc2ch.fleet.upkeep import Upkeep
 from cdc2ch.model import schema
 from cdc2ch.model.config import RunConfig, TargetName, parse_duration

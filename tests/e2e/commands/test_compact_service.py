@@ -13,7 +13,7 @@ import time
 
 import clickhouse_connect
 
-from cdc2ch.clickhouse.compaction import SIDE_SUFFIX, VIEW_SUFFIX
+from cdc2ch.clickhouse.tables.compaction import SIDE_SUFFIX, VIEW_SUFFIX
 from tests.e2e.fleet.test_operations import _free_port, _scrape, _wait, _write_config
 from tests.support.helpers import Proc, create_table, delta_rows, latest_version
 

@@ -17,7 +17,7 @@ COLS = "id BIGINT, name STRING"
 HOLD = textwrap.dedent(
     """
     import sys, time
-    from cdc2ch.clickhouse.dsn import connect
+    from cdc2ch.clickhouse.connection.dsn import connect
     sink = connect(sys.argv[1])
     print("ready", flush=True)
     time.sleep(600)

@@ -51,7 +51,7 @@ def place(tmp_path_factory):
 
 @pytest.fixture
 def tripwire(monkeypatch, place):
-    import cdc2ch.source.spark as spark
+    import cdc2ch.source.spark.session as spark
 
     def session(*_, **__):
         raise SparkWouldStart("Spark would start: the input passed validation")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc2ch.clickhouse.lock import PipelineLock
+from cdc2ch.clickhouse.state.lock import PipelineLock
 from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName
 from tests.e2e.replication.test_design import delta_table

@@ -112,7 +112,7 @@ def test_a_service_polls_without_spark_then_starts_it_for_a_new_commit(
 ):
     from cdc2ch.fleet.runner import Runner
     from cdc2ch.replication.metrics import Metrics
-    from cdc2ch.source.lazy import LazySpark
+    from cdc2ch.source.spark.lazysession import LazySpark
 
     path = str(tmp_path / "orders")
     orders(spark, path)
@@ -169,10 +169,10 @@ def test_the_log_read_by_python_answers_as_spark_does(spark, tmp_path):
     """Schema (table and change feed), properties, protocol, table id and a version's files, read from the log
     by Python, equal what Spark and Delta's JVM answer: column mapping, renames, added columns, type
     widening, deletion vectors, NOT NULL and nested types, across checkpoints."""
-    from cdc2ch.replication.snapshot import _file_path
-    from cdc2ch.source import delta
-    from cdc2ch.source.delta import DeltaSource
-    from cdc2ch.source.lazy import LazySpark
+    from cdc2ch.replication.fullload.snapshot import _file_path
+    from cdc2ch.source.spark.lazysession import LazySpark
+    from cdc2ch.source.sparkread import deltasource as delta
+    from cdc2ch.source.sparkread.deltasource import DeltaSource
 
     path = str(tmp_path / "zoo")
     spark.sql(

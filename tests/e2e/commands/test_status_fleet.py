@@ -8,8 +8,8 @@ import json
 from datetime import datetime, timezone
 
 from cdc2ch import api
-from cdc2ch.clickhouse.state import Health, HealthStore, StateStore, state_tables
-from cdc2ch.clickhouse.transport import Sink
+from cdc2ch.clickhouse.connection.transport import Sink
+from cdc2ch.clickhouse.state.statestore import Health, HealthStore, StateStore, state_tables
 from cdc2ch.commands import status
 from cdc2ch.commands.selection import Selection
 from cdc2ch.model.config import TargetName

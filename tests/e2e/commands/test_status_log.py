@@ -7,7 +7,7 @@ import json
 import shutil
 
 from cdc2ch.model.config import TargetName
-from cdc2ch.source.delta import DeltaSource
+from cdc2ch.source.sparkread.deltasource import DeltaSource
 from tests.support.helpers import Proc, create_table
 
 
@@ -58,7 +58,7 @@ def test_a_share_whose_server_does_not_answer_is_reported_at_once(cli, sink, dat
     import time
     from datetime import datetime, timezone
 
-    from cdc2ch.clickhouse.state import StateStore
+    from cdc2ch.clickhouse.state.statestore import StateStore
     from cdc2ch.model.offset import PipelineState
 
     with socket.socket() as silent:

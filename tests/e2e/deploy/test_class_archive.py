@@ -8,15 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cdc2ch.source.jars import delta_jars
+from cdc2ch.source.spark.jars import delta_jars
 from tests.support.helpers import Proc, create_table
 
 # A second process: its session, one CDF read, and whether its JVM mapped the archive.
 PROBE = """
 import json, sys
 from pyspark import SparkContext
-from cdc2ch.source.spark import session
-from cdc2ch.source.delta import DeltaSource
+from cdc2ch.source.spark.session import session
+from cdc2ch.source.sparkread.deltasource import DeltaSource
 spark = session()
 rows = DeltaSource(spark, sys.argv[1]).changes(0, 1).spark_rows(False).toArrow().num_rows
 maps = open(f"/proc/{SparkContext._gateway.proc.pid}/maps").read()

@@ -416,7 +416,7 @@ def test_dockerfile():
     java = re.search(r"openjdk-(\d+)-jre-headless", text)
     assert java and int(java.group(1)) >= 17  # Spark 4.1 needs Java 17 or 21
     assert re.search(r"pip install [^\n]*\.\s*$", text, re.M)
-    assert "RUN python -m cdc2ch.source.spark" in text  # Delta jars baked into the image
+    assert "RUN python -m cdc2ch.source.spark.session" in text  # Delta jars baked into the image
     assert re.search(r"^USER (?!root|0\b)", text, re.M)
     assert instructions[-1].startswith("CMD ")
 

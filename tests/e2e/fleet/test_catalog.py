@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc2ch.clickhouse.state import STATE_TABLE, StateStore
+from cdc2ch.clickhouse.state.statestore import STATE_TABLE, StateStore
 from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName
 from tests.support.helpers import Proc, assert_replicated, create_table
@@ -22,7 +22,7 @@ WRITER = textwrap.dedent(
     """
     import json, sys
     from cdc2ch.model.config import SparkSettings
-    from cdc2ch.source.spark import session
+    from cdc2ch.source.spark.session import session
 
     spark = session(SparkSettings("local[1]", tuple(json.loads(sys.argv[1]).items())))
     sql = spark.sql

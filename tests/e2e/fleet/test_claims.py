@@ -13,8 +13,8 @@ import threading
 
 import pytest
 
-from cdc2ch.clickhouse.dsn import connect
-from cdc2ch.clickhouse.lock import LockedError, PipelineLock
+from cdc2ch.clickhouse.connection.dsn import connect
+from cdc2ch.clickhouse.state.lock import LockedError, PipelineLock
 
 
 @pytest.fixture(params=["one process", "several processes"])

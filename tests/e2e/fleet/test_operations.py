@@ -331,7 +331,7 @@ def test_long_catch_up_reports_progress(spark, cli, database, tmp_path):
 def test_progress_bar_on_a_terminal():
     import io
 
-    from cdc2ch.replication.progress import Progress
+    from cdc2ch.replication.fullload.progress import Progress
 
     class Terminal(io.StringIO):
         def isatty(self):

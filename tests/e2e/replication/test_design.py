@@ -1,4 +1,4 @@
-"""Target tables designed for the user's queries (design.py, identity.py, clickhouse/adopt.py): a sorting key
+"""Target tables designed for the user's queries (design.py, identity.py, clickhouse/tables/adopt.py): a sorting key
 and partitions over non-key columns, excluded, renamed, retyped and compressed columns, and hand-made
 tables checked before anything is written. After every history FINAL equals the Delta table, on both
 readers and both writers, and `verify` compares what FINAL shows."""

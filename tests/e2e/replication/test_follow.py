@@ -14,7 +14,7 @@ from cdc2ch.base.errors import SchemaChangeError
 from cdc2ch.model.config import TargetName
 from cdc2ch.model.design import TableDesign
 from cdc2ch.replication.pipeline import Replicator
-from cdc2ch.source.delta import DeltaSource
+from cdc2ch.source.sparkread.deltasource import DeltaSource
 from tests.e2e.clickhouse.test_faults import _env, server  # noqa: F401 (a fixture)
 from tests.e2e.replication.test_schema_changes import _sql
 from tests.support.helpers import (

@@ -11,11 +11,11 @@ from cdc2ch.base.errors import SourceError
 from cdc2ch.fleet.runner import Runner
 from cdc2ch.model.config import TargetName
 from cdc2ch.replication import readers
+from cdc2ch.replication.fullload.snapshot import Snapshotter
 from cdc2ch.replication.metrics import Metrics
 from cdc2ch.replication.pipeline import Replicator
-from cdc2ch.replication.snapshot import Snapshotter
 from cdc2ch.source import open_source
-from cdc2ch.source.lazy import LazySpark
+from cdc2ch.source.spark.lazysession import LazySpark
 from tests.support.helpers import assert_replicated, committed_version, create_table, job_config, orders
 
 

@@ -291,7 +291,7 @@ def test_stop_mid_range_then_resume(resume_batch, raw_rows, spark, sink, cli, da
     import threading
 
     from cdc2ch.replication.pipeline import Replicator
-    from cdc2ch.source.delta import DeltaSource
+    from cdc2ch.source.sparkread.deltasource import DeltaSource
 
     path = str(tmp_path / "stop")
     create_table(spark, path, COLS)
@@ -325,7 +325,7 @@ def test_log_reader_agrees_with_delta(deletion_vectors, spark, tmp_path, built):
     change rows Delta's own CDF reader yields for it (estimates size the reads, so they must not fall short)."""
     from delta.tables import DeltaTable
 
-    from cdc2ch.source.delta import DeltaSource
+    from cdc2ch.source.sparkread.deltasource import DeltaSource
 
     path = built.copy(scenario_mix, tmp_path / "t")
     if deletion_vectors:
@@ -389,7 +389,7 @@ def test_a_table_seen_while_it_was_being_created_is_found_once_it_exists(
 def _recorded_queues(spark, monkeypatch, rows_per_batch: int) -> tuple[list, list, set, str]:
     """A recording RowQueue in place: its queues, the rows each held in memory after each put and the
     directories it spilled to; and Spark batches of `rows_per_batch` rows, returning the setting to restore."""
-    from cdc2ch.source import spill
+    from cdc2ch.source.sparkread import spill
 
     queues, in_memory, spill_dirs = [], [], set()
 
@@ -417,7 +417,7 @@ def test_a_streamed_read_keeps_its_rows_in_memory_up_to_a_bound_and_the_rest_on_
 
     from structlog.testing import capture_logs
 
-    from cdc2ch.source import threads
+    from cdc2ch.source.spark import threads
 
     queues, in_memory, spill_dirs, previous = _recorded_queues(spark, monkeypatch, 150)
     try:
@@ -444,7 +444,7 @@ def test_a_streamed_read_left_early_cancels_its_job_and_removes_what_it_spilled(
     import threading
     import time
 
-    from cdc2ch.source import threads
+    from cdc2ch.source.spark import threads
 
     queues, _, spill_dirs, previous = _recorded_queues(spark, monkeypatch, 100)
     try:
@@ -477,7 +477,7 @@ def test_a_streamed_range_is_inserted_as_spark_scans_and_a_replay_drops_what_lan
     import threading
 
     from cdc2ch.replication.pipeline import Replicator
-    from cdc2ch.source.delta import DeltaSource
+    from cdc2ch.source.sparkread.deltasource import DeltaSource
 
     path = str(tmp_path / "streamed")
     create_table(spark, path, COLS)
@@ -523,7 +523,7 @@ def test_a_spark_read_leaves_out_only_the_pre_images_another_row_of_their_key_ou
     """Told the key, a read of a range leaves out the pre-images of ordinary updates (their post-images
     outrank them) and keeps a key-changing update's, the tombstone that removes the old key; a MERGE that
     updates, deletes and inserts is told the same way. Without the key, every pre-image is read."""
-    from cdc2ch.source.delta import DeltaSource
+    from cdc2ch.source.sparkread.deltasource import DeltaSource
 
     path = str(tmp_path / "t")
     create_table(spark, path, COLS)
@@ -554,7 +554,7 @@ def test_reads_of_ranges_that_need_no_pre_image_run_the_same_compiled_code_on_ev
     read leaves them out by change type alone: a filter naming the range's versions was new generated code on
     every poll, three classes compiled again on each."""
     from cdc2ch.model.contract import PREIMAGE
-    from cdc2ch.source.delta import DeltaSource
+    from cdc2ch.source.sparkread.deltasource import DeltaSource
 
     path = str(tmp_path / "t")
     create_table(spark, path, "id BIGINT, flag BOOLEAN, day DATE")  # a schema of its own: code of its own

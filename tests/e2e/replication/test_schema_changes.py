@@ -139,7 +139,7 @@ def test_resync_interrupted_after_the_swap_finishes_on_restart(spark, sink, cli,
     import threading
 
     from cdc2ch.replication.pipeline import Replicator
-    from cdc2ch.source.delta import DeltaSource
+    from cdc2ch.source.sparkread.deltasource import DeltaSource
 
     path, target = mapped_table, TargetName(database, "mapped")
     cli.replicate("run", path, target, "--once")

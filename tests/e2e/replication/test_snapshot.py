@@ -12,8 +12,8 @@ import threading
 import pytest
 
 from cdc2ch.model.config import TargetName
-from cdc2ch.replication.snapshot import Snapshotter
-from cdc2ch.source.delta import DeltaSource
+from cdc2ch.replication.fullload.snapshot import Snapshotter
+from cdc2ch.source.sparkread.deltasource import DeltaSource
 from tests.support.helpers import (
     SinkTap,
     assert_replicated,
@@ -271,7 +271,7 @@ def test_chunks_hold_at_most_max_rows_as_far_as_row_groups_allow(spark, tmp_path
     by at most a row group."""
     import pyarrow.parquet as pq
 
-    from cdc2ch.source.chunked import ChunkedFrame
+    from cdc2ch.source.sparkread.chunked import ChunkedFrame
 
     path = str(tmp_path / "row_groups")
     _one_file(spark, path, 200_000, "sha2(cast(id AS STRING), 256) AS h", row_group_bytes=1 << 20)

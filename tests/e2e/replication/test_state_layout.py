@@ -3,7 +3,7 @@ replication goes on exactly; a layout newer than this release knows is refused b
 
 from __future__ import annotations
 
-from cdc2ch.clickhouse.layout import LAYOUT, LAYOUT_TABLE
+from cdc2ch.clickhouse.state.layout import LAYOUT, LAYOUT_TABLE
 from cdc2ch.model.config import TargetName
 from tests.support.helpers import assert_replicated, committed_version, create_table, latest_version
 

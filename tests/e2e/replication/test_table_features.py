@@ -370,7 +370,7 @@ def test_variant_added_later_stops_the_clickhouse_reader(spark, sink, cli, datab
 
     from cdc2ch.base.errors import ConfigError
     from cdc2ch.replication.pipeline import Replicator
-    from cdc2ch.source.delta import DeltaSource
+    from cdc2ch.source.sparkread.deltasource import DeltaSource
     from tests.support.helpers import job_config
 
     path = str(tmp_path / "var_later")
@@ -425,8 +425,8 @@ def test_the_change_feed_is_read_as_a_file_scan_and_equals_the_documented_read(s
     through the row-by-row relation of `readChangeFeed`, and gives the same rows as that read, on a table
     with column mapping, deletion vectors, a renamed column and every kind of change."""
     from cdc2ch.model.schema import user_fields
-    from cdc2ch.source import delta
-    from cdc2ch.source.delta import DeltaSource
+    from cdc2ch.source.sparkread import deltasource as delta
+    from cdc2ch.source.sparkread.deltasource import DeltaSource
 
     path = str(tmp_path / "scan")
     _sql(

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from cdc2ch.model.config import TargetName
-from cdc2ch.source.delta import DeltaSource
-from cdc2ch.source.logfiles import python_log
+from cdc2ch.source.deltalog.logfiles import python_log
+from cdc2ch.source.sparkread.deltasource import DeltaSource
 from tests.support.helpers import assert_replicated, committed_version, vacuum_everything
 
 SHORT_RETENTION = "'interval 1 seconds'"

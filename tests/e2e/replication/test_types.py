@@ -171,7 +171,7 @@ def test_the_collected_feed_has_the_bytes_of_the_spark_layout(spark, tmp_path):
     (contract.arrow_rows); the executors compute them in Spark (contract.spark_rows). Both must give the
     same schema, NOT NULL kept, and the same bytes: insert deduplication tokens digest them."""
     from cdc2ch.model import contract
-    from cdc2ch.source.delta import DeltaSource
+    from cdc2ch.source.sparkread.deltasource import DeltaSource
     from tests.support.helpers import create_table
 
     path = str(tmp_path / "layout")
@@ -199,7 +199,7 @@ def test_the_collected_feed_has_the_bytes_of_the_spark_layout(spark, tmp_path):
     # A snapshot reads the table's columns a chunk at a time and appends its constant metadata in Arrow.
     import pyarrow as pa
 
-    from cdc2ch.source.chunked import ChunkedFrame, arrow_schema
+    from cdc2ch.source.sparkread.chunked import ChunkedFrame, arrow_schema
 
     table = source.snapshot(4)
     layout = contract.spark_snapshot_rows(table, 4, 1_700_000_000_123)

@@ -15,7 +15,7 @@ import pytest
 
 from cdc2ch.model.config import TargetName
 from cdc2ch.source import open_source
-from cdc2ch.source import sharing as sharing_client
+from cdc2ch.source.sharing import restclient as sharing_client
 from tests.e2e.replication.test_replication import COLS, _append, scenario_mix
 from tests.support.helpers import (
     Proc,
@@ -411,7 +411,7 @@ def test_a_sharing_pattern_replicates_a_schema_and_a_whole_share(
 ):
     """`#share.schema.*` lists one schema's tables, `#share.*` every table of the share (both listings paged:
     two tables a page here)."""
-    monkeypatch.setattr("cdc2ch.source.sharing.PAGE", 2)
+    monkeypatch.setattr("cdc2ch.source.sharing.restclient.PAGE", 2)
     name = f"p{database}"
     paths = {}
     for schema_name, table in (("sales", "a"), ("sales", "b"), ("other", "c")):

@@ -15,7 +15,7 @@ import pytest
 from deltalake import write_deltalake
 
 from cdc2ch.model.config import TargetName
-from cdc2ch.source.jars import delta_jars
+from cdc2ch.source.spark.jars import delta_jars
 from tests.e2e.commands.test_no_java import cdc2ch, no_java_env
 from tests.support.helpers import assert_replicated, assert_rows_equal, committed_version
 from tests.support.s3server import KEY_ID, REGION, SECRET, S3FaultProxy, S3Server, storage_options

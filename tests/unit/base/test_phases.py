@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from cdc2ch.base import phases
-from cdc2ch.source.threads import on_other_threads
+from cdc2ch.source.spark.threads import on_other_threads
 
 pytestmark = pytest.mark.unit
 

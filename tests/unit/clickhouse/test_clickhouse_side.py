@@ -22,11 +22,14 @@ from clickhouse_connect.driver.exceptions import (
 from structlog.testing import capture_logs
 
 from cdc2ch.base.errors import ConfigError, SinkError
-from cdc2ch.clickhouse import codes, ddl, dsn, embedded, server
-from cdc2ch.clickhouse.lock import LockedError
-from cdc2ch.clickhouse.own import OwnTables
-from cdc2ch.clickhouse.placement import Cluster, OneServer
-from cdc2ch.clickhouse.transport import Sink
+from cdc2ch.clickhouse import codes
+from cdc2ch.clickhouse.connection import dsn, embedded
+from cdc2ch.clickhouse.connection import remote as server
+from cdc2ch.clickhouse.connection.owntables import OwnTables
+from cdc2ch.clickhouse.connection.placement import Cluster, OneServer
+from cdc2ch.clickhouse.connection.transport import Sink, TargetTraits
+from cdc2ch.clickhouse.state.lock import LockedError
+from cdc2ch.clickhouse.tables import ddl
 from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName
 from cdc2ch.model.design import TableDesign
@@ -162,7 +165,9 @@ class FakeClient:
 
 def sink_on(client, retries: int = 4) -> Sink:
     task_client = {"host": "h", "username": "u", "password": PASSWORD}
-    return Sink(client, "http://u@h:8123/db", retries, task_client=task_client, wait_base=0.0)
+    return Sink(
+        client, "http://u@h:8123/db", retries, wait_base=0.0, traits=TargetTraits(task_client=task_client)
+    )
 
 
 def test_transient_failures_are_retried_then_reported_with_code_and_without_password():
@@ -207,7 +212,7 @@ def test_a_transient_failure_then_success_returns_the_result():
 
 def test_a_record_is_one_json_line_and_small_statements_carry_the_small_settings():
     client = FakeClient(None)
-    sink = Sink(client, "chdb:///x", small_settings=embedded.NO_JIT)
+    sink = Sink(client, "chdb:///x", traits=TargetTraits(small_settings=embedded.NO_JIT))
     at = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=timezone(timedelta(hours=2)))
     sink.insert_row("`d`.`t`", {"p": "é", "n": 7, "at": at, "naive": datetime(2026, 1, 2), "none": None})
     _, table, line, settings, fmt = client.calls[-1]
@@ -426,7 +431,7 @@ VIEW = "CREATE OR REPLACE VIEW `db`.`t_current` AS SELECT `id`, `n` FROM `db`.`t
 
 def test_the_view_is_replaced_once_per_process_then_only_with_the_tables_columns():
     sink = CatalogSink({"id": "Int64", "n": "Int32", **META})
-    tables = ddl.TargetTables(sink, TARGET, TableDesign(("id",)))
+    tables = ddl.ClickHouseTables(sink, TARGET, TableDesign(("id",)))
     tables.prepare({"id": "Int64", "n": "Int32"})
     tables.prepare({"id": "Int64", "n": "Int32"})
     assert sink.statements == [VIEW]  # an unchanged table: the view once, not at every range
@@ -438,11 +443,11 @@ def test_the_view_is_replaced_once_per_process_then_only_with_the_tables_columns
 
 def test_no_view_with_none_and_a_named_one_elsewhere():
     sink = CatalogSink({"id": "Int64", "n": "Int32", **META})
-    ddl.TargetTables(sink, TARGET, TableDesign(("id",), current_view="NONE")).prepare(
+    ddl.ClickHouseTables(sink, TARGET, TableDesign(("id",), current_view="NONE")).prepare(
         {"id": "Int64", "n": "Int32"}
     )
     assert sink.statements == []
-    ddl.TargetTables(sink, TARGET, TableDesign(("id",), current_view="bi.now")).exchange("__x")
+    ddl.ClickHouseTables(sink, TARGET, TableDesign(("id",), current_view="bi.now")).exchange("__x")
     assert sink.statements == ["EXCHANGE TABLES `db`.`t__x` AND `db`.`t`", "CREATE DATABASE bi",
                                VIEW.replace("`db`.`t_current`", "`bi`.`now`")]  # fmt: skip
 
@@ -478,7 +483,7 @@ def test_on_a_cluster_columns_change_on_the_shards_then_on_the_distributed_table
 
 def test_on_a_cluster_a_swap_trades_the_shard_tables_and_follows_with_the_distributed_table():
     sink = CatalogSink({"id": "Int64", "n": "Int32", **META}, placement=Cluster("main"))
-    tables = ddl.TargetTables(sink, TARGET, TableDesign(("id",)))
+    tables = ddl.ClickHouseTables(sink, TARGET, TableDesign(("id",)))
     tables.exchange("__x")
     tables.drop("__x")
     assert sink.statements == [
@@ -493,7 +498,7 @@ def test_on_a_cluster_a_swap_trades_the_shard_tables_and_follows_with_the_distri
 
 def test_on_one_server_a_swap_is_one_exchange():
     sink = CatalogSink({"id": "Int64", "n": "Int32", **META})
-    ddl.TargetTables(sink, TARGET, TableDesign(("id",))).exchange("__x")
+    ddl.ClickHouseTables(sink, TARGET, TableDesign(("id",))).exchange("__x")
     assert sink.statements == ["EXCHANGE TABLES `db`.`t__x` AND `db`.`t`", VIEW]  # the view's columns follow
 
 

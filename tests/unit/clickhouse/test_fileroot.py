@@ -1,6 +1,6 @@
 """Which statements read local files (and so run from /: tests/unit/model/test_anchored.py)."""
 
-from cdc2ch.clickhouse.fileroot import reads_local_files
+from cdc2ch.clickhouse.connection.fileroot import reads_local_files
 
 
 def test_statements_that_read_local_files_are_told_apart():

@@ -10,7 +10,7 @@ import pytest
 import xxhash
 from clickhouse_connect.driver.query import arrow_buffer
 
-from cdc2ch.clickhouse.rows import arrow_file
+from cdc2ch.clickhouse.connection.rows import arrow_file
 from cdc2ch.model import contract
 
 

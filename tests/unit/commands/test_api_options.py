@@ -142,7 +142,7 @@ def test_refusals_found_by_fuzzing_the_command_line(tmp_path):
     result = CliRunner().invoke(main, [*base, "--serve-tls-cert", str(tmp_path / "c.pem")])
     assert result.exit_code == 2 and "--serve-tls-cert configure what --serve" in result.stderr, result.stderr
     assert not (tmp_path / "ch").exists()
-    from cdc2ch.clickhouse import server
+    from cdc2ch.clickhouse.connection import remote as server
 
     with pytest.raises(ConfigError, match=r"cannot be parsed .*Invalid IPv6 URL.*in brackets"):
         server.connect("http://[::1/", 1)

@@ -116,27 +116,27 @@ def _state(source: str, location: str = "", table_id: str = "") -> PipelineState
 def test_an_offset_follows_its_table_by_location():
     name, where = "spark_catalog.sales.orders", "/w/sales.db/orders"
     # Same name, same place: resumes.
-    assert plan.start_version("p", name, "cdc2ch.orders", _state(name, where), None, 5, False, where) == 4
+    assert plan.start_version(name, "cdc2ch.orders", _state(name, where), None, 5, False, where) == 4
     # A path pipeline now named through the catalog (and back): the same table.
-    assert plan.start_version("p", name, "cdc2ch.orders", _state(where), None, 5, False, where) == 4
-    assert plan.start_version("p", where, "cdc2ch.orders", _state(name, where), None, 5, False, where) == 4
+    assert plan.start_version(name, "cdc2ch.orders", _state(where), None, 5, False, where) == 4
+    assert plan.start_version(where, "cdc2ch.orders", _state(name, where), None, 5, False, where) == 4
     # A state from before locations were recorded resumes and gets one.
-    assert plan.start_version("p", name, "cdc2ch.orders", _state(name), None, 5, False, where) == 4
+    assert plan.start_version(name, "cdc2ch.orders", _state(name), None, 5, False, where) == 4
 
 
 def test_a_name_now_elsewhere_is_refused_not_mixed():
     name = "spark_catalog.sales.orders"
     with pytest.raises(StateError) as err:
-        plan.start_version("p", name, "cdc2ch.orders", _state(name, "/w/old"), None, 5, False, "/w/new")
+        plan.start_version(name, "cdc2ch.orders", _state(name, "/w/old"), None, 5, False, "/w/new")
     message = str(err.value)
     assert "/w/old" in message and "/w/new" in message and "dropped and recreated" in message
     assert "Drop cdc2ch.orders, then `cdc2ch run --reset`" in message
     # --reset repoints it knowingly.
-    assert plan.start_version("p", name, "cdc2ch.orders", _state(name, "/w/old"), 0, 5, True, "/w/new") == 0
+    assert plan.start_version(name, "cdc2ch.orders", _state(name, "/w/old"), 0, 5, True, "/w/new") == 0
     # Another table altogether is still another table.
     with pytest.raises(StateError, match="not spark_catalog.sales.other"):
         plan.start_version(
-            "p", "spark_catalog.sales.other", "cdc2ch.orders", _state(name, "/w/old"), None, 5, False, "/w/x"
+            "spark_catalog.sales.other", "cdc2ch.orders", _state(name, "/w/old"), None, 5, False, "/w/x"
         )
 
 
@@ -144,13 +144,10 @@ def test_a_table_created_again_in_the_same_place_is_refused():
     """A managed table dropped and created again gets the same location but another Delta table id."""
     name, where = "spark_catalog.sales.orders", "/w/sales.db/orders"
     stored = _state(name, where, "id-1")
-    assert plan.start_version("p", name, "cdc2ch.orders", stored, None, 5, False, where, "id-1") == 4
-    assert (
-        plan.start_version("p", name, "cdc2ch.orders", _state(name, where), None, 5, False, where, "id-2")
-        == 4
-    )
+    assert plan.start_version(name, "cdc2ch.orders", stored, None, 5, False, where, "id-1") == 4
+    assert plan.start_version(name, "cdc2ch.orders", _state(name, where), None, 5, False, where, "id-2") == 4
     with pytest.raises(StateError) as err:
-        plan.start_version("p", name, "cdc2ch.orders", stored, None, 5, False, where, "id-2")
+        plan.start_version(name, "cdc2ch.orders", stored, None, 5, False, where, "id-2")
     assert "id-1" in str(err.value) and "id-2" in str(err.value) and "dropped and recreated" in str(err.value)
 
 

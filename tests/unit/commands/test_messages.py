@@ -20,7 +20,7 @@ from cdc2ch.base.errors import (
     out_of_memory,
     summarise,
 )
-from cdc2ch.clickhouse.transport import Sink
+from cdc2ch.clickhouse.connection.transport import Sink
 from cdc2ch.commands.app import failure_summary
 from cdc2ch.commands.status import ERROR_CHARS_IN_TABLE, render_table
 from cdc2ch.fleet.runner import Slot
@@ -78,7 +78,7 @@ def test_the_config_once_summary_names_each_failure_by_its_first_sentence():
         "/data/lake/sales/orders", ("id",), TargetName("analytics", "orders"), "chdb:///x", "orders"
     )
     slot = Slot(cfg, Metrics().pipeline("orders"), None)
-    from cdc2ch.clickhouse.state import Health
+    from cdc2ch.clickhouse.state.statestore import Health
 
     slot.health = Health("orders", cfg.table, str(cfg.target)).failed(None, SCHEMA_BREAK, "schema_change")
     text = failure_summary([slot], 3)
@@ -208,8 +208,8 @@ def test_a_jvm_gone_outside_a_translated_call_gets_a_paragraph_and_the_block_err
     """Starting the session or putting a setting back is not translated: when the JVM is gone there, the
     command still ends with one paragraph (cli, runner), and a setting that cannot be put back does not hide
     the error of the block that set it."""
-    from cdc2ch.source import sessionconf
-    from cdc2ch.source.sessionconf import session_conf
+    from cdc2ch.source.spark import sessionconf
+    from cdc2ch.source.spark.sessionconf import session_conf
 
     stopped = jvm_stopped(_refused_at(PY4J_CLIENT))
     assert isinstance(stopped, SourceError) and "spark.driver.memory" in str(stopped)
@@ -287,7 +287,7 @@ def test_library_records_are_log_lines_and_py4j_tracebacks_stay_out(capsys):
 
 
 def test_spark_out_of_memory_is_recognised_in_each_form_and_a_range_read_says_what_to_change():
-    from cdc2ch.source.shared import advice
+    from cdc2ch.source.sharing.sharedsource import advice
 
     heap = "java.lang.OutOfMemoryError: Java heap space\n\tat java.base/java.util.Arrays.copyOf"
     arrow = "org.apache.arrow.memory.OutOfMemoryException: Failure allocating buffer."

@@ -33,6 +33,7 @@ from cdc2ch.commands.options import (
     process_options,
     resolve,
 )
+from cdc2ch.fleet.runner import Fleet
 from cdc2ch.model.config import ConfigFile, RunConfig, TargetName
 
 pytestmark = pytest.mark.unit
@@ -167,7 +168,8 @@ def test_help_does_not_import_spark_or_clickhouse():
     code = (
         "import sys; from click.testing import CliRunner; from cdc2ch.cli import main\n"
         "for name in main.commands: assert CliRunner().invoke(main, [name, '--help']).exit_code == 0\n"
-        "heavy = ('pyspark', 'pyarrow', 'chdb', 'clickhouse_connect', 'delta', 'cdc2ch.clickhouse.transport')\n"
+        "heavy = ('pyspark', 'pyarrow', 'chdb', 'clickhouse_connect', 'delta',\n"
+        "         'cdc2ch.clickhouse.connection.transport')\n"
         "print(sorted(m for m in sys.modules if m.startswith(heavy)))"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -357,8 +359,8 @@ def test_run_once_sums_up_the_failed_pipelines(monkeypatch):
     calls = {}
 
     class Runner:
-        def __init__(self, configs, spark, sink, stop, metrics, isolate, *discovery):
-            calls["isolate"] = isolate
+        def __init__(self, configs, spark, sink, stop, metrics, fleet):
+            calls["isolate"] = fleet.isolate
 
         def run(self):
             health = SimpleNamespace(last_error_kind="source", last_error="The table is gone.")
@@ -369,9 +371,9 @@ def test_run_once_sums_up_the_failed_pipelines(monkeypatch):
         return nullcontext(SimpleNamespace(widen=lambda calls: None))
 
     fakes = {
-        "cdc2ch.fleet.runner": {"Runner": Runner},
+        "cdc2ch.fleet.runner": {"Runner": Runner, "Fleet": Fleet},
         "cdc2ch.replication.metrics": {"Metrics": lambda: SimpleNamespace(serve=print, close=lambda: None)},
-        "cdc2ch.source.spark": {
+        "cdc2ch.source.spark.session": {
             "lazy_session": lambda settings, on_start=None: None,
             "jvm_pid": lambda spark: None,
         },

@@ -8,7 +8,7 @@ import pytest
 
 from cdc2ch.base.errors import SourceError
 from cdc2ch.commands.status import table_log
-from cdc2ch.source.logfiles import python_log
+from cdc2ch.source.deltalog.logfiles import python_log
 
 
 def _commit(log_dir, version: int, ts_ms: int, *actions: dict) -> None:

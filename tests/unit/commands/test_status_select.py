@@ -11,7 +11,7 @@ from cdc2ch.base.errors import ConfigError
 from cdc2ch.cli import main
 from cdc2ch.commands.selection import Selection, failing, lagging, matches
 from cdc2ch.commands.status import parse_lagging
-from cdc2ch.source.logfiles import ArrowLogFiles, python_log
+from cdc2ch.source.deltalog.logfiles import ArrowLogFiles, python_log
 
 
 def _row(pipeline="sales.orders", behind=None, seconds=None, is_failing=False, **more) -> dict:

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from cdc2ch.base.errors import SinkError
-from cdc2ch.clickhouse.control import PAUSE, RESUME, RESYNC, RESYNCED, Request
+from cdc2ch.clickhouse.state.control import PAUSE, RESUME, RESYNC, RESYNCED, Request
 from cdc2ch.fleet import lifecycle
 from cdc2ch.fleet.lifecycle import Lifecycle
 from cdc2ch.model.config import RunConfig, TargetName

@@ -1,5 +1,5 @@
 """The schedule of pipelines on a bounded pool (fleet/scheduler.py) and the clients calls lease
-(clickhouse/clients.py): pure decisions, a fake clock."""
+(clickhouse/connection/clients.py): pure decisions, a fake clock."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from cdc2ch.clickhouse.clients import Clients
+from cdc2ch.clickhouse.connection.clients import Clients
 from cdc2ch.fleet.scheduler import NEVER, QUANTUM, Schedule, pool_size
 from tests.support.fakes import Clock
 

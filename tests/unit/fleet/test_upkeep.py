@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from cdc2ch.base.errors import SinkError
-from cdc2ch.clickhouse.compactions import Compacted
+from cdc2ch.clickhouse.state.compactlog import Compacted
 from cdc2ch.fleet import upkeep
 from cdc2ch.fleet.upkeep import RETRY_AFTER, Upkeep
 from cdc2ch.model.config import RunConfig, TargetName

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from cdc2ch.clickhouse.fileroot import _FromRoot
+from cdc2ch.clickhouse.connection.fileroot import _FromRoot
 from cdc2ch.model.config import RunConfig, TargetName
 from cdc2ch.model.tableref import anchored, is_local
 

@@ -9,14 +9,14 @@ import pyarrow as pa
 import pytest
 
 from cdc2ch.base.errors import ConfigError, SourceError
-from cdc2ch.clickhouse.dsn import redact
+from cdc2ch.clickhouse.connection.dsn import redact
 from cdc2ch.model.commit import Commit
 from cdc2ch.model.config import TargetName
 from cdc2ch.model.design import TableDesign
 from cdc2ch.model.schema import clickhouse_type, column_types, quote
 from cdc2ch.replication import changes
 from cdc2ch.replication.plan import plan_ranges
-from cdc2ch.source.log import estimate_rows, parse_commit
+from cdc2ch.source.deltalog.commitlog import estimate_rows, parse_commit
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -172,7 +172,7 @@ def test_unreachable_server_is_not_taken_for_bad_credentials():
     import socket
 
     from cdc2ch.base.errors import SinkError
-    from cdc2ch.clickhouse.dsn import connect
+    from cdc2ch.clickhouse.connection.dsn import connect
 
     for port in (5160, 15160, 25160, 35160, 45160, 51600, 51601, 51602):
         with socket.socket() as s:

@@ -55,7 +55,7 @@ def test_updates_deletes_and_reinserts_are_not_duplicates():
     )  # fmt: skip
     assert changes.repeated_across_commits(rows, ("id",)) is None
     assert changes.repeated_across_commits(target_rows((1, 1, "insert"), (1, 1, "insert")), ("id",)) is None
-    # An ordinary update whose pre-image the read left out (source/preimages.py) is still an update.
+    # An ordinary update whose pre-image the read left out (source/deltalog/preimages.py) is still an update.
     without = target_rows((1, 1, "insert"), (1, 2, "update_postimage"), (1, 3, "update_postimage"))
     assert changes.repeated_across_commits(without, ("id",)) is None
     assert changes.repeated_across_commits(target_rows((1, 1, "insert"), (1, 2, "insert")), ("id",))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from cdc2ch.clickhouse.lock import LockedError
-from cdc2ch.replication import resync
+from cdc2ch.clickhouse.state.lock import LockedError
+from cdc2ch.replication.fullload import resync
 from tests.support.fakes import FakeTable, Harness
 
 

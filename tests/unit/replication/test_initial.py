@@ -9,10 +9,10 @@ import pytest
 
 from cdc2ch.base.errors import ConfigError, SourceError
 from cdc2ch.model.commit import Commit, Files
-from cdc2ch.replication import initial
-from cdc2ch.replication.initial import CHANGES, SNAPSHOT, Facts, decide
-from cdc2ch.source.history import Replay, replay
-from cdc2ch.source.log import parse_commit
+from cdc2ch.replication.startup import initial
+from cdc2ch.replication.startup.initial import CHANGES, SNAPSHOT, Facts, decide
+from cdc2ch.source.deltalog.commitlog import parse_commit
+from cdc2ch.source.deltalog.history import Replay, replay
 from tests.support.fakes import T0, FakeTable, Harness
 
 CDF_ON = {"delta.enableChangeDataFeed": "true"}

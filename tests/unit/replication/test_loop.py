@@ -11,7 +11,7 @@ from structlog.testing import capture_logs
 
 from cdc2ch.base.errors import SchemaChangeError, SourceError, StateError
 from cdc2ch.model.design import TableDesign
-from cdc2ch.replication import resync
+from cdc2ch.replication.fullload import resync
 from tests.support.fakes import Crash, FakeTable, Harness
 
 

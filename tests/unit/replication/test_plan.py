@@ -26,7 +26,7 @@ def stored(
 
 
 def start(state, requested=None, latest=9, reset=False) -> int:
-    return plan.start_version("p", "/t", "db.t", state, requested, latest, reset)
+    return plan.start_version("/t", "db.t", state, requested, latest, reset)
 
 
 def test_start_version_for_new_resumed_and_reset_pipelines():
@@ -170,8 +170,8 @@ def test_requesting_the_latest_version_itself_is_allowed():
 
 def test_an_offset_with_a_recorded_table_id_resumes_when_none_was_read():
     recorded = PipelineState("p", "/t", "db.t", 5, 5, 10, PipelineState.epoch(), "/t", "id-1")
-    assert plan.start_version("p", "/t", "db.t", recorded, None, 9, False) == 6
-    assert plan.start_version("p", "/t", "db.t", recorded, None, 9, False, "/t", "id-1") == 6
+    assert plan.start_version("/t", "db.t", recorded, None, 9, False) == 6
+    assert plan.start_version("/t", "db.t", recorded, None, 9, False, "/t", "id-1") == 6
 
 
 def test_a_target_belongs_to_one_pipeline():

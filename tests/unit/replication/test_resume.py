@@ -10,8 +10,8 @@ import pytest
 
 from cdc2ch.model.config import RunConfig, TargetName
 from cdc2ch.model.offset import PipelineState
-from cdc2ch.replication import resume
-from cdc2ch.replication.inputs import Inputs
+from cdc2ch.replication.startup import resume
+from cdc2ch.replication.startup.inputs import Inputs
 from tests.support.fakes import MemoryStore
 
 STAMP = datetime(2026, 1, 1, tzinfo=timezone.utc)

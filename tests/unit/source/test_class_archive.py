@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 
-from cdc2ch.source import classes, spark
+from cdc2ch.source.spark import classarchive as classes
+from cdc2ch.source.spark import session as spark
 
 
 def _gone_pid() -> int:

@@ -7,8 +7,8 @@ import os
 import pytest
 
 from cdc2ch.base.errors import ConfigError
-from cdc2ch.source import jars
-from cdc2ch.source.spark import jar_conf
+from cdc2ch.source.spark import jars
+from cdc2ch.source.spark.session import jar_conf
 
 
 def test_each_connector_matches_spark_s_hadoop_and_names_the_class_that_proves_it():

@@ -1,5 +1,5 @@
-"""The process's Spark session started on first use (source/lazy.py), once, whichever thread asks first; and
-the paragraph given when no Java can start it."""
+"""The process's Spark session started on first use (source/spark/lazysession.py), once, whichever thread asks
+first; and the paragraph given when no Java can start it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from cdc2ch.model.config import SparkSettings
-from cdc2ch.source.lazy import JavaMissing, LazySpark, local_master, running, session_of
+from cdc2ch.source.spark.lazysession import JavaMissing, LazySpark, local_master, running, session_of
 
 pytestmark = pytest.mark.unit
 
@@ -54,7 +54,7 @@ def test_a_threads_pipeline_is_applied_when_that_thread_starts_spark():
 def test_without_java_the_start_is_one_paragraph_naming_what_needed_it(monkeypatch, tmp_path):
     from pyspark import SparkContext
 
-    from cdc2ch.source import spark
+    from cdc2ch.source.spark import session as spark
 
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("JAVA_HOME", raising=False)

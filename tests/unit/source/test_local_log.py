@@ -1,12 +1,12 @@
-"""A local table's log read by Python (source/log.py ArrowLogFiles): `run` reads local tables so, as `status`
-does, and a path is a path, not a URI."""
+"""A local table's log read by Python (source/deltalog/logfiles.py ArrowLogFiles): `run` reads local tables so, as
+`status` does, and a path is a path, not a URI."""
 
 from __future__ import annotations
 
 import json
 
-from cdc2ch.source.log import DeltaLog
-from cdc2ch.source.logfiles import ArrowLogFiles
+from cdc2ch.source.deltalog.commitlog import DeltaLog
+from cdc2ch.source.deltalog.logfiles import ArrowLogFiles
 
 
 def test_a_local_log_is_read_whatever_characters_its_path_holds(tmp_path):

@@ -1,4 +1,4 @@
-"""A local table's metadata, protocol and live files replayed from its log by Python (source/logstate.py),
+"""A local table's metadata, protocol and live files replayed from its log by Python (source/deltalog/logstate.py),
 on logs written here action by action: JSON commits, classic, multi-part and v2 checkpoints."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cdc2ch.source.logfiles import LocalLogFiles
-from cdc2ch.source.logstate import LogStates, cdf_schema, live_files, live_paths, table_state
+from cdc2ch.source.deltalog.logfiles import LocalLogFiles
+from cdc2ch.source.deltalog.logstate import LogStates, cdf_schema, live_files, live_paths, table_state
 
 pytestmark = pytest.mark.unit
 

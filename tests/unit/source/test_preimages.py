@@ -1,4 +1,4 @@
-"""Which commits' update pre-images a Spark read leaves out (source/preimages.py), told from change files
+"""Which commits' update pre-images a Spark read leaves out (source/deltalog/preimages.py), told from change files
 written here by pyarrow as Delta writes them (the key columns and `_change_type`)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import structlog
 from structlog.testing import capture_logs
 
 from cdc2ch.model.commit import Commit, Files
-from cdc2ch.source.feed import SparkChanges
-from cdc2ch.source.logstate import TableState
-from cdc2ch.source.preimages import left_out, needless
+from cdc2ch.source.deltalog.logstate import TableState
+from cdc2ch.source.deltalog.preimages import left_out, needless
+from cdc2ch.source.sparkread.feed import SparkChanges
 from tests.support.fakes import T0
 
 pytestmark = pytest.mark.unit

@@ -8,7 +8,7 @@ import threading
 import pyarrow as pa
 import pytest
 
-from cdc2ch.source.spill import RowQueue
+from cdc2ch.source.sparkread.spill import RowQueue
 
 pytestmark = pytest.mark.unit
 

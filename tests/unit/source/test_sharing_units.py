@@ -13,8 +13,8 @@ import pytest
 from cdc2ch.base import retry
 from cdc2ch.base.errors import ConfigError
 from cdc2ch.model.tableref import parse_table
-from cdc2ch.source import sharefiles
-from cdc2ch.source.sharing import load_profile, retry_after
+from cdc2ch.source.sharing import sharefiles
+from cdc2ch.source.sharing.restclient import load_profile, retry_after
 
 pytestmark = pytest.mark.unit
 TOKEN = "dapi-very-secret-token"
@@ -156,7 +156,7 @@ def test_retry_after_is_honoured_up_to_the_cap():
 def test_a_range_cut_from_a_wider_answer_keeps_the_schema_it_is_read_under():
     """One /changes answer for [0, 3] serves the later range [2, 3] too; that range changes no schema,
     so it is read under the metaData of version 1 (the head line of the answer is version 0's)."""
-    from cdc2ch.source.shareanswer import metadata_of, sliced
+    from cdc2ch.source.sharing.shareanswer import metadata_of, sliced
 
     def meta(v, cols):
         return {"metaData": {"version": v, "schemaString": json.dumps({"type": "struct", "fields": cols})}}

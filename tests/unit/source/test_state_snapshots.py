@@ -1,4 +1,4 @@
-"""Which ranges may plan their change feed with a snapshot already built (source/cdfscan.py): only those whose
+"""Which ranges may plan their change feed with a snapshot already built (source/sparkread/cdfscan.py): only those whose
 every version shares that snapshot's protocol and metadata, as the commits read from the log show."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 from datetime import datetime, timezone
 
 from cdc2ch.model.commit import Commit
-from cdc2ch.source.cdfscan import StateSnapshots
-from cdc2ch.source.log import parse_commit
+from cdc2ch.source.deltalog.commitlog import parse_commit
+from cdc2ch.source.sparkread.cdfscan import StateSnapshots
 
 TS = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

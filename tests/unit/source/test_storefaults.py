@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc2ch.source.jars import hadoop_version
+from cdc2ch.source.spark.jars import hadoop_version
 from cdc2ch.source.storefaults import storage_error
 
 URI = "s3a://lake/sales/orders"

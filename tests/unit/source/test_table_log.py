@@ -1,4 +1,4 @@
-"""Which way a table's log is read (source/logfiles.py TableLog): Python where it can, without a JVM."""
+"""Which way a table's log is read (source/deltalog/logfiles.py TableLog): Python where it can, without a JVM."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from deltalake import write_deltalake
 
 from cdc2ch.base.errors import SourceError
 from cdc2ch.model.objectstore import S3Settings
-from cdc2ch.source.logfiles import LocalLogFiles, TableLog
+from cdc2ch.source.deltalog.logfiles import LocalLogFiles, TableLog
 
 
 def no_spark():

@@ -1,10 +1,10 @@
-"""The local JVM's young generation, sized from the driver heap Spark is given (source/spark.py)."""
+"""The local JVM's young generation, sized from the driver heap Spark is given (source/spark/session.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from cdc2ch.source.spark import young_generation
+from cdc2ch.source.spark.session import young_generation
 
 pytestmark = pytest.mark.unit
 

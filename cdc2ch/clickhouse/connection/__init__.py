@@ -1,0 +1,1 @@
+"""One ClickHouse target: embedded or a server, its clients, where its tables live."""

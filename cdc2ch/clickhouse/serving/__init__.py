@@ -1,0 +1,1 @@
+"""The embedded engine behind the ClickHouse HTTP interface: statements, the read-only gate."""

@@ -1,0 +1,1 @@
+"""cdc2ch's own tables in each target database: offsets, claims, requests, compactions."""

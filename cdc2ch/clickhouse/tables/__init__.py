@@ -1,0 +1,1 @@
+"""Target tables: their DDL, whether an existing one fits the design, compaction."""

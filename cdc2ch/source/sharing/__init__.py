@@ -1,0 +1,1 @@
+"""Tables shared through Delta Sharing: the REST client, its answers and files, the source."""

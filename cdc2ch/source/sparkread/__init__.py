@@ -1,0 +1,1 @@
+"""Delta tables read through Spark: the source, its change-feed scans and reads to Arrow."""
