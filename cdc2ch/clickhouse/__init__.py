@@ -1,6 +1,8 @@
 """The ClickHouse side of cdc2ch, on clickhouse-connect whatever the target (embedded chdb or a server).
 
-Layers, each importing only those before it: `codes` (error codes) <- `transport` (Sink: calls, retries,
-errors) <- `embedded`, `server` (open a client) <- `dsn` (pick one from a DSN); `ddl` (target tables),
-`state` (offsets, snapshot progress, health) and `lock` (one runner per pipeline) work on a Sink.
+Packages, each importing only those before it: `codes` (error codes) <- `connection` (one target: the Sink
+and its calls, retries and errors; the embedded engine or a server, picked from a DSN; where its tables
+live) <- `state` (cdc2ch's own tables: offsets, snapshot progress, health, claims, requests, compactions)
+<- `tables` (target tables: DDL, adoption, compaction). `serving` puts the embedded engine behind the
+ClickHouse HTTP interface.
 """

@@ -89,7 +89,7 @@ def run_pipelines(
         try:
             spark = lazy_session(first.spark, on_start=lambda s: setattr(metrics, "jvm_pid", jvm_pid(s)))
             fleet = Fleet(isolate, workers, budget, discover, process.discover_interval, tuple(skipped or ()))
-            runner = Runner(configs, spark, sink, stop, metrics, fleet)
+            runner = Runner(configs, spark, sink, stop, metrics, fleet=fleet)
             failed = runner.run()
         finally:
             metrics.close()

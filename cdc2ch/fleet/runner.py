@@ -105,6 +105,7 @@ class Runner:
         sink: Sink,
         stop: threading.Event,
         metrics: Metrics,
+        *,
         fleet: Fleet = Fleet(),
     ):
         self.configs = configs

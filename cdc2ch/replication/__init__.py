@@ -1,1 +1,2 @@
-"""One pipeline: the ports it drives, the poll/commit loop and its decisions, the writers and the snapshot load."""
+"""One pipeline: the ports it drives, the poll/commit loop and its decisions, how it begins (`startup`), the
+writers, and whole-table loads (`fullload`)."""

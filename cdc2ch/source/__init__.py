@@ -1,5 +1,6 @@
-"""The source side: a Spark session with Delta enabled, Delta tables read through it, and tables shared
-through Delta Sharing. `open_source` picks the one `--table` names."""
+"""The source side, one package per adapter: the Delta log read by Python (`deltalog`), Delta tables read
+through Spark (`sparkread`) on the process's session (`spark`), and tables shared through Delta Sharing
+(`sharing`). `open_source` picks the one `--table` names."""
 
 from __future__ import annotations
 

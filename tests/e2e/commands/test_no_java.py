@@ -124,7 +124,7 @@ def test_a_service_polls_without_spark_then_starts_it_for_a_new_commit(
         return spark
 
     first = job_config(path, target, chdb_dsn, reader="clickhouse")
-    Runner([first], LazySpark(start), sink, threading.Event(), Metrics(), False).run()
+    Runner([first], LazySpark(start), sink, threading.Event(), Metrics()).run()
     assert started == [] and committed_version(sink, database, str(target)) == 3
 
     cfg = replace(job_config(path, target, chdb_dsn, poll_interval=0.1), once=False)
@@ -133,7 +133,7 @@ def test_a_service_polls_without_spark_then_starts_it_for_a_new_commit(
 
     def serve() -> None:
         try:
-            Runner([cfg], lazy, sink, stop, metrics, False).run()
+            Runner([cfg], lazy, sink, stop, metrics).run()
         except BaseException as exc:
             failed.append(exc)
 

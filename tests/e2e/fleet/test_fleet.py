@@ -9,7 +9,7 @@ import threading
 import time
 from dataclasses import replace
 
-from cdc2ch.fleet.runner import Runner
+from cdc2ch.fleet.runner import Fleet, Runner
 from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName
 from cdc2ch.replication.metrics import Metrics
@@ -68,7 +68,7 @@ def test_a_small_tables_change_is_not_held_back_by_another_tables_load(
     ]
     sink.widen(3)
     stop, failed = threading.Event(), []
-    runner = Runner(configs, spark, sink, stop, Metrics(), isolate=True, workers=2)
+    runner = Runner(configs, spark, sink, stop, Metrics(), fleet=Fleet(isolate=True, workers=2))
     thread = threading.Thread(target=lambda: failed.extend(runner.run()), daemon=True)
     thread.start()
     try:

@@ -36,7 +36,7 @@ def test_auto_reads_a_local_table_through_clickhouse_without_a_jvm(spark, sink, 
     started: list[str] = []
 
     cfg = job_config(path, changes, chdb_dsn, reader="auto")
-    Runner([cfg], recording(spark, started), sink, threading.Event(), Metrics(), False).run()
+    Runner([cfg], recording(spark, started), sink, threading.Event(), Metrics()).run()
     snapshot = job_config(path, copy, chdb_dsn, reader="auto")
     Snapshotter(snapshot, open_source(recording(spark, started), path), sink).run()
 
@@ -60,7 +60,7 @@ def test_auto_reads_a_local_table_through_clickhouse_without_a_jvm(spark, sink, 
         job.close()
     assert "TIMESTAMP columns (at)" in str(stop.value) and "with version 3 committed" in str(stop.value)
     assert committed_version(sink, database, str(changes)) == 3 and started == []
-    Runner([cfg], recording(spark, started), sink, threading.Event(), Metrics(), False).run()
+    Runner([cfg], recording(spark, started), sink, threading.Event(), Metrics()).run()
     assert started and committed_version(sink, database, str(changes)) == 5
     assert_replicated(spark, sink, path, changes)
 
@@ -76,7 +76,7 @@ def test_auto_leaves_timestamps_and_server_targets_to_spark(
     started: list[str] = []
 
     cfg = job_config(path, target, chdb_dsn, reader="auto")
-    Runner([cfg], recording(spark, started), sink, threading.Event(), Metrics(), False).run()
+    Runner([cfg], recording(spark, started), sink, threading.Event(), Metrics()).run()
     assert started and all("through Spark" in why for why in started)
     assert_replicated(spark, sink, path, target)  # 2299 arrives as written, which ClickHouse's reader wraps
 

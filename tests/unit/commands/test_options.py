@@ -359,7 +359,7 @@ def test_run_once_sums_up_the_failed_pipelines(monkeypatch):
     calls = {}
 
     class Runner:
-        def __init__(self, configs, spark, sink, stop, metrics, fleet):
+        def __init__(self, configs, spark, sink, stop, metrics, *, fleet):
             calls["isolate"] = fleet.isolate
 
         def run(self):
