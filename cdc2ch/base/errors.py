@@ -200,3 +200,9 @@ def _first_sentence_end(text: str) -> int:
             return i + 1
         i = text.find(". ", i + 1)
     return -1
+
+
+class LockedError(Cdc2chError):
+    """Another process holds the pipeline, or the embedded database's directory."""
+
+    exit_code = 75  # EX_TEMPFAIL: try again later

@@ -1,8 +1,11 @@
-"""Whether a process of this host, known by its pid, has ended."""
+"""Processes of this host: what this one is doing (for the record another reads), whether one has ended."""
 
 from __future__ import annotations
 
 import os
+import sys
+
+from cdc2ch.base.log import in_api_call
 
 
 def process_gone(pid: int) -> bool:
@@ -14,3 +17,11 @@ def process_gone(pid: int) -> bool:
     except PermissionError:
         return False
     return False
+
+
+def command_name() -> str:
+    """`cdc2ch run`, `cdc2ch snapshot`...: what the holder is doing, without any argument values."""
+    if in_api_call():  # the process's arguments are the caller's
+        return "cdc2ch Python API"
+    args = [a for a in sys.argv[1:2] if not a.startswith("-")]
+    return " ".join(["cdc2ch", *args])

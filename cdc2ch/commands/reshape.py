@@ -17,10 +17,10 @@ import threading
 import time
 from dataclasses import dataclass, fields, replace
 
-from cdc2ch.base.errors import ConfigError, StateError
+from cdc2ch.base.errors import ConfigError, LockedError, StateError
 from cdc2ch.base.log import get_logger
 from cdc2ch.clickhouse.connection.transport import Sink
-from cdc2ch.clickhouse.state.lock import LockedError, PipelineLock
+from cdc2ch.clickhouse.state.lock import PipelineLock
 from cdc2ch.clickhouse.state.statestore import StateStore
 from cdc2ch.clickhouse.tables.ddl import ClickHouseTables
 from cdc2ch.model.config import RunConfig, TargetName

@@ -20,9 +20,16 @@ from prometheus_client import (
     start_http_server,
 )
 
-from cdc2ch.base.errors import Cdc2chError, ConfigError, SchemaChangeError, SinkError, SourceError, StateError
+from cdc2ch.base.errors import (
+    Cdc2chError,
+    ConfigError,
+    LockedError,
+    SchemaChangeError,
+    SinkError,
+    SourceError,
+    StateError,
+)
 from cdc2ch.clickhouse import codes
-from cdc2ch.clickhouse.state.lock import LockedError
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer

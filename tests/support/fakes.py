@@ -14,8 +14,7 @@ from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
 
-from cdc2ch.base.errors import SourceError
-from cdc2ch.clickhouse.state.lock import LockedError
+from cdc2ch.base.errors import LockedError, SourceError
 from cdc2ch.model import contract, schema
 from cdc2ch.model.commit import Commit
 from cdc2ch.model.config import RunConfig, TargetName

@@ -15,12 +15,12 @@ from pathlib import Path
 import clickhouse_connect
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from cdc2ch.base.errors import SinkError, summarise
+from cdc2ch.base.errors import LockedError, SinkError, summarise
+from cdc2ch.base.processes import command_name
 from cdc2ch.clickhouse import codes
 from cdc2ch.clickhouse.connection import remote
 from cdc2ch.clickhouse.connection.fileroot import from_root
 from cdc2ch.clickhouse.connection.transport import Sink, TargetTraits
-from cdc2ch.clickhouse.state.lock import LockedError, command_name
 from cdc2ch.model.config import default_data_dir
 
 HOLDER_FILE = "cdc2ch-holder.json"  # who has the directory open, written by cdc2ch

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -23,9 +22,9 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 
-from cdc2ch.base.errors import Cdc2chError, SinkError, summarise
-from cdc2ch.base.log import get_logger, in_api_call
-from cdc2ch.base.processes import process_gone
+from cdc2ch.base.errors import LockedError, SinkError, summarise
+from cdc2ch.base.log import get_logger
+from cdc2ch.base.processes import command_name, process_gone
 from cdc2ch.clickhouse.connection.transport import Sink
 from cdc2ch.model import schema
 
@@ -38,12 +37,6 @@ RIVAL_PAUSE = 0.25  # seconds for a rival's claim, written in the same instant, 
 # Claims taken on a database only this process writes (the embedded engine) take turns here: each then sees
 # every earlier claim at once, and none waits for a rival's to show.
 _TURNS = threading.Lock()
-
-
-class LockedError(Cdc2chError):
-    """Another process holds the pipeline."""
-
-    exit_code = 75  # EX_TEMPFAIL: try again later
 
 
 @dataclass(frozen=True)
@@ -60,14 +53,6 @@ class Claim:
             f"{self.holder} on host {self.host} (pid {self.pid}), which took it at "
             f"{self.claimed_at:%Y-%m-%d %H:%M:%S} UTC and last checked in {self.age_s:.0f} s ago"
         )
-
-
-def command_name() -> str:
-    """`cdc2ch run`, `cdc2ch snapshot`...: what the holder is doing, without any argument values."""
-    if in_api_call():  # the process's arguments are the caller's
-        return "cdc2ch Python API"
-    args = [a for a in sys.argv[1:2] if not a.startswith("-")]
-    return " ".join(["cdc2ch", *args])
 
 
 class PipelineLock:

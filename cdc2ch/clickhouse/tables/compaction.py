@@ -43,11 +43,11 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 
-from cdc2ch.base.errors import ConfigError, SinkError, summarise
+from cdc2ch.base.errors import ConfigError, LockedError, SinkError, summarise
 from cdc2ch.base.log import get_logger
 from cdc2ch.clickhouse.connection.transport import Sink
 from cdc2ch.clickhouse.state.compactlog import CompactStore
-from cdc2ch.clickhouse.state.lock import LockedError, PipelineLock
+from cdc2ch.clickhouse.state.lock import PipelineLock
 from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName
 

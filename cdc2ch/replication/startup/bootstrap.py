@@ -15,9 +15,8 @@ the same flags or others, starts a new pipeline again. A snapshot with chunks la
 
 from __future__ import annotations
 
-from cdc2ch.base.errors import StateError, summarise
+from cdc2ch.base.errors import LockedError, StateError, summarise
 from cdc2ch.base.log import Logger
-from cdc2ch.clickhouse.state.lock import LockedError
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.offset import PipelineState
 from cdc2ch.replication import plan

@@ -13,8 +13,9 @@ import threading
 
 import pytest
 
+from cdc2ch.base.errors import LockedError
 from cdc2ch.clickhouse.connection.dsn import connect
-from cdc2ch.clickhouse.state.lock import LockedError, PipelineLock
+from cdc2ch.clickhouse.state.lock import PipelineLock
 
 
 @pytest.fixture(params=["one process", "several processes"])

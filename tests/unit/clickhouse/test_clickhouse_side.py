@@ -21,14 +21,13 @@ from clickhouse_connect.driver.exceptions import (
 )
 from structlog.testing import capture_logs
 
-from cdc2ch.base.errors import ConfigError, SinkError
+from cdc2ch.base.errors import ConfigError, LockedError, SinkError
 from cdc2ch.clickhouse import codes
 from cdc2ch.clickhouse.connection import dsn, embedded
 from cdc2ch.clickhouse.connection import remote as server
 from cdc2ch.clickhouse.connection.owntables import OwnTables
 from cdc2ch.clickhouse.connection.placement import Cluster, OneServer
 from cdc2ch.clickhouse.connection.transport import Sink, TargetTraits
-from cdc2ch.clickhouse.state.lock import LockedError
 from cdc2ch.clickhouse.tables import ddl
 from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 from structlog.testing import capture_logs
 
-from cdc2ch.base.errors import SinkError
-from cdc2ch.clickhouse.state.lock import LockedError
+from cdc2ch.base.errors import LockedError, SinkError
 from cdc2ch.model import schema
 from tests.support.fakes import Crash, FakeTable, Harness, MemoryTables, Refused
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc2ch.clickhouse.state.lock import LockedError
+from cdc2ch.base.errors import LockedError
 from cdc2ch.replication.fullload import resync
 from tests.support.fakes import FakeTable, Harness
 

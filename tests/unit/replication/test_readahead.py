@@ -7,8 +7,7 @@ import time
 
 import pytest
 
-from cdc2ch.base.errors import SourceError
-from cdc2ch.clickhouse.state.lock import LockedError
+from cdc2ch.base.errors import LockedError, SourceError
 from tests.support.fakes import FakeChanges, Harness
 from tests.unit.replication.test_loop import history
 
