@@ -12,7 +12,7 @@ from typing import Any
 @dataclass(frozen=True)
 class Files:
     """A commit's file actions, as far as the table's size and the files its change feed reads need them
-    (source/deltalog/history.py). Paths as the log writes them: relative to the table, URI-encoded."""
+    (replication/startup/replay.py). Paths as the log writes them: relative to the table, URI-encoded."""
 
     added: tuple[tuple[str, int | None, bool], ...] = ()  # (path, live rows or None, dataChange)
     removed: tuple[tuple[str, bool], ...] = ()  # (path, dataChange)

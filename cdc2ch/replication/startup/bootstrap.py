@@ -23,7 +23,7 @@ from cdc2ch.replication import plan
 from cdc2ch.replication.ports import ChangeSource, Ports
 from cdc2ch.replication.startup import initial
 from cdc2ch.replication.startup.initial import Choice
-from cdc2ch.source.deltalog import history
+from cdc2ch.replication.startup.replay import replay
 
 
 class Bootstrap:
@@ -43,15 +43,15 @@ class Bootstrap:
             return None
         mode, facts = self.cfg.initial_load, initial.Facts()
         if mode != initial.CHANGES and requested is None:
-            facts = self._facts(start, latest, replay=mode == "auto")
+            facts = self._facts(start, latest, weigh_replay=mode == "auto")
         return initial.decide(mode, requested, start, latest, facts)
 
-    def _facts(self, start: int, latest: int, replay: bool) -> initial.Facts:
+    def _facts(self, start: int, latest: int, weigh_replay: bool) -> initial.Facts:
         interrupted = self._interrupted(latest)
-        if not replay or interrupted is not None:
+        if not weigh_replay or interrupted is not None:
             return initial.Facts(interrupted=interrupted)
         commits = self.source.commits(start, latest)
-        found = history.replay(commits)
+        found = replay(commits)
         gone = found.first_gone if found is not None else None
         if gone is not None and self.source.file_exists(gone[1]) is not False:
             gone = None  # still there (or the source cannot tell): nothing a replay reads is gone

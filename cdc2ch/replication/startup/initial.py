@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from cdc2ch.model.commit import Commit
 from cdc2ch.replication import plan
-from cdc2ch.source.deltalog.history import Replay
+from cdc2ch.replication.startup.replay import Replay
 
 REPLAY_RATIO = 2
 REPLAY_FLOOR = 1_000_000

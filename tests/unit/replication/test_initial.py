@@ -1,5 +1,5 @@
 """A new pipeline's initial load: the pure decision (initial.py), what the log says about replaying it
-(history.py, fed real log lines), and the loop acting on it over the in-memory ports."""
+(replay.py, fed real log lines), and the loop acting on it over the in-memory ports."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from cdc2ch.base.errors import ConfigError, SourceError
 from cdc2ch.model.commit import Commit, Files
 from cdc2ch.replication.startup import initial
 from cdc2ch.replication.startup.initial import CHANGES, SNAPSHOT, Facts, decide
+from cdc2ch.replication.startup.replay import Replay, replay
 from cdc2ch.source.deltalog.commitlog import parse_commit
-from cdc2ch.source.deltalog.history import Replay, replay
 from tests.support.fakes import T0, FakeTable, Harness
 
 CDF_ON = {"delta.enableChangeDataFeed": "true"}

@@ -1,8 +1,8 @@
 """What a table's log says about replaying its change feed from version 0: the rows the table holds now, the
 change rows the replay yields, and the first file the replay reads that has left the table since.
 
-Pure: it reads the commits' file actions (source/deltalog/commitlog.py), never storage. VACUUM deletes the files
-that left the table (removed, or change files, which never belong to it) longer ago than the retention period, the
+Pure: it reads the commits' file actions (model/commit.py), never storage. VACUUM deletes the files that left
+the table (removed, or change files, which never belong to it) longer ago than the retention period, the
 earliest first: if that earliest one is still in storage, so are all the others a replay reads.
 """
 
