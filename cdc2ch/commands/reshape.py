@@ -28,7 +28,7 @@ from cdc2ch.model.offset import PipelineState
 from cdc2ch.model.view import NONE as NO_VIEW
 from cdc2ch.replication.fullload.snapshot import Snapshotter
 from cdc2ch.replication.pipeline import Replicator
-from cdc2ch.replication.projection import designed
+from cdc2ch.replication.projection import designed_source
 
 log = get_logger("cdc2ch.reshape")
 
@@ -66,7 +66,7 @@ def side_config(cfg: RunConfig) -> RunConfig:
 
 class Reshape:
     def __init__(self, cfg: RunConfig, source, sink: Sink, stop: threading.Event | None = None):
-        self.cfg, self.source, self.sink = cfg, designed(source, cfg.design), sink
+        self.cfg, self.source, self.sink = cfg, designed_source(source, cfg.design), sink
         self.stop = stop or threading.Event()
         self.side = side_config(cfg)
         self.store = StateStore(sink, cfg.target.database)

@@ -12,7 +12,7 @@ from cdc2ch.clickhouse.connection import embedded
 from cdc2ch.clickhouse.connection.dsn import connect
 from cdc2ch.model.config import RunConfig
 from cdc2ch.replication import plan
-from cdc2ch.replication.projection import designed
+from cdc2ch.replication.projection import designed_source
 from cdc2ch.replication.startup import initial
 from cdc2ch.source import open_source
 
@@ -102,7 +102,7 @@ def check(configs: list[RunConfig], spark) -> list[Finding]:
         for cfg in configs:
             try:
                 # a catalog name is resolved here; the rows as the target's design sees them
-                source = designed(open_source(spark, cfg.table), cfg.design)
+                source = designed_source(open_source(spark, cfg.table), cfg.design)
                 inputs = Replicator(cfg, source, sink).check_inputs()
                 snapshot = inputs.initial is not None and inputs.initial.load == initial.SNAPSHOT
                 if not snapshot:  # the commits `run` checks before its first read (a snapshot replays none)

@@ -22,7 +22,7 @@ from cdc2ch.model.canonical import CLICKHOUSE, SPARK
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.identity import Identity
 from cdc2ch.replication.fullload.progress import Progress
-from cdc2ch.replication.projection import designed
+from cdc2ch.replication.projection import designed_source
 
 ROWS_PER_BUCKET = 2_000  # narrowing a mismatching bucket reads about this many keys on each side
 MAX_BUCKETS = 1 << 16
@@ -122,7 +122,7 @@ class Sides:
 class Verifier:
     def __init__(self, cfg: RunConfig, source, sink: Sink, store, log, stop: threading.Event | None = None):
         self.cfg, self.sink, self.store, self.log = cfg, sink, store, log
-        self.source = designed(source, cfg.design)  # the Delta rows in the target's columns
+        self.source = designed_source(source, cfg.design)  # the Delta rows in the target's columns
         self.stop = stop or threading.Event()
         self.table_sql = schema.qualified(cfg.target)
         self._found: set[str] = set()  # key texts already reported (memory grows with differences only)

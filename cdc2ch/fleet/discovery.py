@@ -20,7 +20,7 @@ from cdc2ch.model.config import RunConfig, TargetName
 from cdc2ch.model.design import names
 from cdc2ch.model.tableref import display_name, is_local, normalize_uri, quote_name
 from cdc2ch.replication import plan
-from cdc2ch.replication.projection import designed
+from cdc2ch.replication.projection import designed_source
 from cdc2ch.source.spark.lazysession import session_of
 
 DELTA_LOG = "_delta_log"
@@ -173,7 +173,7 @@ def unfit(opened: Callable[[], Any], cfg: RunConfig) -> str | None:
         source = opened()
         if not source.cdf_enabled():
             return str(plan.cdf_disabled_error(source.uri))
-        view = designed(source, cfg.design)
+        view = designed_source(source, cfg.design)
         schema.column_types(view.schema_at(view.latest().version), cfg.design)
     except (ConfigError, SourceError) as exc:
         return str(exc)

@@ -17,7 +17,7 @@ log = get_logger("cdc2ch.runner")
 MAX_ERROR_CHARS = 4000  # of an error kept in the health record (status shows it) and its log line
 
 
-def kept(text: str) -> str:
+def kept_error(text: str) -> str:
     """An error as the health record keeps it: whole, or summarised when longer than MAX_ERROR_CHARS."""
     return text if len(text) <= MAX_ERROR_CHARS else summarise(text, MAX_ERROR_CHARS)
 
@@ -60,7 +60,9 @@ class HealthBook:
             name = str(s.target)
             if s.target is None or self._skipped.get(name) == s.reason:
                 continue
-            health = Health(name, s.table, name).failed(datetime.now(timezone.utc), kept(s.reason), "skipped")
+            health = Health(name, s.table, name).failed(
+                datetime.now(timezone.utc), kept_error(s.reason), "skipped"
+            )
             try:
                 self.store(s.target.database).save(health)
                 self._skipped[name] = s.reason

@@ -19,8 +19,7 @@ from cdc2ch.base.errors import Cdc2chError, jvm_gone, jvm_stopped, jvm_stopped_e
 from cdc2ch.base.log import get_logger
 from cdc2ch.clickhouse.connection.transport import Sink
 from cdc2ch.clickhouse.state.statestore import Health, HealthStore
-from cdc2ch.fleet.health import HealthBook
-from cdc2ch.fleet.health import kept as _kept
+from cdc2ch.fleet.health import HealthBook, kept_error
 from cdc2ch.fleet.lifecycle import Lifecycle
 from cdc2ch.fleet.scheduler import NEVER, Schedule
 from cdc2ch.fleet.upkeep import Upkeep
@@ -54,11 +53,11 @@ class Slot:
         kind = error_kind(exc)
         text = str(exc) if isinstance(exc, Cdc2chError) else f"{type(exc).__name__}: {exc}"
         self.error = exc
-        self.health = self.health.failed(_now(), _kept(text), kind)
+        self.health = self.health.failed(_now(), kept_error(text), kind)
         self.metrics.error(exc, self.health.failures)
         pause = backoff(poll_interval, self.health.failures)
         self.retry_at = time.monotonic() + pause
-        fields: dict[str, object] = {"pipeline": self.cfg.pipeline, "kind": kind, "error": _kept(text)}
+        fields: dict[str, object] = {"pipeline": self.cfg.pipeline, "kind": kind, "error": kept_error(text)}
         if retry_told:
             fields["retry_in_s"] = round(pause, 1)
         if isinstance(exc, Cdc2chError):

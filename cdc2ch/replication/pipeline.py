@@ -25,11 +25,11 @@ from cdc2ch.replication.fullload.progress import Progress
 from cdc2ch.replication.fullload.resync import Resync
 from cdc2ch.replication.metrics import Metrics, PipelineMetrics
 from cdc2ch.replication.ports import ChangeSource, Ports, RangeWriter
-from cdc2ch.replication.projection import designed
+from cdc2ch.replication.projection import designed_source
 from cdc2ch.replication.readahead import ReadAhead
 from cdc2ch.replication.startup.bootstrap import Bootstrap
 from cdc2ch.replication.startup.inputs import Inputs, check_inputs
-from cdc2ch.replication.startup.resume import idle, resumed
+from cdc2ch.replication.startup.resume import nothing_to_write, resumed
 
 if TYPE_CHECKING:
     from cdc2ch.clickhouse.connection.transport import Sink
@@ -51,7 +51,7 @@ class Replicator:
         ports: Ports | None = None,
         budget: RowBudget = UNLIMITED,
     ) -> None:
-        self.cfg, self.source = cfg, designed(source, cfg.design)  # rows in the target's columns
+        self.cfg, self.source = cfg, designed_source(source, cfg.design)  # rows in the target's columns
         self.budget = budget  # the rows the process's pipelines may hold at once
         self.stop = stop or threading.Event()
         self.metrics = metrics or Metrics().pipeline(cfg.pipeline)
@@ -122,7 +122,7 @@ class Replicator:
         self.writer = self.ports.writer(inputs.writer)
         if inputs.initial is not None:  # a new pipeline (no stored offset): how it begins
             self.state = self.bootstrap.begin(inputs.initial, inputs.start, inputs.table_id)
-        elif idle(self.cfg, inputs, self.source, self.resync):
+        elif nothing_to_write(self.cfg, inputs, self.source, self.resync):
             self.ports.lock.check()  # one that another runner holds is refused all the same
             self.state, self.deferred = inputs.stored, inputs
         else:

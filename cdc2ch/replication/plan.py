@@ -343,7 +343,7 @@ def cdf_disabled_error(uri: str) -> SourceError:
     )
 
 
-def repointed(
+def state_pointed_at(
     base: PipelineState | None,
     pipeline: str,
     uri: str,

@@ -17,12 +17,12 @@ if TYPE_CHECKING:
     from cdc2ch.replication.ports import Changes, ChangeSource
 
 
-def designed(source: ChangeSource, design: TableDesign) -> DesignedSource:
+def designed_source(source: ChangeSource, design: TableDesign) -> DesignedSource:
     """`source` as the target sees it (once: a source already seen through a design is returned as is)."""
     return source if isinstance(source, DesignedSource) else DesignedSource(source, design)
 
 
-def kept(design: TableDesign, columns: list[str]) -> list[tuple[str, str]]:
+def kept_columns(design: TableDesign, columns: list[str]) -> list[tuple[str, str]]:
     """(Delta name, target name) of the columns among `columns` that reach the target, in their order."""
     return [(c, design.target_name(c)) for c in columns if c not in design.exclude]
 
@@ -30,7 +30,7 @@ def kept(design: TableDesign, columns: list[str]) -> list[tuple[str, str]]:
 def arrow(rows: pa.Table, design: TableDesign) -> pa.Table:
     if not design.reshapes:
         return rows
-    pairs = kept(design, rows.column_names)
+    pairs = kept_columns(design, rows.column_names)
     return rows.select([old for old, _ in pairs]).rename_columns([new for _, new in pairs])
 
 
@@ -39,7 +39,7 @@ def spark(frame: DataFrame, design: TableDesign) -> DataFrame:
         return frame
     from cdc2ch.model.contract import spark_col
 
-    return frame.select(*[spark_col(old).alias(new) for old, new in kept(design, frame.columns)])
+    return frame.select(*[spark_col(old).alias(new) for old, new in kept_columns(design, frame.columns)])
 
 
 class DesignedSource:

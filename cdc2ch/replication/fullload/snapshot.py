@@ -33,7 +33,7 @@ from cdc2ch.replication.budget import UNLIMITED, Leases, RowBudget
 from cdc2ch.replication.fullload.progress import Progress
 from cdc2ch.replication.metrics import PipelineMetrics
 from cdc2ch.replication.ports import ChangeSource
-from cdc2ch.replication.projection import DesignedSource, designed
+from cdc2ch.replication.projection import DesignedSource, designed_source
 from cdc2ch.replication.readers import check_clickhouse_reads
 from cdc2ch.replication.writers.driver import InsertInto, insert_rows
 from cdc2ch.replication.writers.pushdown import insert_from_lake, insert_settings, lake_access
@@ -91,7 +91,7 @@ class Snapshotter:
         budget: RowBudget = UNLIMITED,
         metrics: PipelineMetrics | None = None,
     ) -> None:
-        self.cfg, self.source, self.sink = cfg, designed(source, cfg.design), sink
+        self.cfg, self.source, self.sink = cfg, designed_source(source, cfg.design), sink
         self.metrics = metrics  # a `run`'s: rows loaded so far, for its dashboard
         self.stop = stop or threading.Event()
         self.budget = budget  # the rows the process's pipelines may hold at once
@@ -315,7 +315,7 @@ class Snapshotter:
         if current is not None and current.committed_version >= version and not self.cfg.reset:
             self.log.info("offset_kept", committed=current.committed_version, snapshot=version)
             return current
-        state = plan.repointed(
+        state = plan.state_pointed_at(
             current or stored,
             self.cfg.pipeline,
             self.source.uri,

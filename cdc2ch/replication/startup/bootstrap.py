@@ -96,7 +96,7 @@ class Bootstrap:
         or by `load`); a snapshot chosen is loaded by `load` before any change."""
         self.log.info("initial_load", choice=choice.load, version=choice.version, reason=choice.reason)
         self.pending = choice if choice.load == initial.SNAPSHOT else None
-        state = plan.repointed(
+        state = plan.state_pointed_at(
             None, self.cfg.pipeline, self.source.uri, str(self.cfg.target), start - 1,
             location=self.source.location, table_id=table_id,
         )  # fmt: skip
@@ -132,7 +132,7 @@ class Bootstrap:
         if rows is None:
             self.log.warning("initial_load_interrupted", version=version)
             return None
-        done = plan.repointed(
+        done = plan.state_pointed_at(
             state, self.cfg.pipeline, self.source.uri, str(self.cfg.target), version, rows,
             self.source.location, state.table_id,
         )  # fmt: skip

@@ -14,7 +14,7 @@ from cdc2ch.replication.ports import ChangeSource, OffsetStore
 from cdc2ch.replication.startup.inputs import Inputs
 
 
-def idle(cfg: RunConfig, inputs: Inputs, source: ChangeSource, resync: Resync) -> bool:
+def nothing_to_write(cfg: RunConfig, inputs: Inputs, source: ChangeSource, resync: Resync) -> bool:
     """Whether a --once poll of a pipeline with an offset has nothing to write: no version after its offset,
     no range left half-written, no --reset, the table reached as recorded, nothing a crash left mid-resync."""
     stored = inputs.stored
@@ -40,7 +40,7 @@ def resumed(
         return _relabelled(stored, source, store, table_id, log)
     if stored is not None:
         log.warning("state_reset", was=stored.committed_version, now=start - 1)
-    fresh = plan.repointed(
+    fresh = plan.state_pointed_at(
         stored,
         cfg.pipeline,
         source.uri,

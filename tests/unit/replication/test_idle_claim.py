@@ -1,4 +1,4 @@
-"""A --once poll of a pipeline with an offset claims it only when it has something to write (resume.idle):
+"""A --once poll of a pipeline with an offset claims it only when it has something to write (resume.nothing_to_write):
 a claim is two writes and, against a server, a pause for rivals, on every cron poll of every table."""
 
 from __future__ import annotations

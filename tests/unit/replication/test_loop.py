@@ -12,6 +12,7 @@ from structlog.testing import capture_logs
 from cdc2ch.base.errors import SchemaChangeError, SourceError, StateError
 from cdc2ch.model.design import TableDesign
 from cdc2ch.replication.fullload import resync
+from cdc2ch.replication.plan import state_pointed_at
 from tests.support.fakes import Crash, FakeTable, Harness
 
 
@@ -207,10 +208,8 @@ def test_the_driver_writer_cuts_replayable_batches_and_stops_between_them():
                 stop.set()
             return data.num_rows
 
-    from cdc2ch.replication.plan import repointed
-
     h = Harness(history())
-    rng, state = h.source.changes(0, 4), repointed(None, "p", "/lake/t", "db.t", -1)
+    rng, state = h.source.changes(0, 4), state_pointed_at(None, "p", "/lake/t", "db.t", -1)
     stop, stop_after = threading.Event(), None
     to = Destination(h.cfg, Sink(), "`db`.`t`", stop, Metrics().pipeline("p"), structlog.get_logger())
     result = DriverWriter(to).write(rng, state, 0)
@@ -258,7 +257,6 @@ def test_the_pushdown_writer_sends_one_statement_and_names_null_keys_by_error_co
     from cdc2ch.base.errors import SinkError
     from cdc2ch.clickhouse import codes
     from cdc2ch.replication.metrics import Metrics
-    from cdc2ch.replication.plan import repointed
     from cdc2ch.replication.writers import Destination
     from cdc2ch.replication.writers.pushdown import PushdownWriter
 
@@ -282,7 +280,7 @@ def test_the_pushdown_writer_sends_one_statement_and_names_null_keys_by_error_co
             return [(2, 3)]  # two null keys, the first at version 3
 
     h = Harness(history())
-    rng, state = h.source.changes(0, 4), repointed(None, "p", "/lake/t", "db.t", -1)
+    rng, state = h.source.changes(0, 4), state_pointed_at(None, "p", "/lake/t", "db.t", -1)
 
     def writer(sink):
         return PushdownWriter(
@@ -328,7 +326,6 @@ def test_a_streamed_range_is_inserted_chunk_by_chunk_with_tokens_that_ignore_chu
 
     from cdc2ch.base.errors import SinkError
     from cdc2ch.replication.metrics import Metrics
-    from cdc2ch.replication.plan import repointed
     from cdc2ch.replication.writers import Destination
     from cdc2ch.replication.writers.driver import STREAMED_RANGE_FACTOR, DriverWriter
 
@@ -356,7 +353,7 @@ def test_a_streamed_range_is_inserted_chunk_by_chunk_with_tokens_that_ignore_chu
                 self.closed = True
 
     h = Harness(history())
-    state = repointed(None, "p", "/lake/t", "db.t", -1)
+    state = state_pointed_at(None, "p", "/lake/t", "db.t", -1)
     stop = threading.Event()
 
     def write(order, stop_after=None):

@@ -119,10 +119,10 @@ def test_missing_versions_are_named():
 
 def test_repointed_keeps_rows_and_a_newer_stamp():
     base = stored(5)
-    fresh = plan.repointed(base, "p", "/t", "db.t", 9, rows=3)
+    fresh = plan.state_pointed_at(base, "p", "/t", "db.t", 9, rows=3)
     assert (fresh.committed_version, fresh.pending_version, fresh.rows_written) == (9, 9, 13)
     assert fresh.updated_at > base.updated_at and fresh.interrupted_range is None
-    assert plan.repointed(None, "p", "/t", "db.t", -1).rows_written == 0
+    assert plan.state_pointed_at(None, "p", "/t", "db.t", -1).rows_written == 0
 
 
 def test_clickhouse_reader_refuses_variant_at_any_depth():
@@ -281,17 +281,17 @@ def test_a_long_column_list_is_shortened_to_200_characters():
 
 
 def test_repointing_a_new_pipeline_records_nothing_it_was_not_told():
-    fresh = plan.repointed(None, "p", "/t", "db.t", 4)
+    fresh = plan.state_pointed_at(None, "p", "/t", "db.t", 4)
     assert (fresh.location, fresh.table_id, fresh.initial_load, fresh.initial_reason) == ("", "", "", "")
     assert (fresh.committed_version, fresh.pending_version, fresh.rows_written) == (4, 4, 0)
-    told = plan.repointed(None, "p", "/t", "db.t", 4, location="file:/t", table_id="id-1")
+    told = plan.state_pointed_at(None, "p", "/t", "db.t", 4, location="file:/t", table_id="id-1")
     assert (told.location, told.table_id) == ("file:/t", "id-1")
 
 
 def test_repointing_keeps_how_the_pipeline_began_and_stamps_after_a_stamp_ahead_of_the_clock():
     ahead = datetime.now(timezone.utc) + timedelta(hours=1)
     base = PipelineState("p", "/t", "db.t", 5, 5, 10, ahead, "", "", "snapshot at version 2", "new table")
-    fresh = plan.repointed(base, "p", "/t", "db.t", 9, rows=3)
+    fresh = plan.state_pointed_at(base, "p", "/t", "db.t", 9, rows=3)
     assert fresh.updated_at > ahead
     assert (fresh.initial_load, fresh.initial_reason, fresh.rows_written) == (
         "snapshot at version 2",

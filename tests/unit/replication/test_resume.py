@@ -114,7 +114,7 @@ def test_a_once_poll_is_idle_only_when_the_table_is_the_one_recorded():
 
     def idle(table_id: str, **more) -> bool:
         inputs = Inputs(start=8, stored=stored(**more), latest=7, writer="driver", table_id=table_id)
-        return resume.idle(config(), inputs, source(), NoResync())
+        return resume.nothing_to_write(config(), inputs, source(), NoResync())
 
     assert idle("id-1")
     assert idle("")  # no id read: the recorded one stands
