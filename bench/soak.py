@@ -104,6 +104,7 @@ class Phase:
     serve_port: int = 0
     proxy: object = None
     service: subprocess.Popen | None = None
+    logged_before: int = 0  # the service log's size when the service was last started
     events: Counter = field(default_factory=Counter)
     exits: Counter = field(default_factory=Counter)
     schedule: list[tuple[float, str]] = field(default_factory=list)
@@ -145,6 +146,8 @@ class Phase:
 
     def start(self) -> None:
         serve = ["--serve", f"127.0.0.1:{self.serve_port}"] if self.target == "embedded" else []
+        log = self.work / "service.log"
+        self.logged_before = log.stat().st_size if log.exists() else 0
         self.service = self.cdc2ch("run", "--config", str(self.config), "--log-format", "json", *serve)
 
     def alive(self) -> bool:
@@ -154,6 +157,7 @@ class Phase:
         """Signal the service and wait for it; its exit code (None: it had to be killed)."""
         if not self.alive():
             return self.service.returncode if self.service else None
+        wait_until_logging(self.work / "service.log", self.logged_before)
         wait_until_catching(self.service.pid, signal.SIGTERM)
         self.service.send_signal(sig)
         try:
@@ -162,6 +166,15 @@ class Phase:
             self.service.kill()
             self.service.wait()
             return None
+
+
+def wait_until_logging(log: Path, before: int, timeout: float = 60) -> None:
+    """Until the service has written to its log: it logs only once it catches stop signals. Its signal mask
+    alone does not tell under coverage.py's `sigterm` option, whose handler catches SIGTERM from the first
+    instant and ends the process with it."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and (log.stat().st_size if log.exists() else 0) <= before:
+        time.sleep(0.05)
 
 
 def wait_until_catching(pid: int, sig: int, timeout: float = 30) -> None:
