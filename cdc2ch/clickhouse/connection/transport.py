@@ -2,8 +2,8 @@
 
 Every call goes through `Sink._call`, the one place where ClickHouse calls are retried (cdc2ch.base.retry,
 transient failures only, by error code) and where a clickhouse-connect error becomes a SinkError carrying
-its code and a message fit for the user. Opening a client is left to `embedded` and `server`; the tables
-cdc2ch writes are defined in `ddl`, `state` and `lock`.
+its code and a message fit for the user. Opening a client is left to `embedded` and `remote`; the tables
+cdc2ch writes are defined in `tables/ddl.py` and the modules of `state/`.
 """
 
 from __future__ import annotations
