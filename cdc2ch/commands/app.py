@@ -88,7 +88,8 @@ def run_pipelines(
             metrics.serve(process.metrics_port)
         try:
             spark = lazy_session(first.spark, on_start=lambda s: setattr(metrics, "jvm_pid", jvm_pid(s)))
-            fleet = Fleet(isolate, workers, budget, discover, process.discover_interval, tuple(skipped or ()))
+            fleet = Fleet(isolate=isolate, workers=workers, budget=budget, discover=discover,
+                          discover_interval=process.discover_interval, skipped=tuple(skipped or ()))  # fmt: skip
             runner = Runner(configs, spark, sink, stop, metrics, fleet=fleet)
             failed = runner.run()
         finally:

@@ -66,12 +66,10 @@ class Sink:
         opener: Callable[[], Any] | None = None,
         traits: TargetTraits = TargetTraits(),
     ):
-        reads_files, task_client, placement = traits.reads_files, traits.task_client, traits.placement
-        small_settings, one_process = traits.small_settings, traits.one_process
         # Each call leases a client: threads (pipelines run side by side, lock heartbeats) never share one
         # mid-call, and with `opener` their calls overlap (widen() sets how many at once).
         self.clients = Clients(client, opener)
-        self.placement = placement or OneServer()  # one server, or a cluster's nodes (placement.py)
+        self.placement = traits.placement or OneServer()  # one server, or a cluster's nodes (placement.py)
         # cdc2ch_* tables known. A table seen needs no CREATE, except on a cluster (another node may lack it)
         # and on a read-only connection (whose first write, refused by the server, is what it reports).
         readonly = (getattr(client, "server_settings", None) or {}).get("readonly")
@@ -79,18 +77,18 @@ class Sink:
         self.own = OwnTables(self.query_rows, seen_suffices=self.placement.cluster is None and writable)
         # clickhouse_connect.get_client arguments for Spark tasks to open their own connection (servers only;
         # holds the password, so it is never logged)
-        self.task_client = task_client
-        self.reads_files = reads_files  # context for statements that read lake files (table functions)
+        self.task_client = traits.task_client
+        self.reads_files = traits.reads_files  # context for statements that read lake files (table functions)
         # settings of statements on a few rows (lookups answered as Python rows, cdc2ch's claims)
-        self.small_settings = small_settings or {}
+        self.small_settings = traits.small_settings
         self.display = display  # the DSN without secrets, for messages
         # Every writer of the database is in this process (the embedded engine: one process holds its
         # directory), so no other process's statement can come between two of this one's.
-        self.one_process = one_process
+        self.one_process = traits.one_process
         self._retries = max(1, retries)
         self._max_wait = max_wait
         self._wait_base = wait_base
-        password = (task_client or {}).get("password")
+        password = (traits.task_client or {}).get("password")
         self._secrets = (password,) if password else ()
 
     def widen(self, calls: int) -> None:

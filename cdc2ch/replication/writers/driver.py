@@ -34,7 +34,8 @@ DUPLICATES_HINT = (
 
 @dataclass(frozen=True)
 class InsertInto:
-    """Where insert_rows sends its batches, where it reports, and what makes it stop between two."""
+    """Where insert_rows sends its batches, where it reports, and what makes it stop between two: the part of a
+    writer's Destination that a snapshot or a repair, which have no pipeline metrics, can give."""
 
     sink: Sink
     table_sql: str
@@ -43,7 +44,7 @@ class InsertInto:
 
 
 def insert_rows(
-    into: InsertInto,
+    into: InsertInto | Destination,
     rows: pa.Table,
     cfg: RunConfig,
     where: str,
@@ -162,7 +163,7 @@ class DriverWriter:
                     )
 
                 done, sent, complete = insert_rows(
-                    InsertInto(self.to.sink, self.to.table_sql, self.to.log, self.to.stop),
+                    self.to,
                     rows,
                     cfg,
                     where,
