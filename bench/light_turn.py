@@ -38,9 +38,9 @@ from cdc2ch.clickhouse.connection.transport import Sink  # noqa: E402
 from cdc2ch.clickhouse.state import lock  # noqa: E402
 from cdc2ch.clickhouse.state import statestore as state  # noqa: E402
 from cdc2ch.clickhouse.tables import ddl  # noqa: E402
+from cdc2ch.clickhouse.writers import changerows as changes  # noqa: E402
 from cdc2ch.model import contract  # noqa: E402
 from cdc2ch.model.config import RunConfig, SparkSettings, TargetName  # noqa: E402
-from cdc2ch.replication import changes  # noqa: E402
 from cdc2ch.replication.pipeline import Replicator  # noqa: E402
 from cdc2ch.source.deltalog import commitlog as log  # noqa: E402
 from cdc2ch.source.spark.session import session  # noqa: E402
@@ -159,7 +159,7 @@ def main() -> None:
                     write_deltalake(path, one_row(10_000_000 + i), mode="append")
                     phases.take()
                     c0, p0, t0 = tree_cpu(os.getpid()), time.process_time(), time.perf_counter()
-                    assert job.step(), "the turn committed nothing"
+                    assert job.step().committed, "the turn committed nothing"
                     wall, cpu = time.perf_counter() - t0, tree_cpu(os.getpid()) - c0
                     python.append(time.process_time() - p0)
                     spent, calls = phases.take()
@@ -175,7 +175,7 @@ def main() -> None:
                 idle = []  # polls that find nothing new: a fleet pays one per pipeline and poll interval
                 for _ in range(args.turns):
                     t0 = time.perf_counter()
-                    assert not job.step(), "an idle poll committed something"
+                    assert not job.step().committed, "an idle poll committed something"
                     idle.append(time.perf_counter() - t0)
                 job.close()
             (count,) = sink.query_rows("SELECT count() FROM bench.small FINAL")[0]

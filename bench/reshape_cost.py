@@ -18,7 +18,7 @@ from cdc2ch.clickhouse.connection.dsn import connect
 from cdc2ch.commands.reshape import Reshape
 from cdc2ch.model.config import RunConfig, SparkSettings, TargetName
 from cdc2ch.model.design import TableDesign
-from cdc2ch.replication.fullload.snapshot import Snapshotter
+from cdc2ch.replication.target import clickhouse_snapshotter
 from cdc2ch.source.spark.session import session
 from cdc2ch.source.sparkread.deltasource import DeltaSource
 
@@ -45,7 +45,7 @@ def main(rows: int) -> None:
                         pipeline="bench", once=True)  # fmt: skip
         with connect(dsn) as sink:
             t0 = time.monotonic()
-            Snapshotter(cfg, DeltaSource(spark, path), sink).run()
+            clickhouse_snapshotter(cfg, DeltaSource(spark, path), sink).run()
             snapshot = time.monotonic() - t0
             print(f"snapshot          {rows:,} rows in {snapshot:6.1f} s = {rows / snapshot:,.0f} rows/s")
             spark.sql(f"UPDATE delta.`{path}` SET tenant = tenant + 1, amount = 0 WHERE id % 100 = 0")

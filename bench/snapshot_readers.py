@@ -14,7 +14,7 @@ from pathlib import Path
 
 from cdc2ch.clickhouse.connection.dsn import connect
 from cdc2ch.model.config import RunConfig, SparkSettings, TargetName
-from cdc2ch.replication.fullload.snapshot import Snapshotter
+from cdc2ch.replication.target import clickhouse_snapshotter
 from cdc2ch.source.spark.session import session
 from cdc2ch.source.sparkread.deltasource import DeltaSource
 
@@ -56,7 +56,7 @@ def main(rows: int) -> None:
                     reader=reader,
                 )
                 t0 = time.monotonic()
-                Snapshotter(cfg, DeltaSource(spark, path), sink).run()
+                clickhouse_snapshotter(cfg, DeltaSource(spark, path), sink).run()
                 seconds = time.monotonic() - t0
                 count = sink.query_rows(f"SELECT count() FROM bench.snap_{reader}")[0][0]
                 assert count >= rows, (reader, count)

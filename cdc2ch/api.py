@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, fields
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -27,7 +28,7 @@ from cdc2ch.fleet.patterns import is_pattern
 from cdc2ch.model.config import RunConfig, TargetName
 
 if TYPE_CHECKING:
-    from cdc2ch.model.offset import PipelineState
+    from cdc2ch.model.records import PipelineState
 
 __all__ = [
     "Discovered",
@@ -147,10 +148,10 @@ def replicate(
     once=False, until `stop` is set: the range in flight is finished first). Records the pipeline's health
     (last success or error) as `run` does. `spark`: your SparkSession (None: the active one)."""
     from cdc2ch.clickhouse.connection.dsn import connect
-    from cdc2ch.clickhouse.state.lock import PipelineLock
     from cdc2ch.clickhouse.state.statestore import StateStore
     from cdc2ch.fleet.runner import Runner
     from cdc2ch.replication.metrics import Metrics
+    from cdc2ch.replication.target import pipeline_lock
 
     with api_call():
         t0 = time.monotonic()
@@ -158,7 +159,7 @@ def replicate(
         given = dict(table=table, primary_key=primary_key, clickhouse=clickhouse, target=target)
         cfg = _config("run", "replicate", {**given, **options}, once=bool(once))
         with connect(cfg.clickhouse_dsn, cfg.retries, cluster=cfg.cluster) as sink:
-            PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl).check()
+            pipeline_lock(cfg, sink).check()
             runner = Runner([cfg], spark, sink, stop or threading.Event(), Metrics())
             runner.run()  # raises what failed, as the command would report it
             job = runner.slots[0].job
@@ -199,8 +200,7 @@ def snapshot(
     """Load `table` as of `version` (default: the latest), resumably, as `cdc2ch snapshot`; `replicate`
     then continues at version + 1."""
     from cdc2ch.clickhouse.connection.dsn import connect
-    from cdc2ch.clickhouse.state.lock import PipelineLock
-    from cdc2ch.replication.fullload.snapshot import Snapshotter
+    from cdc2ch.replication.target import clickhouse_snapshotter, pipeline_lock
     from cdc2ch.source import open_source
 
     with api_call():
@@ -211,8 +211,8 @@ def snapshot(
         )
         cfg = _config("snapshot", "snapshot", {**given, **options}, once=True)
         with connect(cfg.clickhouse_dsn, cfg.retries, cluster=cfg.cluster) as sink:
-            PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl).check()
-            job = Snapshotter(cfg, open_source(spark, cfg.table), sink, stop)
+            pipeline_lock(cfg, sink).check()
+            job = clickhouse_snapshotter(cfg, open_source(spark, cfg.table), sink, stop)
             state = job.run()
         loaded_version, rows = job.loaded or (None, None)
         return SnapshotResult(
@@ -288,14 +288,15 @@ def discover(spark, *, table: str, primary_key=None, target: str | None = None, 
     template) to pass to `replicate`/`snapshot`, and those skipped with why."""
     from cdc2ch.fleet import discovery
     from cdc2ch.source import open_source
+    from cdc2ch.source.tablelisting import LakeTables
 
     with api_call():
         if not is_pattern(table):
             raise ConfigError(f"cdc2ch.discover() lists a pattern of tables, and {table!r} names one table.")
         spark = _session(spark, "discover")
         given = dict(table=table, primary_key=primary_key, target=target)
-        found = discovery.expand(_values("run", "discover", {**given, **options}), spark,
-                                 catalogue.build_config, open_source)  # fmt: skip
+        found = discovery.expand(_values("run", "discover", {**given, **options}), LakeTables(spark),
+                                 catalogue.build_config, partial(open_source, spark))  # fmt: skip
         return Discovered(
             [TableMatch(c.table, c.primary_key, str(c.target)) for c in found.configs],
             [{"table": s.table, "target": str(s.target), "reason": s.reason} for s in found.skipped],

@@ -127,7 +127,7 @@ def validate(**_):
 @main.command()
 @click_options("verify")
 @handle_errors
-def verify(repair, as_json, **_):
+def verify(**_):
     """Prove the target equals its Delta table at the pipeline's committed version: both sides reduced to
     per-bucket row counts and content digests (Spark over Delta, ClickHouse over FINAL), differing buckets
     narrowed down to keys. Prints ok, or the missing, extra and differing keys with the columns that differ.
@@ -135,7 +135,7 @@ def verify(repair, as_json, **_):
     Exits 0 when equal, 1 when not. Exact while `run` keeps replicating. --repair re-sends exactly the keys
     that differ, then verifies again.
     """
-    app.verify(_current(), repair, as_json)
+    app.verify(_current())
 
 
 @main.command()
@@ -151,7 +151,7 @@ def status(**_):
 @main.command()
 @click_options("compact")
 @handle_errors
-def compact(target, older_than, as_json, clickhouse_dsn, log_format, log_level):
+def compact(**_):
     """Physically remove old tombstones (deleted keys) and superseded row versions from a target table, with
     OPTIMIZE TABLE ... FINAL CLEANUP.
 
@@ -159,54 +159,54 @@ def compact(target, older_than, as_json, clickhouse_dsn, log_format, log_level):
     so that incremental readers still see those deletes. Safe while `cdc2ch run` keeps replicating; an
     interrupted compaction is finished by the next one.
     """
-    app.compact(target, older_than, as_json, clickhouse_dsn, log_format, log_level)
+    app.compact(_current())
 
 
 @main.command()
 @click.argument("sql")
 @click_options("query")
 @handle_errors
-def query(sql, fmt, clickhouse_dsn):
+def query(**_):
     """Run one SQL statement on the target ClickHouse, as written, and print the result (the way to look
     inside the embedded database). A FORMAT clause in the statement wins over --format."""
-    app.query(sql, fmt, clickhouse_dsn)
+    app.query(_current())
 
 
 @main.command()
 @click_options("pause")
 @handle_errors
-def pause(pipeline_name, target, reason, clickhouse_dsn):
+def pause(**_):
     """Pause one pipeline of a running service: within one poll the service stops it after the batch in
     flight (its offset exact) while its other pipelines go on; `cdc2ch status` shows who paused it, when and
     why. A pipeline stays paused across restarts until `cdc2ch resume`."""
-    app.lifecycle("pause", pipeline_name, reason, target, clickhouse_dsn)
+    app.lifecycle(_current())
 
 
 @main.command()
 @click_options("resume")
 @handle_errors
-def resume(pipeline_name, target, clickhouse_dsn):
+def resume(**_):
     """Resume a paused pipeline: the service running it goes on from its offset within one poll."""
-    app.lifecycle("resume", pipeline_name, None, target, clickhouse_dsn)
+    app.lifecycle(_current())
 
 
 @main.command()
 @click_options("resync")
 @handle_errors
-def resync(pipeline_name, target, reason, clickhouse_dsn):
+def resync(**_):
     """Rebuild one pipeline's target from a snapshot of the latest Delta version, in a running service: the
     snapshot goes into a side table while the target keeps serving, is swapped in, and replication goes on;
     the service's other pipelines go on meanwhile."""
-    app.lifecycle("resync", pipeline_name, reason, target, clickhouse_dsn)
+    app.lifecycle(_current())
 
 
 @main.command()
 @click_options("demo")
 @handle_errors
-def demo(demo_dir, log_format, log_level):
+def demo(**_):
     """Build a small Delta table with Spark (inserts, UPDATE, DELETE, MERGE), replicate it into the embedded
     ClickHouse, and print both side by side with the status."""
-    app.demo(demo_dir, log_format, log_level)
+    app.demo(_current())
 
 
 if __name__ == "__main__":

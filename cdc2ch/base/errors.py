@@ -2,6 +2,7 @@
 
 import os
 import re
+from collections.abc import Iterator
 
 
 class Cdc2chError(Exception):
@@ -206,3 +207,12 @@ class LockedError(Cdc2chError):
     """Another process holds the pipeline, or the embedded database's directory."""
 
     exit_code = 75  # EX_TEMPFAIL: try again later
+
+
+def chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """`exc`, then what it was raised from or during (`__cause__`, else `__context__`), each once."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__

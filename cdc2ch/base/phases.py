@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, copy_context
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 ORDER = ("jvm", "log", "plan", "scan", "transfer", "arrow", "rank", "insert", "offsets")
@@ -85,6 +85,13 @@ def timed(name: str) -> Iterator[None]:
         outer = _inside.get()
         if outer is not None:
             outer[0] += total
+
+
+def carried(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """`fn`, to be run on another thread in a copy of this thread's context: what the caller records its
+    phases in goes on being recorded there."""
+    context = copy_context()
+    return lambda *args, **kwargs: context.run(fn, *args, **kwargs)
 
 
 def recording_now() -> bool:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import getpass
 import os
+import socket
 import sys
 
 from cdc2ch.base.log import in_api_call
@@ -25,3 +27,12 @@ def command_name() -> str:
         return "cdc2ch Python API"
     args = [a for a in sys.argv[1:2] if not a.startswith("-")]
     return " ".join(["cdc2ch", *args])
+
+
+def requester() -> str:
+    """user@host of this process, as a request records who made it."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container)
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"

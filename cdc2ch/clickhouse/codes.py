@@ -8,11 +8,9 @@ digits may as well be a port or a query id. Names and numbers as in ClickHouse's
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from clickhouse_connect.driver.exceptions import Error, OperationalError
 
-from cdc2ch.base.errors import SinkError
+from cdc2ch.base.errors import SinkError, chain
 
 UNEXPECTED_END_OF_FILE = 3
 BAD_ARGUMENTS = 36
@@ -72,15 +70,6 @@ REFUSED = {
     ACCESS_DENIED: "The user lacks a privilege the statement needs (the server's text above names it): GRANT "
     "it to the user cdc2ch connects as, or connect as another user.",
 }
-
-
-def chain(exc: BaseException | None) -> Iterator[BaseException]:
-    """`exc`, then what it was raised from or during (`__cause__`, else `__context__`), each once."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__cause__ or exc.__context__
 
 
 def clickhouse_error(exc: BaseException | None) -> Error | None:

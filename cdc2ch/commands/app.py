@@ -29,11 +29,11 @@ def _target(cfg: RunConfig, retries: int, check_lock: bool, reader: bool = False
     runner has the pipeline; the job claims it itself once its inputs are checked, so bad input writes
     nothing. A `reader` of an embedded directory a `run --serve` holds goes through that service."""
     from cdc2ch.clickhouse.connection.dsn import connect
-    from cdc2ch.clickhouse.state.lock import PipelineLock
+    from cdc2ch.replication.target import pipeline_lock
 
     with connect(cfg.clickhouse_dsn, retries, reader=reader, cluster=cfg.cluster) as sink:
         if check_lock:
-            PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl).check()
+            pipeline_lock(cfg, sink).check()
         yield sink
 
 
@@ -175,12 +175,12 @@ def snapshot(invocation: Invocation) -> None:
 
 def load_snapshot(cfg: RunConfig, stop: threading.Event) -> None:
     """Load the pipeline's table as of cfg.snapshot_version (default: the latest), resumably."""
-    from cdc2ch.replication.fullload.snapshot import Snapshotter
+    from cdc2ch.replication.target import clickhouse_snapshotter
     from cdc2ch.source import open_source
     from cdc2ch.source.spark.session import lazy_session
 
     with _target(cfg, cfg.retries, check_lock=True) as sink:
-        Snapshotter(cfg, open_source(lazy_session(cfg.spark), cfg.table), sink, stop).run()
+        clickhouse_snapshotter(cfg, open_source(lazy_session(cfg.spark), cfg.table), sink, stop).run()
 
 
 def reshape(invocation: Invocation) -> None:
@@ -224,14 +224,15 @@ def validate(invocation: Invocation) -> None:
         sys.exit(ConfigError.exit_code)
 
 
-def verify(invocation: Invocation, repair: bool, as_json: bool) -> None:
+def verify(invocation: Invocation) -> None:
     """`cdc2ch verify`: compare each pipeline's target with its Delta table at the committed version; with
-    `repair`, mend what differs and verify again. Exit 1 when a pipeline differs."""
+    --repair, mend what differs and verify again. Exit 1 when a pipeline differs."""
     from cdc2ch.clickhouse.state.statestore import StateStore, VerifyStore
     from cdc2ch.commands.verify import Verifier, check_target, render
     from cdc2ch.source import open_source
     from cdc2ch.source.spark.session import lazy_session
 
+    repair, as_json = invocation.values["repair"], invocation.values["as_json"]
     configs, process = configured(invocation.with_values(once=True))
     start_logging(process)
     spark = lazy_session(process.spark)
@@ -319,14 +320,19 @@ def _status_format(invocation: Invocation) -> bool:
     return as_json or fmt == "json"
 
 
-def compact(
-    target: str, older_than: str | None, as_json: bool, clickhouse_dsn: str, log_format: str, log_level: str
-) -> None:
+def compact(invocation: Invocation) -> None:
     """`cdc2ch compact`: drop old tombstones and superseded versions of one target table."""
     from cdc2ch.clickhouse.connection.dsn import connect
     from cdc2ch.clickhouse.tables import compaction
 
-    logsetup.configure(log_format, log_level)
+    v = invocation.values
+    target, older_than, as_json, clickhouse_dsn = (
+        v["target"],
+        v["older_than"],
+        v["as_json"],
+        v["clickhouse_dsn"],
+    )
+    logsetup.configure(v["log_format"], v["log_level"])
     name = TargetName.parse(target)
     age = parse_duration(older_than, "--older-than") if older_than is not None else None
     with connect(clickhouse_dsn, create=False) as sink:
@@ -334,20 +340,22 @@ def compact(
     click.echo(json.dumps(result.as_dict()) if as_json else result.summary())
 
 
-def lifecycle(
-    action: str, pipeline: str, reason: str | None, target: str | None, clickhouse_dsn: str
-) -> None:
+def lifecycle(invocation: Invocation) -> None:
     """`cdc2ch pause`, `resume`, `resync`: a request to the service running the pipeline."""
     from cdc2ch.commands.pipeline_requests import request
 
-    click.echo(request(action, pipeline, reason, target, clickhouse_dsn))
+    v = invocation.values
+    click.echo(
+        request(invocation.command, v["pipeline_name"], v.get("reason"), v["target"], v["clickhouse_dsn"])
+    )
 
 
-def query(sql: str, fmt: str, clickhouse_dsn: str) -> None:
+def query(invocation: Invocation) -> None:
     """`cdc2ch query`: print the result of one SQL statement in a ClickHouse output format."""
     from cdc2ch.clickhouse import query as statement
     from cdc2ch.clickhouse.connection.dsn import connect
 
+    sql, fmt, clickhouse_dsn = (invocation.values[k] for k in ("sql", "fmt", "clickhouse_dsn"))
     statement.output_format(sql, fmt)  # an empty statement is refused before ClickHouse is opened
     with connect(clickhouse_dsn, retries=1, create=False, reader=True) as sink:
         out = statement.run(sink, sql, fmt)
@@ -355,9 +363,10 @@ def query(sql: str, fmt: str, clickhouse_dsn: str) -> None:
         click.echo(out.decode("utf-8", errors="replace"), nl=not out.endswith(b"\n"))
 
 
-def demo(demo_dir: str, log_format: str, log_level: str) -> None:
+def demo(invocation: Invocation) -> None:
     """`cdc2ch demo`: build a small Delta table, replicate it, and show both."""
     from cdc2ch.commands.demo import run_demo
 
-    logsetup.configure(log_format, log_level)
-    run_demo(demo_dir, click.echo)
+    v = invocation.values
+    logsetup.configure(v["log_format"], v["log_level"])
+    run_demo(v["demo_dir"], click.echo)

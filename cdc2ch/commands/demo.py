@@ -11,6 +11,7 @@ from cdc2ch.clickhouse.connection.dsn import connect
 from cdc2ch.commands import status as report
 from cdc2ch.fleet.runner import Runner
 from cdc2ch.model.config import RunConfig, TargetName
+from cdc2ch.model.tableref import DELTA_LOG
 from cdc2ch.replication.metrics import Metrics
 from cdc2ch.source.spark.session import session
 
@@ -126,7 +127,7 @@ if __name__ == "__main__":
     parser.add_argument("--spark-master", default="local[2]", help="Spark master (default: local[2])")
     args = parser.parse_args()
     table = Path(args.write_table).resolve()
-    if (table / "_delta_log").is_dir():
+    if (table / DELTA_LOG).is_dir():
         print(f"Delta table {table} already exists; left as is.")
     else:
         for line in build_table(session(SparkSettings(master=args.spark_master)), str(table)):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
 from cdc2ch.base import log as logsetup
 from cdc2ch.base.errors import ConfigError
@@ -71,13 +72,16 @@ def _expand(items: list, spark, reported: set[str], running: frozenset[str] = fr
     from cdc2ch.commands.options import build_config, check_unique
     from cdc2ch.fleet import discovery
     from cdc2ch.source import open_source
+    from cdc2ch.source.tablelisting import LakeTables
 
     configs, skipped = [], []
     for item in items:
         if isinstance(item, RunConfig):
             configs.append(item)
             continue
-        found = discovery.expand(item.values, spark, build_config, open_source, running)
+        found = discovery.expand(
+            item.values, LakeTables(spark), build_config, partial(open_source, spark), running
+        )
         log.info("pattern_listed", pattern=item.text, tables=len(found.configs), skipped=len(found.skipped))
         configs += found.configs
         skipped += found.skipped

@@ -6,7 +6,7 @@ from __future__ import annotations
 from cdc2ch.base.errors import ConfigError, SinkError
 from cdc2ch.clickhouse import codes
 from cdc2ch.clickhouse.connection.transport import Sink
-from cdc2ch.clickhouse.state.control import PAUSE, RESUME, RESYNC, ControlStore
+from cdc2ch.clickhouse.state.control import ControlStore
 from cdc2ch.clickhouse.state.statestore import (
     HEALTH_TABLE,
     STATE_TABLE,
@@ -15,6 +15,7 @@ from cdc2ch.clickhouse.state.statestore import (
     state_tables,
 )
 from cdc2ch.model.config import TargetName
+from cdc2ch.model.records import PAUSE, RESUME, RESYNC
 
 DONE = {
     PAUSE: "paused: the service running it stops it after the batch in flight, within one poll, and the others "

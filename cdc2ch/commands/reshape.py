@@ -20,15 +20,13 @@ from dataclasses import dataclass, fields, replace
 from cdc2ch.base.errors import ConfigError, LockedError, StateError
 from cdc2ch.base.log import get_logger
 from cdc2ch.clickhouse.connection.transport import Sink
-from cdc2ch.clickhouse.state.lock import PipelineLock
-from cdc2ch.clickhouse.state.statestore import StateStore
-from cdc2ch.clickhouse.tables.ddl import ClickHouseTables
 from cdc2ch.model.config import RunConfig, TargetName
-from cdc2ch.model.offset import PipelineState
+from cdc2ch.model.records import PipelineState
 from cdc2ch.model.view import NONE as NO_VIEW
-from cdc2ch.replication.fullload.snapshot import Snapshotter
 from cdc2ch.replication.pipeline import Replicator
+from cdc2ch.replication.ports import Lock
 from cdc2ch.replication.projection import designed_source
+from cdc2ch.replication.target import clickhouse_snapshotter, snapshot_ports
 
 log = get_logger("cdc2ch.reshape")
 
@@ -69,10 +67,10 @@ class Reshape:
         self.cfg, self.source, self.sink = cfg, designed_source(source, cfg.design), sink
         self.stop = stop or threading.Event()
         self.side = side_config(cfg)
-        self.store = StateStore(sink, cfg.target.database)
-        self.tables = ClickHouseTables(sink, cfg.target, cfg.design)
         self.mark = marker(cfg)
         self.log = log.bind(pipeline=cfg.pipeline)
+        self.ports = snapshot_ports(cfg, sink, self.log)  # the target's offsets, claim and tables
+        self.store, self.tables = self.ports.store, self.ports.tables
 
     def run(self) -> Reshaped | None:
         """Reshape the target; None when stopped midway (the same command resumes)."""
@@ -98,8 +96,8 @@ class Reshape:
             self.log.info(
                 "reshape_snapshot", version=state.committed_version, side_table=str(self.side.target)
             )
-            job = Snapshotter(replace(self.side, snapshot_version=state.committed_version), self.source, sink,
-                              self.stop)  # fmt: skip
+            at = replace(self.side, snapshot_version=state.committed_version)
+            job = clickhouse_snapshotter(at, self.source, sink, self.stop)
             if job.run(comment=self.mark) is None:
                 return None
             assert job.loaded is not None  # set by a run that ends
@@ -130,7 +128,7 @@ class Reshape:
     def _swap(self, rows: int, t0: float) -> Reshaped | None:
         """Hold the pipeline (waiting for a `run` to let go), catch the side table up to where the old
         table is, swap them, hand the offset over."""
-        lock = PipelineLock(self.sink, self.cfg.target.database, self.cfg.pipeline, self.cfg.lock_ttl)
+        lock = self.ports.lock
         if not self._claim(lock):
             return None
         try:
@@ -151,7 +149,7 @@ class Reshape:
         finally:
             lock.release()
 
-    def _claim(self, lock: PipelineLock) -> bool:
+    def _claim(self, lock: Lock) -> bool:
         """Take the pipeline's claim, waiting while a `run` holds it; False when asked to stop."""
         waited = last = time.monotonic()
         while not self.stop.is_set():

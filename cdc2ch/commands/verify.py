@@ -325,7 +325,7 @@ class Verifier:
     def _repair(self, sides: Sides, version: int, found: dict) -> int:
         """Re-send the keys found wrong as of `version`: their Delta rows (missing, differing) and
         tombstones (extra), at the repair version of `version` so any later change still wins."""
-        from cdc2ch.replication.writers.driver import InsertInto, insert_rows
+        from cdc2ch.clickhouse.writers.driver import InsertInto, insert_rows
 
         live = [k for k, (kind, _) in found.items() if kind != "extra"]
         gone = [k for k, (kind, _) in found.items() if kind == "extra"]

@@ -15,15 +15,14 @@ from typing import Any
 from cdc2ch.base.errors import ConfigError, SourceError
 from cdc2ch.fleet import patterns
 from cdc2ch.fleet.patterns import Match, Pattern
+from cdc2ch.fleet.serviceports import TableListing
 from cdc2ch.model import schema
 from cdc2ch.model.config import RunConfig, TargetName
 from cdc2ch.model.design import names
-from cdc2ch.model.tableref import display_name, is_local, normalize_uri, quote_name
+from cdc2ch.model.tableref import DELTA_LOG, display_name, is_local, normalize_uri
 from cdc2ch.replication import plan
+from cdc2ch.replication.ports import ChangeSource
 from cdc2ch.replication.projection import designed_source
-from cdc2ch.source.spark.lazysession import session_of
-
-DELTA_LOG = "_delta_log"
 
 
 @dataclass(frozen=True)
@@ -42,38 +41,38 @@ class Expanded:
     skipped: list[Skipped]
 
 
-def list_matches(pattern: Pattern, spark: Any) -> tuple[list[Match], list[Match]]:
+def list_matches(pattern: Pattern, tables: TableListing) -> tuple[list[Match], list[Match]]:
     """The tables `pattern` matches now, and the matched directories that are not Delta tables; by name."""
+    why = f"listing the tables --table {pattern.text!r} matches"
     if pattern.kind == patterns.STORAGE:
-        return _storage(pattern, spark)
+        local = _local(pattern)
+        if local is not None:
+            return local
+        found: list[Match] = []
+        others: list[Match] = []
+        for table, name, parent, delta in tables.directories(pattern.text, why):
+            (found if delta else others).append(Match(table, name, parent))
+        return sorted(found, key=lambda m: m.table), sorted(others, key=lambda m: m.table)
     if pattern.kind == patterns.CATALOG:
-        return _catalog(pattern, spark), []
-    return _shared(pattern), []
-
-
-def _storage(pattern: Pattern, spark: Any) -> tuple[list[Match], list[Match]]:
-    local = _local(pattern)
-    if local is not None:
-        return local
-    spark = session_of(spark, f"listing the tables --table {pattern.text!r} matches")
-    jvm = spark._jvm
-    text = normalize_uri(pattern.text)
-    glob = jvm.org.apache.hadoop.fs.Path(text)
-    fs = glob.getFileSystem(spark._jsc.hadoopConfiguration())
-    found: list[Match] = []
-    others: list[Match] = []
-    for status in fs.globStatus(glob) or []:
-        if not status.isDirectory():
-            continue
-        path = status.getPath()
-        uri = path.toUri()
-        # Local directories keep the plain absolute path `--table /lake/t` would have (the pipeline's identity).
-        table = uri.getPath() if uri.getScheme() in (None, "file") and "://" not in text else path.toString()
-        parent = path.getParent()
-        match = Match(table, path.getName(), parent.getName() if parent is not None else "")
-        delta = fs.exists(jvm.org.apache.hadoop.fs.Path(path, DELTA_LOG))
-        (found if delta else others).append(match)
-    return sorted(found, key=lambda m: m.table), sorted(others, key=lambda m: m.table)
+        try:
+            names = tables.catalog(pattern.base, f"{why} in Spark's catalog")
+        except Exception as exc:  # Spark's AnalysisException: no such schema, no catalog
+            raise ConfigError(
+                f"--table {pattern.text!r}: Spark's catalog cannot list schema {display_name(pattern.base)} "
+                f"({str(exc).splitlines()[0][:300]}). Check the schema's name and the catalog's settings "
+                f"(--spark-conf)."
+            ) from None
+        return [
+            Match(display_name((*pattern.base, n)), n, pattern.base[-1])
+            for n in sorted(names)
+            if pattern.matches(n)
+        ], []
+    profile, share, schema_name = pattern.base
+    return [
+        Match(f"{profile}#{share}.{s}.{t}", t, s)
+        for s, t in sorted(tables.shared(profile, share, schema_name))
+        if pattern.matches(t)
+    ], []
 
 
 def _local(pattern: Pattern) -> tuple[list[Match], list[Match]] | None:
@@ -99,42 +98,18 @@ def _local(pattern: Pattern) -> tuple[list[Match], list[Match]] | None:
     return sorted(found, key=lambda m: m.table), sorted(others, key=lambda m: m.table)
 
 
-def _catalog(pattern: Pattern, spark: Any) -> list[Match]:
-    spark = session_of(spark, f"listing the tables --table {pattern.text!r} matches in Spark's catalog")
-    try:
-        rows = spark.sql(f"SHOW TABLES IN {quote_name(pattern.base)}").collect()
-    except Exception as exc:  # Spark's AnalysisException: no such schema, no catalog
-        raise ConfigError(
-            f"--table {pattern.text!r}: Spark's catalog cannot list schema {display_name(pattern.base)} "
-            f"({str(exc).splitlines()[0][:300]}). Check the schema's name and the catalog's settings "
-            f"(--spark-conf)."
-        ) from None
-    names = sorted(r["tableName"] for r in rows if not r["isTemporary"] and pattern.matches(r["tableName"]))
-    return [Match(display_name((*pattern.base, n)), n, pattern.base[-1]) for n in names]
-
-
-def _shared(pattern: Pattern) -> list[Match]:
-    from cdc2ch.source.sharing.restclient import SharingClient, load_profile
-
-    profile, share, schema_name = pattern.base
-    client = SharingClient(load_profile(profile), share, schema_name, "*")
-    return [
-        Match(f"{profile}#{share}.{s}.{t}", t, s) for s, t in sorted(client.tables()) if pattern.matches(t)
-    ]
-
-
 def expand(
     values: Mapping[str, Any],
-    spark: Any,
+    tables: TableListing,
     build: Callable[[Mapping[str, Any]], RunConfig],
-    open_source: Callable[[Any, str], Any],
+    open_source: Callable[[str], ChangeSource],
     running: Collection[str] = (),
 ) -> Expanded:
     """The pipelines of one pattern's option values: one per matched table that can be followed (its
     `table`, `primary_key` and `target` filled in, then `build`), and the tables skipped with why. The
     pipelines named in `running` are replicating already: their tables are not opened and checked again."""
     pattern = patterns.parse_pattern(values["table"])
-    matches, others = list_matches(pattern, spark)
+    matches, others = list_matches(pattern, tables)
     keys = dict(values.get("primary_keys") or ())
     default = names(values.get("primary_key"))
     template = values.get("target")
@@ -154,11 +129,7 @@ def expand(
     configs = []
     for match, key, target in chosen:
         cfg = build({**values, "table": match.table, "primary_key": key, "target": target, "pipeline": None})
-        reason = (
-            None
-            if cfg.pipeline in running
-            else unfit(functools.partial(open_source, spark, match.table), cfg)
-        )
+        reason = None if cfg.pipeline in running else unfit(functools.partial(open_source, match.table), cfg)
         if reason:
             skipped.append(Skipped(pattern.text, match.table, reason, target))
         else:

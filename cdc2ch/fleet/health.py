@@ -4,12 +4,13 @@ database, written best effort (when ClickHouse itself is what fails, the log lin
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 from cdc2ch.base.errors import SinkError, summarise
 from cdc2ch.base.log import get_logger
-from cdc2ch.clickhouse.connection.transport import Sink
-from cdc2ch.clickhouse.state.statestore import Health, HealthStore, VerifyStore
+from cdc2ch.fleet.serviceports import HealthRecords, VerifyRecords
+from cdc2ch.model.records import Health
 from cdc2ch.replication.metrics import PipelineMetrics
 
 log = get_logger("cdc2ch.runner")
@@ -25,17 +26,17 @@ def kept_error(text: str) -> str:
 class HealthBook:
     """The health stores of the databases a service writes to, and the skipped tables already recorded."""
 
-    def __init__(self, sink: Sink):
-        self.sink = sink
-        self._stores: dict[str, HealthStore] = {}
+    def __init__(self, health: Callable[[str], HealthRecords], verified: Callable[[str], VerifyRecords]):
+        self.health, self.verified = health, verified
+        self._stores: dict[str, HealthRecords] = {}
         self._lock = threading.Lock()
         self._skipped: dict[str, str] = {}  # pipeline -> the reason recorded for it
 
-    def store(self, database: str) -> HealthStore:
+    def store(self, database: str) -> HealthRecords:
         """The database's health store, its table created on first use."""
         with self._lock:
             if database not in self._stores:
-                store = HealthStore(self.sink, database)
+                store = self.health(database)
                 store.ensure()
                 self._stores[database] = store
             return self._stores[database]
@@ -45,7 +46,7 @@ class HealthBook:
         reaches its metrics from ClickHouse on the way."""
         try:
             self.store(database).save(health)
-            verified = VerifyStore(self.sink, database).load_all().get(health.pipeline)
+            verified = self.verified(database).load_all().get(health.pipeline)
             if verified is not None:
                 metrics.verified(verified.ok, verified.finished_at.timestamp())
             return True

@@ -9,9 +9,10 @@ from collections.abc import Callable, Iterable
 
 from cdc2ch.base.errors import Cdc2chError, summarise
 from cdc2ch.base.log import get_logger
-from cdc2ch.clickhouse.connection.transport import Sink
-from cdc2ch.clickhouse.state.control import ControlStore, Request, requester
+from cdc2ch.base.processes import requester
+from cdc2ch.fleet.serviceports import RequestRecords
 from cdc2ch.model.config import RunConfig
+from cdc2ch.model.records import Request
 from cdc2ch.replication.metrics import PipelineMetrics
 
 log = get_logger("cdc2ch.lifecycle")
@@ -20,8 +21,13 @@ log = get_logger("cdc2ch.lifecycle")
 class Lifecycle:
     """The requests for a service's pipelines. Thread-safe: the dispatcher refreshes them, turns read them."""
 
-    def __init__(self, sink: Sink, interval: float, clock: Callable[[], float] = time.monotonic):
-        self.sink, self.interval, self.clock = sink, interval, clock
+    def __init__(
+        self,
+        requests: Callable[[str], RequestRecords],
+        interval: float,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.requests, self.interval, self.clock = requests, interval, clock
         self._lock = threading.Lock()
         self._requests: dict[tuple[str, str], Request] = {}  # (database, pipeline) -> its latest request
         self._read_at = float("-inf")
@@ -39,9 +45,7 @@ class Lifecycle:
         found = {}
         for database in sorted({c.target.database for c in configs}):
             try:
-                found.update(
-                    {(database, p): r for p, r in ControlStore(self.sink, database).load_all().items()}
-                )
+                found.update({(database, p): r for p, r in self.requests(database).load_all().items()})
             except Cdc2chError as exc:
                 log.warning("requests_not_read", database=database, error=summarise(str(exc), 300))
                 return
@@ -89,11 +93,11 @@ class Lifecycle:
         """Rebuild the pipeline's target through the side-table swap when a resync is asked for (a claimed
         pipeline, between two steps); recorded as done once swapped in, so it runs once."""
         request = self._owed(cfg)
-        if request is None or not job.holds_offset:
+        if request is None or not job.standing.holds_offset:
             return
         job.claim()
         reason = f"requested by {request.by}" + (f": {request.reason}" if request.reason else "")
         if job.rebuild(reason):
             with self._lock:  # done: not again, whatever a read that began before this brings back
                 self._done[(cfg.target.database, cfg.pipeline)] = request
-            ControlStore(self.sink, cfg.target.database).resynced(request, self.me)
+            self.requests(cfg.target.database).resynced(request, self.me)

@@ -11,24 +11,24 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import partial
 
 from cdc2ch.base.errors import Cdc2chError, jvm_gone, jvm_stopped, jvm_stopped_error, summarise
 from cdc2ch.base.log import get_logger
-from cdc2ch.clickhouse.connection.transport import Sink
-from cdc2ch.clickhouse.state.statestore import Health, HealthStore
 from cdc2ch.fleet.health import HealthBook, kept_error
 from cdc2ch.fleet.lifecycle import Lifecycle
 from cdc2ch.fleet.scheduler import NEVER, Schedule
+from cdc2ch.fleet.serviceports import ServicePorts
 from cdc2ch.fleet.upkeep import Upkeep
 from cdc2ch.model.config import RunConfig
+from cdc2ch.model.records import Health
 from cdc2ch.replication.budget import UNLIMITED, RowBudget
 from cdc2ch.replication.metrics import Metrics, PipelineMetrics, error_kind
 from cdc2ch.replication.pipeline import Replicator
-from cdc2ch.source import open_source
-from cdc2ch.source.spark.threads import cancel_jobs, jobs_of
+from cdc2ch.replication.standing import StepOutcome
 
 log = get_logger("cdc2ch.runner")
 
@@ -101,28 +101,32 @@ class Runner:
         self,
         configs: list[RunConfig],
         spark,
-        sink: Sink,
+        sink,
         stop: threading.Event,
         metrics: Metrics,
         *,
         fleet: Fleet = Fleet(),
+        ports: ServicePorts | None = None,
     ):
         self.configs = configs
         self.budget = fleet.budget  # rows all pipelines may hold at once
         self.metrics = metrics
         self.discover, self.discover_interval = fleet.discover, fleet.discover_interval
         self._discover_at = time.monotonic() + fleet.discover_interval
-        self.spark = spark
-        self.sink = sink
+        if ports is None:  # a Spark session (or LazySpark) and a ClickHouse Sink
+            from cdc2ch.fleet.assembly import service_ports
+
+            ports = service_ports(spark, sink)
+        self.ports = ports
         self.stop = stop
         self.isolate = fleet.isolate
         self.once = configs[0].once
         self.fatal: BaseException | None = None  # what ends the whole process (Spark's JVM gone)
         self.poll_interval = configs[0].poll_interval
         self.schedule = Schedule(fleet.workers if fleet.isolate else 1)
-        self.health = HealthBook(sink)
-        self.upkeep = Upkeep(sink)  # scheduled compactions, between a pipeline's turns
-        self.lifecycle = Lifecycle(sink, self.poll_interval)  # pause, resume and resync requests
+        self.health = HealthBook(ports.health, ports.verified)
+        self.upkeep = Upkeep(ports.compactions, ports.compact)  # between a pipeline's turns
+        self.lifecycle = Lifecycle(ports.requests, self.poll_interval)  # pause, resume and resync requests
         self._warm = threading.Lock()
         self._warmed = self.once  # a --once run has no first change to speed up
         self.slots: list[Slot] = []
@@ -132,7 +136,7 @@ class Runner:
     def _slots(self, configs: list[RunConfig]) -> list[Slot]:
         known: dict[str, Health] = {}
         for db in sorted({c.target.database for c in configs}):
-            known.update(HealthStore(self.sink, db).load_all())
+            known.update(self.ports.health(db).load_all())
         return [
             Slot(
                 c,
@@ -204,15 +208,14 @@ class Runner:
         at once while it has more to do, after the poll interval when it had nothing new, at its retry time
         after a failure."""
         name, started = slot.cfg.pipeline, time.monotonic()
-        gave_way = progressed = False
+        turn = StepOutcome(committed=False)
         try:
             if self.lifecycle.holds(slot.cfg, slot.metrics):  # paused: its claim let go until resumed
                 if slot.job is not None:
                     slot.job.close()
                     slot.job = None
             else:
-                progressed = self._attempt(slot)
-                gave_way = slot.job is not None and slot.job.gave_way
+                turn = self._attempt(slot)
                 if slot.error is None and not slot.gone and not self.stop.is_set():
                     self.upkeep.after_turn(slot.cfg, slot.metrics)
         finally:
@@ -220,11 +223,11 @@ class Runner:
                 due = NEVER
             elif slot.error is not None:
                 due = slot.retry_at
-            elif gave_way or progressed:
+            elif turn.gave_way or turn.committed:
                 due = time.monotonic()  # more to do, or something new may have come meanwhile
             else:
                 due = started + self.poll_interval
-            self.schedule.end(name, due, heavy=True if gave_way else None)
+            self.schedule.end(name, due, heavy=True if turn.gave_way else None)
             if slot.gone and slot.job is not None:
                 slot.job.close()
                 slot.job = None
@@ -248,7 +251,7 @@ class Runner:
             )
             slot.gone = True
             if self.schedule.is_running(slot.cfg.pipeline):
-                cancel_jobs(self.spark, slot.cfg.pipeline)  # its turn ends; _turn lets the job go
+                self.ports.jobs.cancel(slot.cfg.pipeline)  # its turn ends; _turn lets the job go
             elif slot.job is not None:
                 slot.job.close()
                 slot.job = None
@@ -259,24 +262,23 @@ class Runner:
             log.info("table_discovered", pipeline=slot.cfg.pipeline, table=slot.cfg.table)
         self._add(new)
 
-    def _attempt(self, slot: Slot) -> bool:
+    def _attempt(self, slot: Slot) -> StepOutcome:
         job = slot.job
-        progressed = False
         try:  # the job group too: setting it is a call to the JVM, which may be gone
-            with jobs_of(self.spark if self.schedule.workers > 1 else None, slot.cfg.pipeline):
+            shared = self.schedule.workers > 1  # pipelines side by side: each its own jobs
+            with self.ports.jobs.of(slot.cfg.pipeline) if shared else nullcontext():
                 if job is None:
-                    source = open_source(self.spark, slot.cfg.table)
-                    job = Replicator(slot.cfg, source, self.sink, self.stop, slot.metrics, budget=self.budget)
+                    job = self.ports.pipeline(slot.cfg, self.stop, slot.metrics, self.budget)
                     if not self.once:  # end the turn between two ranges: another's turn, a pause, a resync
                         job.turn_over = partial(self._turn_over, slot.cfg)
                     job.start()
                     slot.job = job
                     self._warm_up(job)
                 self.lifecycle.resync(slot.cfg, job)
-                progressed = job.step()
+                turn = job.step()
         except Exception as raised:
             exc = jvm_stopped(raised) or raised  # a JVM gone mid-call: the paragraph, not a traceback
-            wrote = job is not None and job.holds_offset  # an offset of its own
+            wrote = job is not None and job.standing.holds_offset  # an offset of its own
             if job is not None:
                 job.close()
             slot.job = None
@@ -291,9 +293,9 @@ class Runner:
                 if exc is raised:
                     raise
                 raise exc from raised
-            return False
+            return StepOutcome(committed=False)
         self._succeeded(slot)
-        return progressed
+        return turn
 
     def _turn_over(self, cfg: RunConfig) -> bool:
         return self.schedule.should_give_way(cfg.pipeline) or self.lifecycle.wants(cfg)

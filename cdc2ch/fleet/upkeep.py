@@ -6,14 +6,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from cdc2ch.base.errors import Cdc2chError, summarise
 from cdc2ch.base.log import get_logger
-from cdc2ch.clickhouse.connection.transport import Sink
-from cdc2ch.clickhouse.state.compactlog import Compacted, CompactStore
-from cdc2ch.clickhouse.tables.compaction import compact
-from cdc2ch.model.config import RunConfig
+from cdc2ch.fleet.serviceports import Compaction, CompactionRecords
+from cdc2ch.model.config import RunConfig, TargetName
+from cdc2ch.model.records import Compacted
 from cdc2ch.replication.metrics import PipelineMetrics
 
 log = get_logger("cdc2ch.upkeep")
@@ -25,8 +24,13 @@ class Upkeep:
     """The compaction schedule of a service's pipelines. Thread-safe: pipelines' turns end on several
     workers; a compaction due while another runs waits for a later turn."""
 
-    def __init__(self, sink: Sink, clock: Callable[[], float] = time.monotonic):
-        self.sink = sink
+    def __init__(
+        self,
+        records: Callable[[str], CompactionRecords],
+        compact: Callable[[TargetName, timedelta | None], Compaction],
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.records, self.compact = records, compact
         self.clock = clock
         self._one = threading.Lock()  # held by the compaction running, if any
         self._guard = threading.Lock()
@@ -62,7 +66,7 @@ class Upkeep:
         database = cfg.target.database
         if database not in self._recorded:
             try:
-                self._recorded[database] = CompactStore(self.sink, database).load_all()
+                self._recorded[database] = self.records(database).load_all()
             except Cdc2chError as exc:
                 log.warning("compactions_not_read", database=database, error=summarise(str(exc), 300))
                 return None
@@ -72,7 +76,7 @@ class Upkeep:
         assert cfg.compact_every is not None  # (after_turn checks)
         every = cfg.compact_every.total_seconds()
         try:
-            result = compact(self.sink, cfg.target, cfg.compact_older_than)
+            result = self.compact(cfg.target, cfg.compact_older_than)
         except Exception as exc:  # replication goes on: the next compaction finishes this one's work
             metrics.compaction_failed()
             retry = min(every, RETRY_AFTER)

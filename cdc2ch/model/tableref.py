@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 from cdc2ch.base.errors import ConfigError
 from cdc2ch.model.objectstore import canonical_uri
 
+DELTA_LOG = "_delta_log"  # the directory that makes a directory a Delta table
 _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:/")
 _PLAIN = re.compile(r"[A-Za-z0-9_]+")
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from cdc2ch.model import renames, schema
-from cdc2ch.model.commit import Commit
+from cdc2ch.model.changeset import Commit
 from cdc2ch.model.config import RunConfig
-from cdc2ch.model.offset import PipelineState
+from cdc2ch.model.records import PipelineState
 from cdc2ch.model.schema import SchemaDiff
 from cdc2ch.replication import plan
 from cdc2ch.replication.ports import ChangeSource, TargetTables

@@ -28,8 +28,8 @@ from cdc2ch.base.errors import (
     SinkError,
     SourceError,
     StateError,
+    chain,
 )
-from cdc2ch.clickhouse import codes
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -50,8 +50,9 @@ def error_kind(exc: BaseException) -> str:
     ):
         if isinstance(exc, cls):
             return kind
-    # A ClickHouse error that escaped the sink's wrapping (from a Spark task, say) is still ClickHouse's.
-    if codes.clickhouse_error(exc) is not None:
+    # An error of the ClickHouse client that escaped the sink's wrapping (from a Spark task, say) is still
+    # ClickHouse's.
+    if any(type(e).__module__.partition(".")[0] == "clickhouse_connect" for e in chain(exc)):
         return "clickhouse"
     return "internal"
 

@@ -12,27 +12,26 @@ import dataclasses
 import threading
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, cast
+from typing import Any, cast
 
 from cdc2ch.base import phases
 from cdc2ch.base.log import get_logger
 from cdc2ch.base.phases import Phases
 from cdc2ch.model.config import RunConfig
-from cdc2ch.model.offset import PipelineState
-from cdc2ch.replication import follow, plan, readers
+from cdc2ch.model.records import PipelineState
+from cdc2ch.replication import plan, readers
 from cdc2ch.replication.budget import UNLIMITED, Leases, RowBudget
 from cdc2ch.replication.fullload.progress import Progress
 from cdc2ch.replication.fullload.resync import Resync
 from cdc2ch.replication.metrics import Metrics, PipelineMetrics
 from cdc2ch.replication.ports import ChangeSource, Ports, RangeWriter
 from cdc2ch.replication.projection import designed_source
+from cdc2ch.replication.rangesteps import RangeSteps
 from cdc2ch.replication.readahead import ReadAhead
+from cdc2ch.replication.standing import Standing, StepOutcome
 from cdc2ch.replication.startup.bootstrap import Bootstrap
 from cdc2ch.replication.startup.inputs import Inputs, check_inputs
 from cdc2ch.replication.startup.resume import nothing_to_write, resumed
-
-if TYPE_CHECKING:
-    from cdc2ch.clickhouse.connection.transport import Sink
 
 log = get_logger("cdc2ch.pipeline")
 
@@ -45,7 +44,7 @@ class Replicator:
         self,
         cfg: RunConfig,
         source: ChangeSource,
-        sink: Sink | None = None,
+        sink: Any = None,  # a clickhouse Sink, for the ports built on it when `ports` is not given
         stop: threading.Event | None = None,
         metrics: PipelineMetrics | None = None,
         ports: Ports | None = None,
@@ -58,7 +57,7 @@ class Replicator:
         if ports is None:
             from cdc2ch.replication.target import clickhouse_ports
 
-            ports = clickhouse_ports(cfg, self.source, cast("Sink", sink), self.stop, self.metrics, budget)
+            ports = clickhouse_ports(cfg, self.source, sink, self.stop, self.metrics, budget)
         # A snapshot (initial load or resync) is seen running in the metrics, so an alert can say it runs long.
         self.ports = dataclasses.replace(ports, load_snapshot=timed(ports.load_snapshot, self.metrics))
         self.log = log.bind(pipeline=cfg.pipeline)
@@ -68,17 +67,13 @@ class Replicator:
         self.state: PipelineState | None = None
         self.started: PipelineState | None = None
         self.writer: RangeWriter | None = None
-        # Whether this runner holds the pipeline and its offset is recorded. A new pipeline claims itself
-        # only once its first range is read and checked: refused input leaves no table and no offset.
-        self.claimed = False
-        # A --once poll of a pipeline with an offset that finds nothing to write holds it unclaimed (startup/resume.py):
-        # its inputs, to claim with before a write it did not foresee.
-        self.deferred: Inputs | None = None
-        # Asked between two ranges of a long catch-up: end this step there and let other pipelines run
-        # (the runner asks its schedule); `gave_way` says the last step ended so, with work left.
+        # A new pipeline claims itself only once its first range is read and checked: refused input leaves
+        # no table and no offset (standing.py).
+        self.standing = Standing()
+        # Asked between two ranges of a long catch-up: end this step there and let other pipelines run (the
+        # runner asks its schedule).
         self.turn_over: Callable[[], bool] = lambda: False
         self.phases = Phases()  # where its time went (its `stopped` event says)
-        self.gave_way = False
         self._configure(cfg)
 
     def _configure(self, cfg: RunConfig) -> None:
@@ -86,30 +81,26 @@ class Replicator:
         self.cfg, ports = cfg, self.ports
         self.resync = Resync(cfg, self.source, ports.tables, ports.store, ports.load_snapshot, self.log)
         self.bootstrap = Bootstrap(cfg, self.source, ports, self.log)
+        self.steps = RangeSteps(cfg, self.source, ports, self.bootstrap, self.log)
 
     # -- start-up ---------------------------------------------------------------------------------
     def check_inputs(self) -> Inputs:
         """Check table, keys, change data feed, offsets and options, writing nothing (what `validate` runs).
         `--reader auto` is decided first, from the table as it is now (its log, a ClickHouse setting)."""
         if self.cfg.reader == "auto":
-            remote, has_setting = self.ports.remote_target, self.ports.has_setting
-            self._configure(readers.resolved(self.cfg, self.source, remote, has_setting, self.log))
+            remote, reader = self.ports.remote_target, self.ports.lake_reader
+            self._configure(readers.resolved(self.cfg, self.source, remote, reader, self.log))
         return check_inputs(self.cfg, self.source, self.ports, self.bootstrap)
 
-    @property
-    def holds_offset(self) -> bool:
-        """Whether the pipeline has an offset this runner may write: claimed, or held unclaimed (`deferred`)."""
-        return self.claimed or self.deferred is not None
-
     def claim(self, inputs: Inputs | None = None) -> None:
-        """Claim the pipeline's offset by `inputs`, or one held unclaimed (`deferred`) before a write it did not
-        foresee (a version that came since it looked, a resync asked for); then read the offset again, now
-        that nobody else can move it, and finish a resync that a crash interrupted."""
-        inputs, self.deferred = inputs or self.deferred, None
+        """Claim the pipeline's offset by `inputs`, or one held unclaimed before a write it did not foresee (a
+        version that came since it looked, a resync asked for); then read the offset again, now that nobody
+        else can move it, and finish a resync that a crash interrupted."""
+        inputs = inputs or self.standing.inputs
         if inputs is None:
             return
         self.ports.lock.acquire()
-        self.claimed = True
+        self.standing = self.standing.claim()
         state = resumed(self.cfg, self.source, self.ports.store, inputs.start, inputs.table_id, self.log)
         self.state = self.resync.recover(state)
 
@@ -124,7 +115,7 @@ class Replicator:
             self.state = self.bootstrap.begin(inputs.initial, inputs.start, inputs.table_id)
         elif nothing_to_write(self.cfg, inputs, self.source, self.resync):
             self.ports.lock.check()  # one that another runner holds is refused all the same
-            self.state, self.deferred = inputs.stored, inputs
+            self.state, self.standing = inputs.stored, self.standing.held(inputs)
         else:
             self.claim(inputs)  # inputs are fine: from here on this process writes
         assert self.state is not None  # set by each branch above
@@ -139,39 +130,40 @@ class Replicator:
         return self.state
 
     # -- work -------------------------------------------------------------------------------------
-    def catch_up(self, state: PipelineState, latest: int | None = None) -> PipelineState:
-        """Replicate everything after state.committed_version up to `latest` (default: the latest version)."""
-        cfg, store = self.cfg, self.ports.store
+    def catch_up(self, state: PipelineState, latest: int | None = None) -> tuple[PipelineState, bool]:
+        """Replicate everything after state.committed_version up to `latest` (default: the latest version).
+        Returns the state and whether it ended between two ranges to let others run (turn_over)."""
+        cfg = self.cfg
         start = state.committed_version + 1
         commits = self.source.commits(start, latest)
         if not commits:
-            return state
+            return state, False
         plan.check_commits(start, commits, self.source.uri, cfg.primary_key, str(cfg.target))
         if state.interrupted_range:
             self.log.info(
                 "resuming_interrupted_range", start=state.interrupted_range[0], end=state.interrupted_range[1]
             )
-        checks_first = not self.claimed  # a new pipeline's first range
+        checks_first = not self.standing.claimed  # a new pipeline's first range
         writer = cast("RangeWriter", self.writer)  # set by start()
         cut = plan.schedule(
             commits, state.interrupted_range, cfg.max_rows_per_read, writer.range_factor, writer.collects,
             self.source.streams, checks_first,
         )  # fmt: skip
-        ranges, estimates, held, breaks = cut.ranges, cut.estimates, cut.held, cut.breaks
+        ranges, estimates, held = cut.ranges, cut.estimates, cut.held
         by_version = {c.version: c for c in commits}
-        newest = commits[-1]
+        breaks = {s: by_version.get(s) for s in cut.breaks}  # ranges that begin at a schema change
         # A long catch-up shows how it goes.
         total, long = sum(c.estimated_rows for c in commits), len(ranges) > 1
         progress = Progress(f"catch-up {cfg.pipeline}", total, len(ranges), unit="range", shown=long)
-        broken = None
-        self.gave_way = False
+        broken, gave_way = None, False
         read = partial(self.source.changes, key=cfg.identity.columns)  # the pre-images it may leave out
+        ahead = self.ports.on_other_threads
         with (
             Leases(self.budget, self.stop) as leases,
-            ReadAhead(read, cfg.immutable_keys, writer.collects) as reads,
+            ReadAhead(read, cfg.immutable_keys, writer.collects, ahead) as reads,
         ):
             for i, (s, e) in enumerate(ranges):
-                if self.stop.is_set() or self.gave_way or not leases.need(i, held[i]):
+                if self.stop.is_set() or gave_way or not leases.need(i, held[i]):
                     break
                 changes = reads.open(s, e)
                 if writer.kind == "clickhouse":
@@ -179,42 +171,35 @@ class Replicator:
                 if checks_first and i == 0:
                     writer.check(changes, estimates[i])  # a new pipeline writes nothing before the check
                 # decided before the next range is read ahead: a range read for nothing would be wasted
-                self.gave_way = i + 1 < len(ranges) and self.turn_over()
+                gave_way = i + 1 < len(ranges) and self.turn_over()
                 if (
-                    not self.gave_way
+                    not gave_way
                     and plan.reads_ahead(estimates, i, cfg.max_rows_per_read)
                     and leases.ahead(i + 1, held[i + 1])
                 ):  # meanwhile: DDL, claim, write
                     reads.read(*ranges[i + 1])
-                if not self.claimed:  # the DDL before the claim: a table ClickHouse refuses leaves no offset
-                    self.ports.lock.check()  # (and one another runner holds gets no DDL either)
-                commit = by_version.get(s) if s in breaks else None  # a range begins at a schema change
-                change = follow.prepare(self.ports.tables, cfg, self.source, commit, state, changes.schema)
-                if not self.claimed:
-                    self.bootstrap.claim_first_range(state)
-                    self.claimed = True
+                change = self.steps.prepare_target(
+                    state, changes.schema, breaks.get(s), self.standing.claimed
+                )
+                self.standing = self.standing.claim()  # a new pipeline claimed itself with its first DDL
                 if change.breaking:  # resync (or refuse) once no read runs any more
-                    broken = (by_version.get(s) if s in breaks else None, s, e, change)
+                    broken = (breaks.get(s), s, e, change)
                     break
-                state = state.writing(e)
-                store.save(state)
-                result = writer.write(changes, state, estimates[i])
+                state, result = self.steps.write_range(state, changes, writer, estimates[i])
                 del changes  # its rows are written: give their share of the budget back
                 leases.done(i)
                 if not result.committed:
                     break
-                state = state.advanced(e, result.rows)
-                store.save(state)
-                self.state = state
-                self.log.info("committed", version=e, rows=result.rows, total_rows=state.rows_written)
+                state = self.state = self.steps.commit_range(state, result)
+                newest = commits[-1]
                 self.metrics.lag(
                     e, newest.version, (newest.timestamp - by_version[e].timestamp).total_seconds()
                 )
                 progress.advance(result.rows, 1)
         if broken is not None:
-            return self.resync.broken(state, *broken)
+            return self.resync.broken(state, *broken), False
         progress.done()
-        return state
+        return state, gave_way
 
     def warm_up(self) -> None:
         """A service's first change should be visible as quickly as the rest: let the source pay its first
@@ -225,12 +210,12 @@ class Replicator:
 
     # -- life cycle -------------------------------------------------------------------------------
     @phases.recorded
-    def step(self) -> bool:
-        """One poll: replicate whatever is new (a new pipeline's snapshot first, when it begins with one).
-        True when versions were committed. A new pipeline's attempt that fails before committing anything
-        leaves nothing behind (Bootstrap.take_back)."""
+    def step(self) -> StepOutcome:
+        """One poll: replicate whatever is new (a new pipeline's snapshot first, when it begins with one). A
+        new pipeline's attempt that fails before committing anything leaves nothing behind
+        (Bootstrap.take_back)."""
         assert self.state is not None  # set by start()
-        if self.holds_offset:
+        if self.standing.holds_offset:
             return self._step()
         before = self.state.committed_version
         self.bootstrap.mark()
@@ -238,23 +223,24 @@ class Replicator:
             return self._step()
         except Exception as exc:
             if self.state.committed_version == before and self.bootstrap.take_back(exc):
-                self.claimed = False
+                self.standing = self.standing.taken_back()
             raise
 
-    def _step(self) -> bool:
+    def _step(self) -> StepOutcome:
         assert self.state is not None  # set by start()
         before = self.state.committed_version
         if self.bootstrap.pending is not None:
             loaded = self.bootstrap.load(self.state)
             if loaded is None:  # stopped between chunks: the next run resumes the snapshot
-                return False
-            self.state, self.claimed = loaded, True
+                return StepOutcome(committed=False)
+            self.state, self.standing = loaded, self.standing.claim()
         committed, latest = self.state.committed_version, self.source.latest()
         self.metrics.lag(committed, latest.version, self.source.lag(committed, latest)[1] or 0.0)
+        gave_way = False
         if committed < latest.version:
             self.claim()
-            self.state = self.catch_up(self.state, latest.version)
-        return self.state.committed_version != before
+            self.state, gave_way = self.catch_up(self.state, latest.version)
+        return StepOutcome(self.state.committed_version != before, gave_way)
 
     def rebuild(self, reason: str) -> bool:
         """`cdc2ch resync`: rebuild the target through the side-table swap; whether it was swapped in."""
@@ -279,7 +265,7 @@ class Replicator:
             if not self.cfg.once:
                 self.warm_up()
             while not self.stop.is_set():
-                progressed = self.step()
+                progressed = self.step().committed
                 if self.cfg.once:
                     break
                 if not progressed:  # nothing new: wait; else look again at once

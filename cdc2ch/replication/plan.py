@@ -12,8 +12,8 @@ from typing import Any
 
 from cdc2ch.base.errors import ConfigError, SourceError, StateError, summarise
 from cdc2ch.model import schema
-from cdc2ch.model.commit import Commit
-from cdc2ch.model.offset import PipelineState
+from cdc2ch.model.changeset import Commit
+from cdc2ch.model.records import PipelineState
 
 MAX_VERSIONS_PER_READ = 1000
 

@@ -2,15 +2,21 @@
 may split a Delta version; the loop's guarantees (docs/design.md, "The commit protocol") rest on exactly
 these promises.
 
-    ChangeSource  the table's versions and changes      (source/sparkread/deltasource.py,
-                                                         source/sharing/sharedsource.py)
-    RangeWriter   one version range into the target     (writers/driver.py, executors.py, pushdown.py)
-    TargetTables  the target table's DDL                (clickhouse/tables/ddl.py)
-    OffsetStore   the committed offset per pipeline     (clickhouse/state/statestore.py)
-    Lock          one runner per pipeline               (clickhouse/state/lock.py)
-    Footprint     what a new pipeline's first attempt added (clickhouse/state/footprint.py)
+    ChangeSource    the table, combining VersionHistory,   source/sparkread/deltasource.py,
+                    TableDescription and RowReads          source/sharing/sharedsource.py
+    RangeWriter     one version range into the target      clickhouse/writers/ (driver, executors, pushdown)
+    TargetTables    the target table's DDL                 clickhouse/tables/ddl.py
+    OffsetStore     the committed offset per pipeline      clickhouse/state/statestore.py
+    Lock            one runner per pipeline                clickhouse/state/lock.py
+    Footprint       what a new pipeline's first attempt    clickhouse/state/footprint.py
+                    added
+    LakeReader      what the target's own reader reads     clickhouse/writers/pushdown.py
+    SnapshotTarget  a snapshot's chunks into the target    clickhouse/writers/snapshotload.py
+    ChunkRecords    which chunks of a snapshot landed      clickhouse/state/statestore.py
+    SnapshotFrame   the table at a version, read by Spark  source/sparkread/snapshotframe.py
 
-`Ports` bundles what a pipeline writes to; target.py assembles it for a ClickHouse target.
+`Ports` bundles what a pipeline writes to, `SnapshotPorts` what a snapshot does; target.py assembles both
+for a ClickHouse target.
 
 In-memory implementations live in tests/support/fakes.py: the loop's decisions are tested there without a JVM
 or a ClickHouse engine.
@@ -18,55 +24,35 @@ or a ClickHouse engine.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import pyarrow as pa
-
-from cdc2ch.model.commit import Commit
+from cdc2ch.base import phases
+from cdc2ch.model.changeset import Changes, Commit, RangeResult
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.design import TableDesign
-from cdc2ch.model.offset import PipelineState
+from cdc2ch.model.records import PipelineState
 from cdc2ch.model.renames import TargetMoves
 from cdc2ch.model.schema import SchemaDiff
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = [
     "ChangeSource",
     "Changes",
+    "ChunkRecords",
     "Footprint",
+    "LakeReader",
     "Lock",
     "OffsetStore",
     "RangeResult",
     "RangeWriter",
+    "SnapshotFrame",
+    "SnapshotTarget",
 ]
-
-
-class Changes(Protocol):
-    """The change rows of whole versions [start, end], not yet read. Reading twice yields the same rows."""
-
-    start: int
-    end: int
-    uri: str  # the table's identity (for messages)
-    location: str  # where its files are (what a reader that reads files itself opens)
-    schema: dict[str, Any]  # Spark JSON schema of the rows: user columns and CDF columns
-
-    def arrow_rows(self, immutable_keys: bool) -> pa.Table:
-        """The rows in the target layout (contract.WRITTEN_META after the user columns), read into this
-        process. SourceError with advice when they cannot be read."""
-
-    def arrow_chunks(self, immutable_keys: bool, held_rows: int) -> Generator[pa.Table, None, None]:
-        """The same rows in chunks. A source that streams (ChangeSource.streams) yields each chunk as its
-        read makes it, in an order that may vary from read to read, each chunk's rows not, and holds at most
-        `held_rows` rows of chunks not yet taken (at least one chunk); others yield arrow_rows whole.
-        Closing the iterator early ends the read."""
-
-    def spark_rows(self, immutable_keys: bool) -> Any:
-        """The same rows as a lazy Spark DataFrame, for writers that run in Spark tasks."""
-
-    def read_error(self, exc: Exception) -> Exception:
-        """The SourceError to raise for a failure while the rows were being read."""
 
 
 @dataclass(frozen=True)
@@ -82,25 +68,13 @@ class Ports:
     remote_target: bool  # Spark tasks can reach the target (a server)
     local_master: bool  # Spark runs in this process
     footprint: Footprint  # what a new pipeline's first attempt added, taken back when it fails
-    has_setting: Callable[[str], bool] = lambda name: True  # whether the target knows a setting
+    lake_reader: LakeReader  # the target's own Delta reader (--reader clickhouse)
+    # `fn`, to run on another thread as part of this one's reads (its Spark job group: source/spark/threads.py)
+    on_other_threads: Callable[[Callable[..., Any]], Callable[..., Any]] = phases.carried
 
 
-@dataclass(frozen=True)
-class RangeResult:
-    start: int
-    end: int
-    rows: int
-    committed: bool  # False: stopped before the range was complete; the offset must not move
-
-
-class ChangeSource(Protocol):
-    uri: str  # the table's identity, recorded with the offset: its catalog name or its path
-    location: str  # where its files are, recorded too (a name's location may change)
-    streams: bool  # its Changes' arrow_chunks yields while the read runs, holding at most held_rows in memory
-
-    def table_id(self) -> str:
-        """The Delta table's id, recorded with the offset: another table under the same name or path has
-        another id. Read-only."""
+class VersionHistory(Protocol):
+    """The table's versions, as its log records them."""
 
     def latest(self) -> Commit:
         """The newest commit. Read-only."""
@@ -115,12 +89,20 @@ class ChangeSource(Protocol):
     def lag(self, committed: int, latest: Commit) -> tuple[int, float | None]:
         """(versions, seconds) from `committed` to `latest`; seconds None when unknown. Read-only."""
 
+    def version_at(self, ts: datetime) -> int:
+        """The first version committed at or after `ts`; SourceError when there is none."""
+
     def file_exists(self, path: str) -> bool | None:
         """Whether the table's file `path`, as a commit's file actions name it (Commit.files), is still in
         storage; None when the source cannot tell. Read-only."""
 
-    def version_at(self, ts: datetime) -> int:
-        """The first version committed at or after `ts`; SourceError when there is none."""
+
+class TableDescription(Protocol):
+    """What the table is: its id, schema, properties and protocol."""
+
+    def table_id(self) -> str:
+        """The Delta table's id, recorded with the offset: another table under the same name or path has
+        another id. Read-only."""
 
     def cdf_enabled(self) -> bool:
         """Whether the latest version records changes (for Delta: delta.enableChangeDataFeed)."""
@@ -138,6 +120,10 @@ class ChangeSource(Protocol):
     def mapped_schema(self, version: int) -> dict[str, Any] | None:
         """The schema as of `version` as the log records it, with each field's column mapping metadata (its
         field id: renames.py), or None when the source cannot tell. Read-only."""
+
+
+class RowReads(Protocol):
+    """The table's rows: the changes of a range of versions, or the whole table at one."""
 
     def changes(self, start: int, end: int, key: tuple[str, ...] = ()) -> Changes:
         """The changes of whole versions start..end (a version is never split). Reading the result twice
@@ -162,6 +148,14 @@ class ChangeSource(Protocol):
         `validate` checks). Read-only."""
 
 
+class ChangeSource(VersionHistory, TableDescription, RowReads, Protocol):
+    """A Delta table the loop replicates: its history, its description and its rows."""
+
+    uri: str  # the table's identity, recorded with the offset: its catalog name or its path
+    location: str  # where its files are, recorded too (a name's location may change)
+    streams: bool  # its Changes' arrow_chunks yields while the read runs, holding at most held_rows in memory
+
+
 class RangeWriter(Protocol):
     kind: str  # driver | executors | clickhouse: logged and reported by `validate`
     range_factor: int  # how many times --max-rows-per-read one range may hold (streaming writers: more)
@@ -176,6 +170,16 @@ class RangeWriter(Protocol):
         """Write the range into the target table. Idempotent: a replay of the same range writes rows with
         the same keys and versions (FINAL unchanged) and, where the writer cuts batches, the same tokens.
         Returns committed=False when asked to stop midway; raises on failure. Never moves the offset."""
+
+
+class LakeReader(Protocol):
+    def lacks(self) -> str | None:
+        """What the target lacks to read a change data feed itself (a setting of newer servers), or None.
+        Read-only."""
+
+    def check(self, location: str, feed: bool) -> None:
+        """Refuse a table the target cannot read itself: storage it does not reach (ConfigError), or, for a
+        change `feed`, an engine too old to read one (SinkError). Read-only."""
 
 
 class TargetTables(Protocol):
@@ -224,6 +228,9 @@ class OffsetStore(Protocol):
     def save(self, state: PipelineState) -> None:
         """Record `state`; the newest save wins. Idempotent."""
 
+    def forget(self, pipeline: str) -> None:
+        """Remove a pipeline's offset (a side pipeline whose work is done). Idempotent."""
+
     def snapshot_begun(self, pipeline: str) -> int | None:
         """The version of the snapshot of `pipeline` whose chunks were recorded last (fullload/snapshot.py), or None.
         For a pipeline without an offset: a snapshot begun and not finished. Read-only."""
@@ -248,3 +255,68 @@ class Lock(Protocol):
 
     def release(self) -> None:
         """Give the claim up. Idempotent."""
+
+
+class ChunkRecords(Protocol):
+    def done(self, pipeline: str, version: int, plan: str) -> dict[int, int]:
+        """{chunk: rows} of the chunks of the snapshot (pipeline, version, chunk plan) that landed. Read-only."""
+
+    def record(self, pipeline: str, version: int, plan: str, chunk: int, rows: int) -> None:
+        """Chunk `chunk` of the plan landed with `rows` rows. Idempotent."""
+
+
+class SnapshotChunks(Protocol):
+    total: int  # rows
+    count: int  # chunks
+    files: list[str]
+
+    def fingerprint(self) -> str:
+        """Identifies the chunking (the same files split the same way): a resumed snapshot needs a match."""
+
+    def read(self, index: int) -> pa.Table | None:
+        """Chunk `index` in the target layout, None when it holds no rows. The same rows on every read."""
+
+
+class SnapshotFrame(Protocol):
+    def schema(self) -> dict[str, Any]:
+        """The Spark JSON schema of its rows."""
+
+    def files(self) -> tuple[list[str], int]:
+        """The data files (as ClickHouse names them) and the rows they hold. Read-only."""
+
+    def chunks(self, version: int, ts_ms: int, max_rows: int) -> SnapshotChunks:
+        """Its rows in chunks of about `max_rows`, written live at `version` committed at `ts_ms`."""
+
+
+class SnapshotTarget(Protocol):
+    def insert(self, rows: pa.Table, cfg: RunConfig, where: str, chunk: tuple[int, str, int]) -> int:
+        """Insert the rows of chunk (version, plan, index), without the outranked ones; the rows written.
+        Idempotent: a replayed chunk carries the same batch tokens."""
+
+    def load_files(
+        self,
+        cfg: RunConfig,
+        location: str,
+        files: list[str],
+        columns: tuple[list[str], list[str]],
+        chunk: tuple[int, str, int],
+    ) -> int:
+        """The target reads `files` of the table at `location` itself and inserts them: columns = (user
+        columns, the bookkeeping columns' expressions). The rows added. Idempotent by the chunk's token."""
+
+    def sweep(self, pipeline: str, version: int, ts_ms: int, columns: list[str]) -> None:
+        """Tombstone, at `version`, keys alive from before it that the snapshot did not write. Idempotent."""
+
+
+@dataclass(frozen=True)
+class SnapshotPorts:
+    """What a snapshot reads from and writes to, besides its change source."""
+
+    store: OffsetStore
+    chunks: ChunkRecords
+    lock: Lock
+    tables: TargetTables
+    target: SnapshotTarget
+    frame: Callable[[Any], SnapshotFrame]  # ChangeSource.snapshot's frame, to read by Spark
+    remote_target: bool
+    lake_reader: LakeReader

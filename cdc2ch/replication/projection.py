@@ -14,7 +14,8 @@ from cdc2ch.model.design import TableDesign
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from cdc2ch.replication.ports import Changes, ChangeSource
+    from cdc2ch.model.changeset import Changes
+    from cdc2ch.replication.ports import ChangeSource
 
 
 def designed_source(source: ChangeSource, design: TableDesign) -> DesignedSource:

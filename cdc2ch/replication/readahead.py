@@ -19,16 +19,22 @@ from typing import Any
 
 import pyarrow as pa
 
-from cdc2ch.replication.ports import Changes
-from cdc2ch.source.spark.threads import on_other_threads
+from cdc2ch.model.changeset import Changes
 
 
 class ReadAhead:
     """Opens the loop's ranges, the next one read ahead after read() was asked for it. A context manager:
     leaving it waits for a read still running, so no read outlives the loop that asked for it."""
 
-    def __init__(self, open_range: Callable[[int, int], Changes], immutable_keys: bool, enabled: bool):
-        self._open, self._immutable = open_range, immutable_keys
+    def __init__(
+        self,
+        open_range: Callable[[int, int], Changes],
+        immutable_keys: bool,
+        enabled: bool,
+        on_other_threads: Callable[[Callable[..., Any]], Callable[..., Any]],
+    ):
+        """`on_other_threads`: a function wrapped to run on the helper thread as part of the loop's reads."""
+        self._open, self._immutable, self._carried = open_range, immutable_keys, on_other_threads
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="cdc2ch-read-ahead") if enabled else None
         # the range asked for: (start, end, its planned Changes, its rows), both set by the helper thread
         self._next: tuple[int, int, Future[Changes], Future[pa.Table]] | None = None
@@ -56,7 +62,7 @@ class ReadAhead:
             planned.set_result(changes)
             return changes.arrow_rows(self._immutable)
 
-        self._next = (start, end, planned, self._pool.submit(on_other_threads(plan_and_read)))
+        self._next = (start, end, planned, self._pool.submit(self._carried(plan_and_read)))
 
     def __enter__(self) -> ReadAhead:
         return self

@@ -10,19 +10,18 @@ target keeps Spark.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from cdc2ch.base.errors import SourceError
 from cdc2ch.base.log import Logger
-from cdc2ch.clickhouse.connection import compatibility
 from cdc2ch.model import schema
+from cdc2ch.model.changeset import Changes
 from cdc2ch.model.config import RunConfig
-from cdc2ch.model.offset import PipelineState
+from cdc2ch.model.records import PipelineState
 from cdc2ch.model.tableref import is_local
 from cdc2ch.replication import plan
-from cdc2ch.replication.ports import Changes, ChangeSource
-from cdc2ch.replication.writers import pushdown
+from cdc2ch.replication.ports import ChangeSource, LakeReader
 
 
 def place_needs_spark(location: str, remote_target: bool) -> str | None:
@@ -53,7 +52,7 @@ def resolved(
     cfg: RunConfig,
     source: ChangeSource,
     remote_target: bool,
-    has_setting: Callable[[str], bool],
+    lake: LakeReader,
     log: Logger | None = None,
     version: int | None = None,
 ) -> RunConfig:
@@ -65,8 +64,9 @@ def resolved(
     if why is None:  # the log read without a JVM (a local table), then one query
         schema_json = source.schema_at(source.latest().version if version is None else version)
         why = table_needs_spark(schema_json, source.protocol(), source.properties())
-    if why is None and not has_setting(pushdown.CDF_SETTING):
-        why = f"this ClickHouse lacks the setting {pushdown.CDF_SETTING}"
+    lacks = lake.lacks() if why is None else None
+    if lacks is not None:
+        why = f"this ClickHouse lacks {lacks}"
     reader = "spark" if why else "clickhouse"
     if log is not None:
         log.info("reader_chosen", reader=reader, reason=why or "ClickHouse reads this local table itself")
@@ -75,18 +75,17 @@ def resolved(
 
 def check_clickhouse_reads(
     source: ChangeSource,
+    lake: LakeReader,
     schema_json: dict[str, Any],
     protocol: Mapping[str, Any] | None = None,
     properties: Mapping[str, str] | None = None,
-    has_setting: Callable[[str], bool] | None = None,
+    feed: bool = False,
     outcome: str = "nothing was written",
 ) -> None:
     """Refuse, before anything is written, a table `--reader clickhouse` cannot read: storage ClickHouse
-    does not reach, features of `protocol`, `properties` or `schema_json` its reader reads wrong, and, given
-    `has_setting`, a ClickHouse that cannot read a change data feed. `outcome`: what the refusal left."""
-    pushdown.lake_function(source.location)
-    if has_setting is not None and not has_setting(pushdown.CDF_SETTING):
-        raise compatibility.missing_setting("--reader clickhouse", pushdown.CDF_SETTING)
+    does not reach, features of `protocol`, `properties` or `schema_json` its reader reads wrong, and, for
+    a change `feed`, a ClickHouse that cannot read one. `outcome`: what the refusal left."""
+    lake.check(source.location, feed)
     found = plan.unsupported_by_clickhouse_reader(protocol or {}, properties or {}, schema_json)
     if found:
         raise plan.clickhouse_reader_error(source.uri, found, outcome)

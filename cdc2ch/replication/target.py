@@ -1,27 +1,35 @@
-"""A pipeline's ports on a ClickHouse target: offsets, claim, target table and writers, all through one
-clickhouse-connect client (`Sink`)."""
+"""A pipeline's ports on a ClickHouse target: offsets, claim, target table, writers and snapshots, all
+through one clickhouse-connect client (`Sink`), with the Spark session's plumbing the writers need. The one
+place the replication loop meets the adapters (the fleet's is fleet/assembly.py)."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from functools import partial
 
-from cdc2ch.base.log import get_logger
+from cdc2ch.base.log import Logger, get_logger
 from cdc2ch.clickhouse.connection.transport import Sink
 from cdc2ch.clickhouse.state.footprint import ClickHouseFootprint
 from cdc2ch.clickhouse.state.lock import PipelineLock
 from cdc2ch.clickhouse.state.statestore import StateStore
 from cdc2ch.clickhouse.tables.ddl import ClickHouseTables
+from cdc2ch.clickhouse.writers import Destination, SparkTasks
+from cdc2ch.clickhouse.writers.driver import DriverWriter
+from cdc2ch.clickhouse.writers.executors import ExecutorWriter
+from cdc2ch.clickhouse.writers.pushdown import LakeFunctionReader, PushdownWriter
+from cdc2ch.clickhouse.writers.snapshotload import SnapshotTable
 from cdc2ch.model.config import RunConfig
+from cdc2ch.replication import plan
 from cdc2ch.replication.budget import UNLIMITED, RowBudget
 from cdc2ch.replication.fullload.snapshot import Snapshotter
 from cdc2ch.replication.metrics import PipelineMetrics
-from cdc2ch.replication.ports import Ports, RangeWriter
+from cdc2ch.replication.ports import ChangeSource, Lock, Ports, RangeWriter, SnapshotPorts
 from cdc2ch.replication.projection import DesignedSource
-from cdc2ch.replication.writers import Destination
-from cdc2ch.replication.writers.driver import DriverWriter
-from cdc2ch.replication.writers.executors import ExecutorWriter
-from cdc2ch.replication.writers.pushdown import PushdownWriter
+from cdc2ch.source.spark.session import positional_columns, shipped_by_value
+from cdc2ch.source.spark.threads import on_other_threads
+from cdc2ch.source.sparkread.snapshotframe import FrameSnapshot
+from cdc2ch.source.storefaults import storage_error
 
 log = get_logger("cdc2ch.pipeline")
 
@@ -35,23 +43,61 @@ def clickhouse_ports(
     budget: RowBudget = UNLIMITED,
 ) -> Ports:
     tables = ClickHouseTables(sink, cfg.target, cfg.design)
-    to = Destination(cfg, sink, tables.table_sql, stop, metrics, log.bind(pipeline=cfg.pipeline))
+    tasks = SparkTasks(positional_columns, shipped_by_value)
+    bound = log.bind(pipeline=cfg.pipeline)
+    to = Destination(cfg, sink, tables.table_sql, stop, metrics, bound, tasks, storage_error)
+    streamed = partial(plan.streamed, max_rows_per_read=cfg.max_rows_per_read, streams=True)
     writers: dict[str, Callable[[Destination], RangeWriter]] = {
         "clickhouse": PushdownWriter,
         "executors": ExecutorWriter,
-        "driver": lambda to: DriverWriter(to, streams=source.streams),
+        "driver": lambda to: DriverWriter(to, streamed if source.streams else None),
     }
 
+    snapshots = snapshot_ports(cfg, sink, bound)  # the offsets and the claim
     return Ports(
-        store=StateStore(sink, cfg.target.database),
-        lock=PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl),
+        store=snapshots.store,
+        lock=snapshots.lock,
         tables=tables,
         writer=lambda kind: writers[kind](to),
-        load_snapshot=lambda side, version, comment: Snapshotter(
+        load_snapshot=lambda side, version, comment: clickhouse_snapshotter(
             side, source, sink, stop, budget, metrics
         ).load(version, comment=comment),
         remote_target=sink.task_client is not None,
         local_master=source.spark_is_local(),
         footprint=ClickHouseFootprint(sink, cfg.target, cfg.pipeline, tables.view),
-        has_setting=sink.has_setting,
+        lake_reader=LakeFunctionReader(sink.has_setting),
+        on_other_threads=on_other_threads,
     )
+
+
+def clickhouse_snapshotter(
+    cfg: RunConfig,
+    source: ChangeSource,
+    sink: Sink,
+    stop: threading.Event | None = None,
+    budget: RowBudget = UNLIMITED,
+    metrics: PipelineMetrics | None = None,
+) -> Snapshotter:
+    """A snapshot of `source` into the pipeline's table on `sink`'s ClickHouse."""
+    ports = snapshot_ports(cfg, sink, log.bind(pipeline=cfg.pipeline))
+    return Snapshotter(cfg, source, ports, stop, budget, metrics)
+
+
+def snapshot_ports(cfg: RunConfig, sink: Sink, log: Logger) -> SnapshotPorts:
+    tables = ClickHouseTables(sink, cfg.target, cfg.design)
+    store = StateStore(sink, cfg.target.database)
+    return SnapshotPorts(
+        store=store,
+        chunks=store.chunks,
+        lock=pipeline_lock(cfg, sink),
+        tables=tables,
+        target=SnapshotTable(sink, tables.table_sql, log),
+        frame=FrameSnapshot,
+        remote_target=sink.task_client is not None,
+        lake_reader=LakeFunctionReader(sink.has_setting),
+    )
+
+
+def pipeline_lock(cfg: RunConfig, sink: Sink) -> Lock:
+    """The claim of the pipeline of `cfg` in its target database."""
+    return PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl)

@@ -16,11 +16,11 @@ import pyarrow as pa
 
 from cdc2ch.base.errors import LockedError, SourceError
 from cdc2ch.model import contract, schema
-from cdc2ch.model.commit import Commit
+from cdc2ch.model.changeset import Commit, RangeResult
 from cdc2ch.model.config import RunConfig, TargetName
 from cdc2ch.model.identity import Identity
-from cdc2ch.model.offset import PipelineState
-from cdc2ch.replication.ports import Ports, RangeResult
+from cdc2ch.model.records import PipelineState
+from cdc2ch.replication.ports import Ports
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 SPARK_TYPES = {"long": pa.int64(), "string": pa.string(), "integer": pa.int32(), "double": pa.float64()}
@@ -287,7 +287,7 @@ class MemoryWriter:
         contract.check_keys(rows, self.cfg.primary_key, f"versions {rng.start}..{rng.end}")
 
     def write(self, rng, state: PipelineState, estimate: int) -> RangeResult:
-        from cdc2ch.replication import changes
+        from cdc2ch.clickhouse.writers import changerows as changes
 
         rows = rng.arrow_rows(self.cfg.immutable_keys)
         contract.check_keys(rows, self.cfg.primary_key, f"versions {rng.start}..{rng.end}")
@@ -430,6 +430,7 @@ class Harness:
         return len(rows)
 
     def replicator(self, metrics=None, budget=None, **more):
+        from cdc2ch.clickhouse.writers.pushdown import LakeFunctionReader
         from cdc2ch.replication.budget import UNLIMITED
         from cdc2ch.replication.pipeline import Replicator
 
@@ -445,6 +446,9 @@ class Harness:
             remote_target=False,
             local_master=True,
             footprint=self.footprint,
+            lake_reader=LakeFunctionReader(
+                lambda setting: True
+            ),  # pure: the storage it reaches, every setting
         )
         return Replicator(
             cfg, self.source, stop=self.stop, metrics=metrics, ports=ports, budget=budget or UNLIMITED

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from cdc2ch.clickhouse.state.statestore import Health, HealthStore, StateStore
-from cdc2ch.model.offset import PipelineState
+from cdc2ch.clickhouse.state.statestore import HealthStore, StateStore
+from cdc2ch.model.records import Health, PipelineState
 
 # Commit v of every table is dated BASE + v * STEP (its file's modification time: delta-rs records no
 # in-commit timestamp), so each pipeline's seconds behind are known exactly.

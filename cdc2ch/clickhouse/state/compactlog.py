@@ -3,26 +3,13 @@ a service's `--compact-every` compacts it next."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from cdc2ch.clickhouse.connection.transport import Sink
 from cdc2ch.clickhouse.state.statestore import COMPACT_TABLE, _utc, read_records
 from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName
-from cdc2ch.model.offset import stamp_after
-
-
-@dataclass(frozen=True)
-class Compacted:
-    """A target's last compaction, and the tombstones every compaction of it recorded has removed."""
-
-    target: str
-    finished_at: datetime
-    removed: int
-    kept: int
-    seconds: float
-    removed_total: int
+from cdc2ch.model.records import Compacted, stamp_after
 
 
 class CompactStore:

@@ -3,48 +3,14 @@
 
 from __future__ import annotations
 
-import getpass
-import socket
-from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from cdc2ch.base.processes import requester
 from cdc2ch.clickhouse.connection.transport import Sink
 from cdc2ch.clickhouse.state.statestore import CONTROL_TABLE, _utc, read_records
 from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName
-from cdc2ch.model.offset import stamp_after
-
-PAUSE, RESUME, RESYNC = "pause", "resume", "resync"
-RESYNCED = "resynced"  # written by the service once a requested resync is done: the pipeline runs
-ACTIONS = (PAUSE, RESUME, RESYNC, RESYNCED)
-
-
-def requester() -> str:
-    """user@host of this process, as a request records who made it."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no name for this uid (a container)
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
-
-
-@dataclass(frozen=True)
-class Request:
-    """The latest request for a pipeline."""
-
-    pipeline: str
-    action: str
-    reason: str
-    by: str
-    at: datetime
-
-    @property
-    def paused(self) -> bool:
-        return self.action == PAUSE
-
-    @property
-    def resync_pending(self) -> bool:
-        return self.action == RESYNC
+from cdc2ch.model.records import RESYNCED, Request, stamp_after
 
 
 class ControlStore:

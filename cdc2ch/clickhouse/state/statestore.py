@@ -10,7 +10,6 @@ the row with the newest `updated_at` per pipeline.
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import overload
 
@@ -19,7 +18,7 @@ from cdc2ch.clickhouse.connection.transport import Sink
 from cdc2ch.clickhouse.state.layout import LAYOUT_TABLE, Layout
 from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName
-from cdc2ch.model.offset import PipelineState, stamp_after
+from cdc2ch.model.records import Health, PipelineState, Verified, stamp_after
 
 STATE_TABLE = "cdc2ch_state"
 CHUNKS_TABLE = "cdc2ch_snapshot_chunks"
@@ -243,28 +242,6 @@ def state_tables(sink: Sink, databases: Collection[str] | None = None) -> dict[s
     return dict(sorted(out.items()))
 
 
-@dataclass(frozen=True)
-class Health:
-    """How a pipeline fares: its last good poll and its last error (kept after a recovery, with its time)."""
-
-    pipeline: str
-    source: str
-    target: str
-    last_success_at: datetime | None = None
-    last_error: str = ""
-    last_error_kind: str = ""
-    last_error_at: datetime | None = None
-    failures: int = 0  # consecutive failed attempts; 0 once an attempt succeeds
-
-    def succeeded(self, at: datetime) -> "Health":
-        return replace(self, last_success_at=at, failures=0)
-
-    def failed(self, at: datetime, error: str, kind: str) -> "Health":
-        return replace(
-            self, last_error=error, last_error_kind=kind, last_error_at=at, failures=self.failures + 1
-        )
-
-
 _HEALTH_FIELDS = (
     "pipeline",
     "source",
@@ -335,17 +312,6 @@ _VERIFY_FIELDS = (
     "summary",
     "finished_at",
 )
-
-
-@dataclass(frozen=True)
-class Verified:
-    """The last `cdc2ch verify` of a pipeline."""
-
-    pipeline: str
-    version: int
-    ok: bool
-    summary: str
-    finished_at: datetime
 
 
 class VerifyStore:

@@ -13,9 +13,9 @@ from dataclasses import replace
 
 from cdc2ch.base.errors import SchemaChangeError
 from cdc2ch.base.log import Logger
-from cdc2ch.model.commit import Commit
+from cdc2ch.model.changeset import Commit
 from cdc2ch.model.config import RunConfig, TargetName
-from cdc2ch.model.offset import PipelineState
+from cdc2ch.model.records import PipelineState
 from cdc2ch.model.schema import SchemaDiff
 from cdc2ch.model.view import NONE as NO_VIEW
 from cdc2ch.replication import plan

@@ -10,73 +10,30 @@ moves to N unless the pipeline is already past it.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, TypeAlias
 
 from cdc2ch.base.errors import SchemaChangeError, SourceError, StateError, error_text, out_of_memory
 from cdc2ch.base.log import get_logger
-from cdc2ch.clickhouse.connection.transport import Sink
-from cdc2ch.clickhouse.state.lock import PipelineLock
-from cdc2ch.clickhouse.state.statestore import StateStore
-from cdc2ch.clickhouse.tables.ddl import ClickHouseTables
 from cdc2ch.model import contract, schema
-from cdc2ch.model.commit import Commit
+from cdc2ch.model.changeset import Commit
 from cdc2ch.model.config import RunConfig
-from cdc2ch.model.offset import PipelineState
+from cdc2ch.model.records import PipelineState
 from cdc2ch.replication import plan, readers
 from cdc2ch.replication.budget import UNLIMITED, Leases, RowBudget
 from cdc2ch.replication.fullload.progress import Progress
 from cdc2ch.replication.metrics import PipelineMetrics
-from cdc2ch.replication.ports import ChangeSource
-from cdc2ch.replication.projection import DesignedSource, designed_source
+from cdc2ch.replication.ports import ChangeSource, SnapshotFrame, SnapshotPorts
+from cdc2ch.replication.projection import designed_source
 from cdc2ch.replication.readers import check_clickhouse_reads
-from cdc2ch.replication.writers.driver import InsertInto, insert_rows
-from cdc2ch.replication.writers.pushdown import insert_from_lake, insert_settings, lake_access
-from cdc2ch.source.sparkread.chunked import ChunkedFrame, arrow_schema
-from cdc2ch.source.sparkread.variants import variants_as_json
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
 
 log = get_logger("cdc2ch.snapshot")
 # What a snapshot is read from: the data files and their rows (None: unknown), or Spark's frame of the table.
-_Table: TypeAlias = "list[tuple[str, int | None]] | DataFrame"
-
-
-def _file_path(spark_file: str) -> str:
-    """Spark's inputFiles() entry -> the _path ClickHouse reports for it. The entry is a Hadoop path, not
-    a URI: a partition directory keeps its own escapes (`p=2024-01-01 10%3A00%3A00`), which ClickHouse
-    reports as they are, so nothing is decoded here."""
-    scheme, sep, rest = spark_file.partition(":")
-    if not sep or "/" in scheme:  # no scheme at all
-        return spark_file
-    if scheme == "file":  # file:/x, file:///x
-        return "/" + rest.lstrip("/")
-    return rest[2:] if rest.startswith("//") else rest  # s3a://bucket/key -> bucket/key
-
-
-def _read_from(source: DesignedSource, reader: str, version: int) -> tuple[_Table, dict[str, Any]]:
-    """What the chunks are read from, and the schema: for --reader clickhouse on a local table the files
-    and schema its log names (no JVM), else Spark's frame of the table."""
-    files = source.snapshot_files(version) if reader == "clickhouse" else None
-    if files is not None:
-        return files, source.schema_at(version)
-    table = source.snapshot(version)
-    return table, table.schema.jsonValue()
-
-
-def _lake_files(source: DesignedSource, table: _Table, version: int) -> tuple[list[str], int]:
-    """The files of `version` ClickHouse reads, and their rows: from the log's (path, rows) list `table`
-    where it counts every file's rows, else from Spark's frame (started for it if need be)."""
-    if isinstance(table, list) and all(n is not None for _, n in table):
-        return [p for p, _ in table], sum(n or 0 for _, n in table)  # (none is None)
-    table = source.snapshot(version) if isinstance(table, list) else table
-    return sorted(_file_path(f) for f in table.inputFiles()), table.count()
+_Table: TypeAlias = "list[tuple[str, int | None]] | SnapshotFrame"
 
 
 class Snapshotter:
@@ -86,21 +43,18 @@ class Snapshotter:
         self,
         cfg: RunConfig,
         source: ChangeSource,
-        sink: Sink,
+        ports: SnapshotPorts,
         stop: threading.Event | None = None,
         budget: RowBudget = UNLIMITED,
         metrics: PipelineMetrics | None = None,
     ) -> None:
-        self.cfg, self.source, self.sink = cfg, designed_source(source, cfg.design), sink
+        """A snapshot on a ClickHouse target: replication/target.py's clickhouse_snapshotter."""
+        self.cfg, self.source, self.ports = cfg, designed_source(source, cfg.design), ports
+        self.log = log.bind(pipeline=cfg.pipeline)
         self.metrics = metrics  # a `run`'s: rows loaded so far, for its dashboard
         self.stop = stop or threading.Event()
         self.budget = budget  # the rows the process's pipelines may hold at once
-        self.tables = ClickHouseTables(sink, cfg.target, cfg.design)
-        self.table_sql = self.tables.table_sql
-        self.store = StateStore(sink, cfg.target.database)
-        self.chunks = self.store.chunks
-        self.lock = PipelineLock(sink, cfg.target.database, cfg.pipeline, cfg.lock_ttl)
-        self.log = log.bind(pipeline=cfg.pipeline)
+        self.tables, self.store, self.chunks = ports.tables, ports.store, ports.chunks
         self.loaded: tuple[int, int] | None = None  # (version, rows) of a finished run
 
     def run(self, comment: str | None = None) -> PipelineState | None:
@@ -120,11 +74,12 @@ class Snapshotter:
                 f"Snapshot a later version, e.g. the latest ({latest})."
             )
         cfg = self.cfg = readers.resolved(
-            cfg, self.source, self.sink.task_client is not None, self.sink.has_setting, self.log, version
+            cfg, self.source, self.ports.remote_target, self.ports.lake_reader, self.log, version
         )
         if cfg.reader == "clickhouse":
             check_clickhouse_reads(
                 self.source,
+                self.ports.lake_reader,
                 self.source.schema_at(version),
                 self.source.protocol(),
                 self.source.properties(),
@@ -137,12 +92,15 @@ class Snapshotter:
                 self.source.uri, str(cfg.target), self.source.location, self.source.table_id()
             )
         t0 = time.monotonic()
-        with self.lock:
+        self.ports.lock.acquire()
+        try:
             rows = self.load(version, commit[0], comment)
             if rows is None:  # stopped between chunks
                 self.log.warning("snapshot_interrupted", version=version)
                 return None
             state = self._hand_over(stored, version, rows)
+        finally:
+            self.ports.lock.release()
         self.loaded = (version, rows)
         self.log.info(
             "snapshot_done",
@@ -159,9 +117,9 @@ class Snapshotter:
         cfg = self.cfg
         commit = commit or self.source.commits(version, version)[0]
         ts_ms = int(commit.timestamp.timestamp() * 1000)
-        table, table_schema = _read_from(self.source, cfg.reader, version)
+        table, table_schema = self._read_from(version)
         if cfg.reader == "clickhouse":  # again for a resync, which comes here directly
-            check_clickhouse_reads(self.source, table_schema)
+            check_clickhouse_reads(self.source, self.ports.lake_reader, table_schema)
         types = schema.column_types(table_schema, cfg.design)
         stored = self.store.load(cfg.pipeline)
         self.tables.check(types, new=stored is None or stored.committed_version < 0)
@@ -176,22 +134,35 @@ class Snapshotter:
         self.log.info("snapshot_start", source=self.source.uri, version=version, reader=cfg.reader)
         if cfg.reader == "spark":
             assert not isinstance(table, list)  # the files are listed for --reader clickhouse only
-            rows = self._spark_chunks(table, version, ts_ms, list(types))
+            rows = self._spark_chunks(table, version, ts_ms)
         else:
             rows = self._clickhouse_chunks(table, version, ts_ms, list(types))
-        if rows is not None:
-            self._sweep(version, ts_ms, list(types))
+        if rows is not None:  # keys alive from before `version` that the snapshot did not write: gone by then
+            self.ports.target.sweep(cfg.pipeline, version, ts_ms, list(types))
         return rows
 
     # -- readers ----------------------------------------------------------------------------------
-    def _spark_chunks(self, table: DataFrame, version: int, ts_ms: int, columns: list[str]) -> int | None:
+    def _read_from(self, version: int) -> tuple[_Table, dict[str, Any]]:
+        """What the chunks are read from, and the schema: for --reader clickhouse on a local table the files
+        and schema its log names (no JVM), else Spark's frame of the table."""
+        files = self.source.snapshot_files(version) if self.cfg.reader == "clickhouse" else None
+        if files is not None:
+            return files, self.source.schema_at(version)
+        frame = self.ports.frame(self.source.snapshot(version))
+        return frame, frame.schema()
+
+    def _lake_files(self, table: _Table, version: int) -> tuple[list[str], int]:
+        """The files of `version` ClickHouse reads, and their rows: from the log's (path, rows) list `table`
+        where it counts every file's rows, else from Spark's frame (started for it if need be)."""
+        if isinstance(table, list) and all(n is not None for _, n in table):
+            return [p for p, _ in table], sum(n or 0 for _, n in table)  # (none is None)
+        frame = self.ports.frame(self.source.snapshot(version)) if isinstance(table, list) else table
+        return frame.files()
+
+    def _spark_chunks(self, table: SnapshotFrame, version: int, ts_ms: int) -> int | None:
         cfg = self.cfg
-        total = table.count()
-        user = variants_as_json(table)
-        # Spark reads the table's own columns; the metadata, constants here, are added in Arrow with the
-        # fields Spark would give them.
-        meta = arrow_schema(contract.spark_snapshot_rows(user, version, ts_ms))
-        frame = ChunkedFrame(user, total, cfg.max_rows_per_read)
+        frame = table.chunks(version, ts_ms, cfg.max_rows_per_read)
+        total = frame.total
         plan = "spark:" + frame.fingerprint()
         done = self.chunks.done(cfg.pipeline, version, plan)
         progress = Progress(f"snapshot v{version}", total, frame.count, len(frame.files))
@@ -220,14 +191,8 @@ class Snapshotter:
                     pending = pool.submit(frame.read, todo[i + 1])
                 n = 0
                 if data is not None:
-                    n, _, _ = insert_rows(
-                        InsertInto(self.sink, self.table_sql, self.log),
-                        contract.arrow_snapshot_rows(data, version, ts_ms, meta),
-                        cfg,
-                        f"version {version} of {self.source.uri}",
-                        functools.partial(contract.snapshot_batch_token, cfg.pipeline, version, plan, chunk),
-                        chunk=chunk,
-                    )
+                    where = f"version {version} of {self.source.uri}"
+                    n = self.ports.target.insert(data, cfg, where, (version, plan, chunk))
                 data = None  # written: give its share of the budget back
                 leases.done(chunk)
                 self.chunks.record(cfg.pipeline, version, plan, chunk, n)
@@ -258,7 +223,7 @@ class Snapshotter:
     def _clickhouse_chunks(self, table: _Table, version: int, ts_ms: int, columns: list[str]) -> int | None:
         """Push-down: ClickHouse reads the Delta table itself, a group of files per INSERT ... SELECT."""
         cfg = self.cfg
-        files, total = _lake_files(self.source, table, version)
+        files, total = self._lake_files(table, version)
         count = max(1, min(len(files), math.ceil(total / cfg.max_rows_per_read)))
         groups = [files[i::count] for i in range(count)]
         plan = "clickhouse:" + hashlib.sha1("\0".join([str(count), *files]).encode()).hexdigest()[:16]
@@ -271,26 +236,9 @@ class Snapshotter:
                 continue
             if self.stop.is_set():
                 return None
-            paths = ", ".join(schema.literal(p) for p in group)
-            before = self.sink.row_count(self.table_sql)
-            with self.sink.reads_files():
-                self.sink.command(
-                    insert_from_lake(
-                        self.table_sql,
-                        self.source.location,
-                        columns,
-                        meta,
-                        f" WHERE _path IN ({paths})",
-                        cfg.design,
-                        lake_access(cfg),
-                    ),
-                    what=f"load snapshot chunk {chunk}",
-                    settings={
-                        "delta_lake_snapshot_version": version,
-                        **insert_settings(contract.snapshot_chunk_token(cfg.pipeline, version, plan, chunk)),
-                    },
-                )
-            n = max(self.sink.row_count(self.table_sql) - before, 0)
+            n = self.ports.target.load_files(
+                cfg, self.source.location, group, (columns, meta), (version, plan, chunk)
+            )
             self.chunks.record(cfg.pipeline, version, plan, chunk, n)
             self.log.info("chunk", version=version, chunk=chunk, of=count, rows=n, files=len(group))
             self._advance(progress, n, 1)
@@ -298,17 +246,6 @@ class Snapshotter:
         return sum(self.chunks.done(cfg.pipeline, version, plan).values())
 
     # -- finish -----------------------------------------------------------------------------------
-    def _sweep(self, version: int, ts_ms: int, columns: list[str]) -> None:
-        """Tombstone keys alive from before `version` that the snapshot did not write (gone by then)."""
-        cols = ", ".join(schema.quote(c) for c in columns)
-        meta = contract.sql_fixed_meta(version, ts_ms, "delete")
-        self.sink.command(
-            f"INSERT INTO {self.table_sql} ({cols}, {', '.join(contract.WRITTEN_META)}) SELECT {cols}, "
-            f"{', '.join(meta)} FROM {self.table_sql} FINAL WHERE {contract.sql_before(version)}",
-            what="tombstone keys missing from the snapshot",
-            settings=contract.target_insert(contract.sweep_token(self.cfg.pipeline, version)),
-        )
-
     def _hand_over(self, stored: PipelineState | None, version: int, rows: int) -> PipelineState:
         """Point the pipeline at `version` unless it is already further (a `run` went on meanwhile)."""
         current = self.store.load(self.cfg.pipeline)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from cdc2ch.base.errors import LockedError, StateError, summarise
 from cdc2ch.base.log import Logger
 from cdc2ch.model.config import RunConfig
-from cdc2ch.model.offset import PipelineState
+from cdc2ch.model.records import PipelineState
 from cdc2ch.replication import plan
 from cdc2ch.replication.ports import ChangeSource, Ports
 from cdc2ch.replication.startup import initial

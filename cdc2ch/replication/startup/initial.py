@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cdc2ch.model.commit import Commit
+from cdc2ch.model.changeset import Commit
 from cdc2ch.replication import plan
 from cdc2ch.replication.startup.replay import Replay
 

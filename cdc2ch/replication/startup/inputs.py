@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from cdc2ch.model import schema
 from cdc2ch.model.config import RunConfig
-from cdc2ch.model.offset import PipelineState
+from cdc2ch.model.records import PipelineState
 from cdc2ch.replication import follow, plan, readers
 from cdc2ch.replication.ports import ChangeSource, Ports
 from cdc2ch.replication.startup.bootstrap import Bootstrap
@@ -55,7 +55,7 @@ def check_inputs(cfg: RunConfig, source: ChangeSource, ports: Ports, bootstrap: 
         )
         protocol, properties = source.protocol(), source.properties()
         readers.check_clickhouse_reads(
-            source, latest_schema, protocol, properties, ports.has_setting, outcome
+            source, ports.lake_reader, latest_schema, protocol, properties, feed=True, outcome=outcome
         )
     initial = bootstrap.choose(stored, requested, start, latest)  # a new pipeline's first load
     return Inputs(start, stored, latest, writer, table_id, initial)

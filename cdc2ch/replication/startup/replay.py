@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cdc2ch.model.commit import Commit
+from cdc2ch.model.changeset import Commit
 
 
 @dataclass(frozen=True)

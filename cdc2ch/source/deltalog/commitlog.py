@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 
 from cdc2ch.base import phases
 from cdc2ch.base.errors import SourceError
-from cdc2ch.model.commit import Commit, Files
+from cdc2ch.model.changeset import Commit, Files
 
 # Bytes per row assumed for change files when a commit carries no statistics to learn it from. Small on
 # purpose: an over-estimate only makes read ranges smaller.

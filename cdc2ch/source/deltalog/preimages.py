@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import pyarrow as pa
 
-from cdc2ch.model.commit import Commit
+from cdc2ch.model.changeset import Commit
 from cdc2ch.model.contract import PREIMAGE
 from cdc2ch.source.deltalog.logstate import TableState, table_file
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 from cdc2ch.base import phases, retry
 from cdc2ch.base.errors import CHANGE_FEED, SourceError, error_text, range_out_of_memory, summarise
 from cdc2ch.model import contract
-from cdc2ch.model.commit import Commit
+from cdc2ch.model.changeset import Commit
 from cdc2ch.model.tableref import parse_table
 from cdc2ch.source.deltalog.commitlog import estimate_rows
 from cdc2ch.source.sharing import sharefiles

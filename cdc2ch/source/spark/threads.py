@@ -3,7 +3,6 @@ range ahead), and each pipeline's jobs in a group and a scheduler pool of their 
 
 from __future__ import annotations
 
-import contextvars
 import itertools
 import threading
 import time
@@ -29,15 +28,15 @@ def on_other_threads(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     from py4j.clientserver import ClientServer
     from pyspark import SparkContext
 
-    context = contextvars.copy_context()  # what the caller records its phases in (base/phases.py)
+    in_context = phases.carried(fn)
     sc = SparkContext._active_spark_context
     if sc is None or not isinstance(SparkContext._gateway, ClientServer):
-        return lambda *args, **kwargs: context.run(fn, *args, **kwargs)
+        return in_context
     properties = sc._jsc.sc().getLocalProperties().clone()
 
     def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         sc._jsc.sc().setLocalProperties(properties)
-        return context.run(fn, *args, **kwargs)
+        return in_context(*args, **kwargs)
 
     return run
 

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-from cdc2ch.model.commit import Commit
+from cdc2ch.model.changeset import Commit
 from cdc2ch.source.deltalog.commitlog import missing_table, not_a_delta_table
 
 

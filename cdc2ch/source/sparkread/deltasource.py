@@ -19,20 +19,18 @@ from cdc2ch.base.errors import (
     summarise,
 )
 from cdc2ch.model import contract
-from cdc2ch.model.commit import Commit
+from cdc2ch.model.changeset import Commit
 from cdc2ch.model.tableref import is_local, normalize_uri, parse_table
 from cdc2ch.source.deltalog.commitlog import DeltaLog, LogChanged
 from cdc2ch.source.deltalog.logfiles import TableLog
-from cdc2ch.source.deltalog.logstate import LogStates, TableState, live_paths
+from cdc2ch.source.deltalog.logstate import TableState
 from cdc2ch.source.spark.lazysession import local_master, running, s3_settings, session_of
 from cdc2ch.source.spark.sessionconf import session_conf
 from cdc2ch.source.spark.threads import to_arrow
 from cdc2ch.source.sparkread.cdfscan import StateSnapshots, check_table
-from cdc2ch.source.sparkread.cdfscan import delta_log as _delta_log
 from cdc2ch.source.sparkread.cdfscan import scanned_changes as _scanned_changes
 from cdc2ch.source.sparkread.feed import SparkChanges
-from cdc2ch.source.sparkread.jvmmeta import jvm_properties, jvm_table_id, logged_schema
-from cdc2ch.source.sparkread.jvmmeta import protocol as _protocol
+from cdc2ch.source.sparkread.tablemeta import JvmMetadata, LogMetadata, TableMetadata
 from cdc2ch.source.storefaults import storage_error
 
 __all__ = ["DeltaSource", "normalize_uri", "session_conf"]
@@ -83,7 +81,7 @@ class DeltaSource:
         self.local = is_local(self.location)
         self._checked = False
         self._table_log = TableLog(self.location, self.name, lambda: self.spark, lambda: s3_settings(spark))
-        self._states = LogStates()  # metadata replayed from a local table's log
+        self._meta: TableMetadata | None = None  # read by Python or through the JVM: chosen on first use
         self._snapshots = StateSnapshots()  # lends ranges the snapshot their schema comes from
 
     @property
@@ -117,27 +115,26 @@ class DeltaSource:
     def _log(self) -> DeltaLog:
         return self._table_log.get(self._check)
 
+    def _metadata(self) -> TableMetadata:
+        if self._meta is None:
+            self._meta = (
+                LogMetadata(self.location, self._table_log, self._log, self.translate)
+                if self.logged_by_python()
+                else JvmMetadata(lambda: self.spark, self.location, self._check, self.snapshot)
+            )
+        return self._meta
+
     def snapshot_files(self, version: int) -> list[tuple[str, int | None]] | None:
         """The table's data files at `version` (as ClickHouse's `_path` shows them) and the live rows of
         each (None: unknown), from its log; None where the log is read through Spark."""
-        if not self.logged_by_python():
-            return None
-        self._log()
-        try:
-            return live_paths(self.location, self._table_log.files, version)
-        except Exception as exc:
-            raise self.translate(exc, "the Delta log", version, None) from exc
+        return self._metadata().snapshot_files(version)
 
     def table_state(self, version: int | None = None) -> TableState:
         """The table's metadata and protocol at `version` (default: the latest), from its log (one Python
         reads: see logged_by_python)."""
-        log = self._log()
-        try:
-            return self._states.at(
-                self._table_log.files, log.latest_version() if version is None else version
-            )
-        except Exception as exc:
-            raise self.translate(exc, "the Delta log", version, None) from exc
+        meta = self._metadata()
+        assert isinstance(meta, LogMetadata)  # (asked where Python reads the log only)
+        return meta.state(version)
 
     def commits(self, start: int = 0, end: int | None = None) -> list[Commit]:
         """Commits in [start, end] (end: latest) that the log still holds, oldest first. Reads the commit
@@ -161,17 +158,11 @@ class DeltaSource:
 
     def schema_at(self, version: int) -> dict:
         """The table's schema (Spark JSON form) as of `version`; reads only the log."""
-        if self.logged_by_python():
-            return self.table_state(version).schema
-        return self.snapshot(version).schema.jsonValue()
+        return self._metadata().schema_at(version)
 
     def mapped_schema(self, version: int) -> dict | None:
         """The schema as of `version` with its column mapping metadata, from the log."""
-        return (
-            self.table_state(version).mapped_schema
-            if self.logged_by_python()
-            else logged_schema(self.spark, self.location, version)
-        )
+        return self._metadata().mapped_schema(version)
 
     def latest_version(self) -> int:
         try:
@@ -218,26 +209,19 @@ class DeltaSource:
     def cdf_enabled(self) -> bool:
         return self.properties().get("delta.enableChangeDataFeed", "false").lower() == "true"
 
-    def _jvm_snapshot(self):
-        """The latest snapshot of Delta's own log object (reads the checksum file or the log); DESCRIBE
-        DETAIL would also size every file, 10 s on a cold JVM."""
-        self._check()
-        none = self.spark._jvm.scala.Option.empty()
-        return _delta_log(self.spark, self.location).update(False, none, none)
-
     def properties(self) -> dict[str, str]:
         """The table properties of the latest version."""
-        return self.table_state().properties if self.logged_by_python() else jvm_properties(self)
+        return self._metadata().properties()
 
     def protocol(self) -> dict:
         """The latest version's protocol: minReaderVersion, minWriterVersion, readerFeatures and
         writerFeatures (feature names as the log spells them)."""
-        return self.table_state().features() if self.logged_by_python() else _protocol(self)
+        return self._metadata().protocol()
 
     def table_id(self) -> str:
         """The Delta table's id (metaData.id): it stays for the table's life and a table created again, at
         the same place or elsewhere, gets a new one."""
-        return self.table_state().table_id if self.logged_by_python() else jvm_table_id(self)
+        return self._metadata().table_id()
 
     # -- data -------------------------------------------------------------------------------------
     def changes(self, start: int, end: int, key: tuple[str, ...] = ()) -> SparkChanges:

@@ -12,6 +12,7 @@ from cdc2ch.base.errors import ConfigError
 from cdc2ch.clickhouse.state.compactlog import CompactStore
 from cdc2ch.clickhouse.tables import ddl
 from cdc2ch.clickhouse.tables.compaction import SIDE_SUFFIX, VIEW_SUFFIX, compact
+from cdc2ch.fleet.assembly import service_ports
 from cdc2ch.fleet.upkeep import Upkeep
 from cdc2ch.model import schema
 from cdc2ch.model.config import RunConfig, TargetName, parse_duration
@@ -288,7 +289,8 @@ def test_a_service_compaction_finishes_an_interrupted_one_and_is_recorded(sink, 
     cfg = RunConfig("/t", ("tenant", "id"), target, "chdb:///x", "p", compact_every=timedelta(hours=1),
                     compact_older_than=timedelta(days=7))  # fmt: skip
     metrics = Metrics()
-    keeper = Upkeep(sink)
+    ports = service_ports(None, sink)
+    keeper = Upkeep(ports.compactions, ports.compact)
 
     assert keeper.after_turn(cfg, metrics.pipeline("p"))
     assert leftovers(sink, target) == [] and final_rows(sink, target, "tenant, id") == before
@@ -296,7 +298,9 @@ def test_a_service_compaction_finishes_an_interrupted_one_and_is_recorded(sink, 
     recorded = CompactStore(sink, database).load_all()[str(target)]
     assert recorded.finished_at > lost and recorded.removed_total == recorded.removed
     assert not keeper.after_turn(cfg, metrics.pipeline("p"))  # due again in an hour
-    assert not Upkeep(sink).after_turn(cfg, metrics.pipeline("p"))  # a restarted service reads the record
+    assert not Upkeep(ports.compactions, ports.compact).after_turn(
+        cfg, metrics.pipeline("p")
+    )  # a restarted service reads the record
 
     gone = replace(cfg, pipeline="q", target=TargetName(database, "gone"))
     assert not keeper.after_turn(gone, metrics.pipeline("q"))

@@ -169,10 +169,10 @@ def test_the_log_read_by_python_answers_as_spark_does(spark, tmp_path):
     """Schema (table and change feed), properties, protocol, table id and a version's files, read from the log
     by Python, equal what Spark and Delta's JVM answer: column mapping, renames, added columns, type
     widening, deletion vectors, NOT NULL and nested types, across checkpoints."""
-    from cdc2ch.replication.fullload.snapshot import _file_path
     from cdc2ch.source.spark.lazysession import LazySpark
     from cdc2ch.source.sparkread import deltasource as delta
     from cdc2ch.source.sparkread.deltasource import DeltaSource
+    from cdc2ch.source.sparkread.snapshotframe import file_path
 
     path = str(tmp_path / "zoo")
     spark.sql(
@@ -213,7 +213,7 @@ def test_the_log_read_by_python_answers_as_spark_does(spark, tmp_path):
     for version in (1, 2, latest):
         files = python.snapshot_files(version)
         table = spark.read.format("delta").option("versionAsOf", version).load(path)
-        assert [f for f, _ in files] == sorted(_file_path(f) for f in table.inputFiles())
+        assert [f for f, _ in files] == sorted(file_path(f) for f in table.inputFiles())
         assert sum(n for _, n in files) == table.count()
     # Each version above was answered from Spark's checksum files: the checkpoint and the commits, read
     # without them, give the same states.

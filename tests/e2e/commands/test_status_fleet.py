@@ -9,11 +9,11 @@ from datetime import datetime, timezone
 
 from cdc2ch import api
 from cdc2ch.clickhouse.connection.transport import Sink
-from cdc2ch.clickhouse.state.statestore import Health, HealthStore, StateStore, state_tables
+from cdc2ch.clickhouse.state.statestore import HealthStore, StateStore, state_tables
 from cdc2ch.commands import status
 from cdc2ch.commands.selection import Selection
 from cdc2ch.model.config import TargetName
-from cdc2ch.model.offset import PipelineState
+from cdc2ch.model.records import Health, PipelineState
 from tests.support import fleet
 
 

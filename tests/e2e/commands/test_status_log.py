@@ -59,7 +59,7 @@ def test_a_share_whose_server_does_not_answer_is_reported_at_once(cli, sink, dat
     from datetime import datetime, timezone
 
     from cdc2ch.clickhouse.state.statestore import StateStore
-    from cdc2ch.model.offset import PipelineState
+    from cdc2ch.model.records import PipelineState
 
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))

@@ -8,8 +8,9 @@ import json
 import signal
 import time
 
-from cdc2ch.clickhouse.state.control import PAUSE, RESUME, ControlStore
+from cdc2ch.clickhouse.state.control import ControlStore
 from cdc2ch.model.config import TargetName
+from cdc2ch.model.records import PAUSE, RESUME
 from tests.e2e.fleet.test_operations import _wait, _write_config
 from tests.support.helpers import Proc, assert_replicated, create_table, latest_version, recorded_version
 

@@ -8,12 +8,13 @@ import threading
 import pytest
 
 from cdc2ch.base.errors import SourceError
+from cdc2ch.clickhouse.writers.pushdown import LakeFunctionReader
 from cdc2ch.fleet.runner import Runner
 from cdc2ch.model.config import TargetName
 from cdc2ch.replication import readers
-from cdc2ch.replication.fullload.snapshot import Snapshotter
 from cdc2ch.replication.metrics import Metrics
 from cdc2ch.replication.pipeline import Replicator
+from cdc2ch.replication.target import clickhouse_snapshotter
 from cdc2ch.source import open_source
 from cdc2ch.source.spark.lazysession import LazySpark
 from tests.support.helpers import assert_replicated, committed_version, create_table, job_config, orders
@@ -38,7 +39,7 @@ def test_auto_reads_a_local_table_through_clickhouse_without_a_jvm(spark, sink, 
     cfg = job_config(path, changes, chdb_dsn, reader="auto")
     Runner([cfg], recording(spark, started), sink, threading.Event(), Metrics()).run()
     snapshot = job_config(path, copy, chdb_dsn, reader="auto")
-    Snapshotter(snapshot, open_source(recording(spark, started), path), sink).run()
+    clickhouse_snapshotter(snapshot, open_source(recording(spark, started), path), sink).run()
 
     assert started == []  # ClickHouse read every row: no Spark session was asked for
     assert committed_version(sink, database, str(changes)) == 3
@@ -85,8 +86,11 @@ def test_auto_leaves_timestamps_and_server_targets_to_spark(
     spark.sql(f"INSERT INTO delta.`{plain}` VALUES (1, 'a')")
     source = open_source(spark, plain)
     remote = http_sink.task_client is not None
-    on_server = readers.resolved(replace_reader(cfg), source, remote, http_sink.has_setting)
-    embedded = readers.resolved(replace_reader(cfg), source, sink.task_client is not None, sink.has_setting)
+    on_server = readers.resolved(
+        replace_reader(cfg), source, remote, LakeFunctionReader(http_sink.has_setting)
+    )
+    lake = LakeFunctionReader(sink.has_setting)
+    embedded = readers.resolved(replace_reader(cfg), source, sink.task_client is not None, lake)
     assert (on_server.reader, embedded.reader) == ("spark", "clickhouse")
 
 

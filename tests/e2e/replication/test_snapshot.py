@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from cdc2ch.model.config import TargetName
-from cdc2ch.replication.fullload.snapshot import Snapshotter
+from cdc2ch.replication.target import clickhouse_snapshotter
 from cdc2ch.source.sparkread.deltasource import DeltaSource
 from tests.support.helpers import (
     SinkTap,
@@ -135,7 +135,10 @@ def test_snapshot_interleaved_with_run_converges(spark, sink, cli, database, tmp
     spark.conf.set("spark.sql.files.maxPartitionBytes", "65536")
     spark.conf.set("spark.sql.files.openCostInBytes", "65536")
     try:
-        assert Snapshotter(cfg, DeltaSource(spark, path), SinkTap(sink, after_insert), stop).run() is None
+        assert (
+            clickhouse_snapshotter(cfg, DeltaSource(spark, path), SinkTap(sink, after_insert), stop).run()
+            is None
+        )
         cli.replicate(
             "run",
             path,

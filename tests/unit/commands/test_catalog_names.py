@@ -11,7 +11,7 @@ from cdc2ch.base.errors import ConfigError, StateError
 from cdc2ch.commands.options import build_config
 from cdc2ch.commands.status import render_table
 from cdc2ch.model.config import SparkSettings, TargetName, is_secret_key
-from cdc2ch.model.offset import PipelineState
+from cdc2ch.model.records import PipelineState
 from cdc2ch.model.tableref import display_name, parse_table, same_location
 from cdc2ch.replication import plan
 

@@ -78,7 +78,7 @@ def test_the_config_once_summary_names_each_failure_by_its_first_sentence():
         "/data/lake/sales/orders", ("id",), TargetName("analytics", "orders"), "chdb:///x", "orders"
     )
     slot = Slot(cfg, Metrics().pipeline("orders"), None)
-    from cdc2ch.clickhouse.state.statestore import Health
+    from cdc2ch.model.records import Health
 
     slot.health = Health("orders", cfg.table, str(cfg.target)).failed(None, SCHEMA_BREAK, "schema_change")
     text = failure_summary([slot], 3)

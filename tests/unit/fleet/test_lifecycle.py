@@ -6,15 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
+from typing import cast
 
 import pytest
 
 from cdc2ch.base.errors import SinkError
-from cdc2ch.clickhouse.state.control import PAUSE, RESUME, RESYNC, RESYNCED, Request
-from cdc2ch.fleet import lifecycle
 from cdc2ch.fleet.lifecycle import Lifecycle
 from cdc2ch.model.config import RunConfig, TargetName
+from cdc2ch.model.records import PAUSE, RESUME, RESYNC, RESYNCED, Request
 from cdc2ch.replication.metrics import Metrics
+from cdc2ch.replication.standing import Stage, Standing
+from cdc2ch.replication.startup.inputs import Inputs
 from tests.support.fakes import Clock
 
 pytestmark = pytest.mark.unit
@@ -23,13 +25,13 @@ T0 = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)
 
 
 @pytest.fixture
-def table(monkeypatch):
+def table():
     """{database: {pipeline: Request}}, and the number of reads."""
     rows: dict[str, dict[str, Request]] = {}
     reads, broken = [0], []
 
-    class Store:
-        def __init__(self, sink, database):
+    class Store:  # the RequestRecords of one database
+        def __init__(self, database):
             self.database = database
 
         def load_all(self, exists=None):
@@ -44,13 +46,11 @@ def table(monkeypatch):
             rows[self.database][asked.pipeline] = Request(asked.pipeline, RESYNCED, "", by, asked.at)
             return True
 
-    monkeypatch.setattr(lifecycle, "ControlStore", Store)
-
     def ask(database, pipeline, action, minutes=0, reason=""):
         at = T0 + timedelta(minutes=minutes)
         rows.setdefault(database, {})[pipeline] = Request(pipeline, action, reason, "ann@laptop", at)
 
-    return rows, reads, broken, ask
+    return rows, reads, broken, ask, Store
 
 
 def _cfg(name: str, database: str = "db") -> RunConfig:
@@ -58,17 +58,15 @@ def _cfg(name: str, database: str = "db") -> RunConfig:
 
 
 class Job:
-    def __init__(self, swapped: bool = True, claimed: bool = True, deferred: bool = False):
-        self.swapped, self.claimed, self.rebuilt = swapped, claimed, []
-        self.deferred = object() if deferred else None  # a --once poll's offset, held unclaimed
-
-    @property
-    def holds_offset(self) -> bool:
-        return self.claimed or self.deferred is not None
+    def __init__(self, swapped: bool = True, claimed: bool = True, held: bool = False):
+        self.swapped, self.rebuilt = swapped, []
+        self.standing = Standing(Stage.CLAIMED) if claimed else Standing()
+        if held:  # a --once poll's offset, held unclaimed
+            self.standing = self.standing.held(cast(Inputs, object()))
 
     def claim(self) -> None:
-        if self.deferred is not None:
-            self.claimed, self.deferred = True, None
+        if self.standing.inputs is not None:
+            self.standing = self.standing.claim()
 
     def rebuild(self, reason: str) -> bool:
         self.rebuilt.append(reason)
@@ -76,9 +74,9 @@ class Job:
 
 
 def test_pause_and_resume_are_read_once_per_poll_interval(table):
-    _, reads, broken, ask = table
+    _, reads, broken, ask, records = table
     clock, metrics = Clock(), Metrics()
-    life = Lifecycle(None, 5.0, clock)
+    life = Lifecycle(records, 5.0, clock)
     a, b, c = _cfg("a"), _cfg("b"), _cfg("c", database="other")
     ask("db", "a", PAUSE, reason="reload")
     life.refresh([a, b, c])
@@ -111,9 +109,9 @@ def test_pause_and_resume_are_read_once_per_poll_interval(table):
 def _resync_read(table) -> tuple[dict, Callable, Clock, Lifecycle, RunConfig]:
     """A service that has read one request, a resync of pipeline `a` for "suspect rows": the requests, `ask`,
     its clock, its Lifecycle and `a`."""
-    rows, _, _, ask = table
+    rows, _, _, ask, records = table
     clock = Clock()
-    life = Lifecycle(None, 1.0, clock)
+    life = Lifecycle(records, 1.0, clock)
     a = _cfg("a")
     ask("db", "a", RESYNC, reason="suspect rows")
     life.refresh([a])
@@ -127,9 +125,9 @@ def test_a_resync_runs_once_and_is_recorded_done_unless_a_newer_request_came(tab
     life.resync(a, unclaimed)
     assert unclaimed.rebuilt == []  # a new pipeline is rebuilt once it has an offset
     # a --once poll that found nothing new holds its offset unclaimed: it claims it for the rebuild
-    idle = Job(swapped=False, claimed=False, deferred=True)
+    idle = Job(swapped=False, claimed=False, held=True)
     life.resync(a, idle)
-    assert idle.claimed and idle.rebuilt == ["requested by ann@laptop: suspect rows"]
+    assert idle.standing.claimed and idle.rebuilt == ["requested by ann@laptop: suspect rows"]
     stopped = Job(swapped=False)
     life.resync(a, stopped)  # stopped midway: still owed
     assert rows["db"]["a"].action == RESYNC and life.wants(a)

@@ -5,16 +5,16 @@ recorded, one table at a time, a failure tried again sooner. The compaction itse
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from cdc2ch.base.errors import SinkError
-from cdc2ch.clickhouse.state.compactlog import Compacted
-from cdc2ch.fleet import upkeep
 from cdc2ch.fleet.upkeep import RETRY_AFTER, Upkeep
 from cdc2ch.model.config import RunConfig, TargetName
+from cdc2ch.model.records import Compacted
 from cdc2ch.replication.metrics import Metrics
 from tests.support.fakes import Clock
 
@@ -22,26 +22,24 @@ pytestmark = pytest.mark.unit
 
 
 @pytest.fixture
-def world(monkeypatch):
+def world():
     recorded: dict[str, Compacted] = {}
     calls, failures = [], []
 
-    class Store:
-        def __init__(self, sink, database):
+    class Store:  # the CompactionRecords of one database
+        def __init__(self, database):
             pass
 
         def load_all(self, exists=None):
             return dict(recorded)
 
-    def compact(sink, target, older_than):
+    def compact(target, older_than):
         calls.append((str(target), older_than))
         if failures:
             raise failures.pop()
         return type("Result", (), {"dropped": 3, "seconds": 0.5})()
 
-    monkeypatch.setattr(upkeep, "CompactStore", Store)
-    monkeypatch.setattr(upkeep, "compact", compact)
-    return recorded, calls, failures
+    return recorded, calls, failures, lambda clock=time.monotonic: Upkeep(Store, compact, clock)
 
 
 def _cfg(name: str, every: timedelta | None = timedelta(hours=1)) -> RunConfig:
@@ -50,9 +48,9 @@ def _cfg(name: str, every: timedelta | None = timedelta(hours=1)) -> RunConfig:
 
 
 def test_due_at_once_without_a_record_then_every_interval(world):
-    _, calls, _ = world
+    _, calls, _, make = world
     clock, metrics = Clock(1000.0), Metrics()
-    keeper, cfg = Upkeep(None, clock), _cfg("a")
+    keeper, cfg = make(clock), _cfg("a")
     assert keeper.after_turn(cfg, metrics.pipeline("a"))
     assert calls == [("db.a", timedelta(days=7))]
     assert not keeper.after_turn(cfg, metrics.pipeline("a"))  # not due again before an hour
@@ -68,11 +66,11 @@ def test_due_at_once_without_a_record_then_every_interval(world):
 
 
 def test_the_schedule_goes_on_from_the_last_compaction_recorded(world):
-    recorded, calls, _ = world
+    recorded, calls, _, make = world
     ago = datetime.now(timezone.utc) - timedelta(minutes=40)
     recorded["db.a"] = Compacted("db.a", ago, 1, 0, 0.1, 1)
     clock = Clock(1000.0)
-    keeper = Upkeep(None, clock)
+    keeper = make(clock)
     assert not keeper.after_turn(_cfg("a"), Metrics().pipeline("a"))
     assert keeper.after_turn(_cfg("b"), Metrics().pipeline("b"))  # no record of b's target
     clock.now += 20 * 60 + 1
@@ -81,9 +79,9 @@ def test_the_schedule_goes_on_from_the_last_compaction_recorded(world):
 
 
 def test_one_compaction_at_a_time_and_a_failure_tried_again_sooner(world):
-    _, calls, failures = world
+    _, calls, failures, make = world
     clock, metrics = Clock(1000.0), Metrics()
-    keeper = Upkeep(None, clock)
+    keeper = make(clock)
     with keeper._one:  # another pipeline's compaction runs: this one waits for a later turn
         assert not keeper.after_turn(_cfg("a"), metrics.pipeline("a")) and calls == []
     failures.append(SinkError("ClickHouse went away"))
@@ -101,11 +99,11 @@ def test_one_compaction_at_a_time_and_a_failure_tried_again_sooner(world):
     assert keeper.after_turn(often, metrics.pipeline("b")) and len(calls) == 5
 
 
-def test_concurrent_turns_never_compact_two_tables_at_once(world, monkeypatch):
+def test_concurrent_turns_never_compact_two_tables_at_once():
     running, most, lock = [0], [0], threading.Lock()
     gate = threading.Barrier(4)
 
-    def compact(sink, target, older_than):
+    def compact(target, older_than):
         with lock:
             running[0] += 1
             most[0] = max(most[0], running[0])
@@ -114,8 +112,10 @@ def test_concurrent_turns_never_compact_two_tables_at_once(world, monkeypatch):
             running[0] -= 1
         return type("Result", (), {"dropped": 0, "seconds": 0.05})()
 
-    monkeypatch.setattr(upkeep, "compact", compact)
-    keeper, metrics = Upkeep(None), Metrics()
+    keeper, metrics = (
+        Upkeep(lambda database: type("Store", (), {"load_all": lambda self: {}})(), compact),
+        Metrics(),
+    )
 
     def turn(name):
         gate.wait()

@@ -93,7 +93,7 @@ def test_token_formats_and_their_batch_number():
 def test_every_insert_into_a_target_drops_a_replay_and_leaves_the_replacing_pass_to_merges():
     """One set of insert settings for the Arrow inserts, the executors' and the push-down statement, which
     also refuses a null key instead of storing 0 or ''."""
-    from cdc2ch.replication.writers import pushdown
+    from cdc2ch.clickhouse.writers import pushdown
 
     assert contract.target_insert("tok") == {
         "insert_deduplicate": 1, "insert_deduplication_token": "tok", "optimize_on_insert": 0,

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cdc2ch.clickhouse.writers import changerows as changes
 from cdc2ch.model import contract
 from cdc2ch.model.identity import Identity
-from cdc2ch.replication import changes
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from cdc2ch.base.errors import StateError
-from cdc2ch.model.offset import PipelineState, stamp_after
+from cdc2ch.model.records import PipelineState, stamp_after
 
 
 def state(committed: int = 5, pending: int | None = None, **more) -> PipelineState:

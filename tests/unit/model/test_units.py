@@ -10,11 +10,11 @@ import pytest
 
 from cdc2ch.base.errors import ConfigError, SourceError
 from cdc2ch.clickhouse.connection.dsn import redact
-from cdc2ch.model.commit import Commit
+from cdc2ch.clickhouse.writers import changerows as changes
+from cdc2ch.model.changeset import Commit
 from cdc2ch.model.config import TargetName
 from cdc2ch.model.design import TableDesign
 from cdc2ch.model.schema import clickhouse_type, column_types, quote
-from cdc2ch.replication import changes
 from cdc2ch.replication.plan import plan_ranges
 from cdc2ch.source.deltalog.commitlog import estimate_rows, parse_commit
 

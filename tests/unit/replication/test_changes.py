@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from cdc2ch.clickhouse.writers import changerows as changes
 from cdc2ch.model import contract
-from cdc2ch.replication import changes
 from tests.unit.replication.test_duplicates import target_rows
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from cdc2ch.clickhouse.writers import changerows as changes
 from cdc2ch.model import contract
-from cdc2ch.replication import changes
 
 pytestmark = pytest.mark.unit
 

@@ -7,6 +7,7 @@ import pytest
 
 from cdc2ch.base.errors import LockedError
 from cdc2ch.replication.fullload import resync
+from cdc2ch.replication.standing import Stage, Standing, StepOutcome
 from tests.support.fakes import FakeTable, Harness
 
 
@@ -41,11 +42,11 @@ def test_a_version_that_comes_after_the_look_is_claimed_before_it_is_written():
     h = replicated()
     job = h.replicator()
     job.start()
-    assert job.deferred is not None and not job.claimed
+    assert job.standing.stage is Stage.HELD and job.standing.inputs is not None
     h.table.commit(("insert", {"id": 9, "name": "nine"}), ("delete", 1))
-    assert job.step() is True
+    assert job.step() == StepOutcome(committed=True)
     job.close()
-    assert h.lock.acquired == 2 and job.claimed and job.deferred is None
+    assert h.lock.acquired == 2 and job.standing == Standing(Stage.CLAIMED)
     assert h.final() == h.expected()
 
 
@@ -73,5 +74,5 @@ def test_what_writes_even_with_nothing_new_claims_first(why):
     job = h.replicator(**more)
     job.start()
     job.close()
-    assert h.lock.acquired == 2 and job.claimed
+    assert h.lock.acquired == 2 and job.standing.claimed
     assert "db.t" + resync.SUFFIX not in h.db.tables

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from cdc2ch.base.errors import ConfigError, SourceError
-from cdc2ch.model.commit import Commit, Files
+from cdc2ch.model.changeset import Commit, Files
 from cdc2ch.replication.startup import initial
 from cdc2ch.replication.startup.initial import CHANGES, SNAPSHOT, Facts, decide
 from cdc2ch.replication.startup.replay import Replay, replay

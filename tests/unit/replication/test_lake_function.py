@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from cdc2ch.base.errors import ConfigError, SourceError
+from cdc2ch.clickhouse.writers.pushdown import LakeAccess, lake_access, lake_function
 from cdc2ch.model.config import RunConfig, SparkSettings, TargetName
 from cdc2ch.model.objectstore import S3Settings
-from cdc2ch.replication.writers.pushdown import LakeAccess, lake_access, lake_function
 
 
 def test_clickhouse_s_lake_function_for_each_place_and_a_server_s_named_collection():

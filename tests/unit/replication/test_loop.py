@@ -6,11 +6,14 @@ the rule the real tests check on Spark and ClickHouse, here in milliseconds.
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 from structlog.testing import capture_logs
 
 from cdc2ch.base.errors import SchemaChangeError, SourceError, StateError
 from cdc2ch.model.design import TableDesign
+from cdc2ch.replication import plan
 from cdc2ch.replication.fullload import resync
 from cdc2ch.replication.plan import state_pointed_at
 from tests.support.fakes import Crash, FakeTable, Harness
@@ -193,10 +196,10 @@ def test_the_driver_writer_cuts_replayable_batches_and_stops_between_them():
 
     import structlog
 
+    from cdc2ch.clickhouse.writers import Destination
+    from cdc2ch.clickhouse.writers.driver import DriverWriter
     from cdc2ch.model import contract
     from cdc2ch.replication.metrics import Metrics
-    from cdc2ch.replication.writers import Destination
-    from cdc2ch.replication.writers.driver import DriverWriter
 
     class Sink:  # the one call the driver writer makes
         def __init__(self):
@@ -239,7 +242,7 @@ def test_inserts_are_equal_batches_of_about_the_batch_size_with_no_remainder_alo
     the replay order when one is given."""
     import pyarrow as pa
 
-    from cdc2ch.replication.changes import batches
+    from cdc2ch.clickhouse.writers.changerows import batches
 
     table = pa.table({"id": pa.array(range(rows), pa.int64())})
     assert [b.num_rows for b in batches(table, 100)] == sizes
@@ -256,9 +259,9 @@ def test_the_pushdown_writer_sends_one_statement_and_names_null_keys_by_error_co
 
     from cdc2ch.base.errors import SinkError
     from cdc2ch.clickhouse import codes
+    from cdc2ch.clickhouse.writers import Destination
+    from cdc2ch.clickhouse.writers.pushdown import PushdownWriter
     from cdc2ch.replication.metrics import Metrics
-    from cdc2ch.replication.writers import Destination
-    from cdc2ch.replication.writers.pushdown import PushdownWriter
 
     class Sink:
         def __init__(self, fail_code=None):
@@ -325,9 +328,9 @@ def test_a_streamed_range_is_inserted_chunk_by_chunk_with_tokens_that_ignore_chu
     import structlog
 
     from cdc2ch.base.errors import SinkError
+    from cdc2ch.clickhouse.writers import Destination
+    from cdc2ch.clickhouse.writers.driver import STREAMED_RANGE_FACTOR, DriverWriter
     from cdc2ch.replication.metrics import Metrics
-    from cdc2ch.replication.writers import Destination
-    from cdc2ch.replication.writers.driver import STREAMED_RANGE_FACTOR, DriverWriter
 
     class Sink:
         def __init__(self, stop_after=None):
@@ -355,12 +358,13 @@ def test_a_streamed_range_is_inserted_chunk_by_chunk_with_tokens_that_ignore_chu
     h = Harness(history())
     state = state_pointed_at(None, "p", "/lake/t", "db.t", -1)
     stop = threading.Event()
+    streamed = partial(plan.streamed, max_rows_per_read=h.cfg.max_rows_per_read, streams=True)
 
     def write(order, stop_after=None):
         to = Destination(
             h.cfg, Sink(stop_after), "`db`.`t`", stop, Metrics().pipeline("p"), structlog.get_logger()
         )
-        writer = DriverWriter(to, streams=True)
+        writer = DriverWriter(to, streamed)
         assert writer.range_factor == STREAMED_RANGE_FACTOR
         changes = Streamed(h.source.changes(0, 4), order)
         return writer.write(changes, state, h.cfg.max_rows_per_read + 1), to.sink.inserts, changes
@@ -381,7 +385,7 @@ def test_a_streamed_range_is_inserted_chunk_by_chunk_with_tokens_that_ignore_chu
     to = Destination(h.cfg, Refused(), "`db`.`t`", stop, Metrics().pipeline("p"), structlog.get_logger())
     changes = Streamed(h.source.changes(0, 4), [0, 1])
     with pytest.raises(SinkError):
-        DriverWriter(to, streams=True).write(changes, state, h.cfg.max_rows_per_read + 1)
+        DriverWriter(to, streamed).write(changes, state, h.cfg.max_rows_per_read + 1)
     assert changes.closed  # a failed insert ends the read too (no Spark job left running)
 
 

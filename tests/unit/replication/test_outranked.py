@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cdc2ch.clickhouse.writers import changerows as changes
 from cdc2ch.model import contract
-from cdc2ch.replication import changes
 from tests.unit.replication.test_duplicates import target_rows
 
 pytestmark = pytest.mark.unit

@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from cdc2ch.base.errors import ConfigError, SourceError, StateError
-from cdc2ch.model.commit import Commit
-from cdc2ch.model.offset import PipelineState
+from cdc2ch.model.changeset import Commit
+from cdc2ch.model.records import PipelineState
 from cdc2ch.replication import plan
 
 TS = datetime(2026, 1, 1, tzinfo=timezone.utc)

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from cdc2ch.base.errors import ConfigError, SinkError, SourceError
+from cdc2ch.clickhouse.writers.pushdown import LakeFunctionReader
 from cdc2ch.replication.readers import check_clickhouse_reads, place_needs_spark, table_needs_spark
 
 pytestmark = pytest.mark.unit
@@ -42,15 +43,20 @@ def test_timestamps_at_any_depth_and_unreadable_features_go_to_spark():
 
 
 def test_the_clickhouse_reader_refuses_by_the_tables_location_features_and_the_engines_setting():
+    current, old = LakeFunctionReader(lambda name: True), LakeFunctionReader(lambda name: False)
     named = SimpleNamespace(uri="sales.orders", location="gs://lake/orders")
     with pytest.raises(SourceError, match="cannot read gs://lake/orders"):  # the name is no path to it
-        check_clickhouse_reads(named, schema_of(("id", "long")))
+        check_clickhouse_reads(named, current, schema_of(("id", "long")))
     local = SimpleNamespace(uri="/lake/orders", location="/lake/orders")
-    check_clickhouse_reads(local, schema_of(("id", "long")), has_setting=lambda name: True)
+    check_clickhouse_reads(local, current, schema_of(("id", "long")), feed=True)
+    check_clickhouse_reads(local, old, schema_of(("id", "long")))  # a snapshot reads no change data feed
     with pytest.raises(SinkError, match="needs ClickHouse's setting delta_lake_snapshot_start_version"):
-        check_clickhouse_reads(local, schema_of(("id", "long")), has_setting=lambda name: False)
+        check_clickhouse_reads(local, old, schema_of(("id", "long")), feed=True)
+    assert (current.lacks(), old.lacks()) == (None, "the setting delta_lake_snapshot_start_version")
     variant = schema_of(("id", "long"), ("v", "variant"))
     with pytest.raises(ConfigError, match="VARIANT columns \\(v\\).*, so nothing was written"):
-        check_clickhouse_reads(local, variant)
+        check_clickhouse_reads(local, current, variant)
     with pytest.raises(ConfigError, match="so replication stopped with version 3 committed"):
-        check_clickhouse_reads(local, variant, outcome="replication stopped with version 3 committed")
+        check_clickhouse_reads(
+            local, current, variant, outcome="replication stopped with version 3 committed"
+        )

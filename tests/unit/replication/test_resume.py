@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from cdc2ch.model.config import RunConfig, TargetName
-from cdc2ch.model.offset import PipelineState
+from cdc2ch.model.records import PipelineState
 from cdc2ch.replication.startup import resume
 from cdc2ch.replication.startup.inputs import Inputs
 from tests.support.fakes import MemoryStore

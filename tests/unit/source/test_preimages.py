@@ -12,7 +12,7 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from cdc2ch.model.commit import Commit, Files
+from cdc2ch.model.changeset import Commit, Files
 from cdc2ch.source.deltalog.logstate import TableState
 from cdc2ch.source.deltalog.preimages import left_out, needless
 from cdc2ch.source.sparkread.feed import SparkChanges

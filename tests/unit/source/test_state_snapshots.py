@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
-from cdc2ch.model.commit import Commit
+from cdc2ch.model.changeset import Commit
 from cdc2ch.source.deltalog.commitlog import parse_commit
 from cdc2ch.source.sparkread.cdfscan import StateSnapshots
 

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cdc2ch.base import retry
 from cdc2ch.base.errors import SinkError
+from cdc2ch.clickhouse.writers import Destination, SparkTasks
 from cdc2ch.model import contract
-from cdc2ch.model.offset import PipelineState
-from cdc2ch.replication.ports import Changes, RangeResult
-from cdc2ch.replication.writers import Destination
+from cdc2ch.model.changeset import Changes, RangeResult
+from cdc2ch.model.records import PipelineState
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -35,25 +36,36 @@ def partitions_for(estimate: int, batch_size: int) -> int:
     return max(1, min(MAX_TASK_PARTITIONS, -(-max(estimate, 1) // batch_size)))
 
 
+@dataclass(frozen=True)
+class TaskInserts:
+    """What each Spark task needs to insert its partition: plain values, which ship to the tasks by value."""
+
+    client_kwargs: dict[str, Any]  # clickhouse_connect.get_client arguments
+    table_sql: str
+    primary_key: tuple[str, ...]
+    key: tuple[str, ...]  # the identity columns
+    batch_size: int
+    token_prefix: str
+    attempts: int
+
+
 def write_partitions(
-    df: DataFrame,
-    client_kwargs: dict[str, Any],
-    table_sql: str,
-    identity: tuple[tuple[str, ...], tuple[str, ...]],
-    partitions: int,
-    batch_size: int,
-    token_prefix: str,
-    attempts: int,
+    df: DataFrame, partitions: int, job: TaskInserts, tasks: SparkTasks
 ) -> list[dict[str, Any]]:
-    """Insert `df` (rows in the target layout) from the executors. Returns one result per partition.
-    `identity`: (primary key, identity columns) as plain tuples, which ship to the tasks by value."""
+    """Insert `df` (rows in the target layout) from the executors. Returns one result per partition."""
     from pyspark.sql import functions as F
 
-    from cdc2ch.replication import changes
-    from cdc2ch.source.spark.session import positional_columns, shipped_by_value
+    from cdc2ch.clickhouse.writers import changerows as changes
 
-    safe, names = positional_columns(df)
-    primary_key, key = identity
+    safe, names = tasks.positional(df)
+    client_kwargs, table_sql, batch_size, token_prefix, attempts = (
+        job.client_kwargs,
+        job.table_sql,
+        job.batch_size,
+        job.token_prefix,
+        job.attempts,
+    )
+    primary_key, key = job.primary_key, job.key
     keys = [f"_c{names.index(k)}" for k in key]
     version = f"_c{names.index('_version')}"
     safe = safe.repartition(partitions, *[F.col(k) for k in keys]).sortWithinPartitions(version, *keys)
@@ -112,7 +124,7 @@ def write_partitions(
         yield result(written, count)
 
     # The task calls changes, contract and retry: shipped by value, executors need not have cdc2ch installed.
-    with shipped_by_value(changes, contract, retry):
+    with tasks.shipped(changes, contract, retry):
         return [r.asDict() for r in safe.mapInArrow(write, RESULT_SCHEMA).collect()]
 
 
@@ -144,19 +156,21 @@ class ExecutorWriter:
         cfg, start, end = self.cfg, rng.start, rng.end
         t0 = time.monotonic()
         partitions = partitions_for(estimate, cfg.batch_size)
-        client_kwargs = self.to.sink.task_client
-        assert client_kwargs is not None  # chosen for a server target only (plan.choose_writer)
+        client_kwargs, tasks = self.to.sink.task_client, self.to.tasks
+        assert (
+            client_kwargs is not None and tasks is not None
+        )  # chosen for a server target only (plan.choose_writer)
+        job = TaskInserts(
+            client_kwargs,
+            self.to.table_sql,
+            cfg.identity.primary_key,
+            cfg.identity.columns,
+            cfg.batch_size,
+            contract.range_token(cfg.pipeline, start, end),
+            cfg.retries,
+        )
         try:
-            results = write_partitions(
-                rng.spark_rows(cfg.immutable_keys),
-                client_kwargs,
-                self.to.table_sql,
-                (cfg.identity.primary_key, cfg.identity.columns),
-                partitions,
-                cfg.batch_size,
-                contract.range_token(cfg.pipeline, start, end),
-                cfg.retries,
-            )
+            results = write_partitions(rng.spark_rows(cfg.immutable_keys), partitions, job, tasks)
         except Exception as exc:  # the read failed in Spark
             raise rng.read_error(exc) from exc
         where = f"versions {start}..{end} of {rng.uri}"

@@ -19,12 +19,11 @@ import pyarrow as pa
 from cdc2ch.base import phases
 from cdc2ch.base.log import Logger
 from cdc2ch.clickhouse.connection.transport import Sink
+from cdc2ch.clickhouse.writers import Destination
 from cdc2ch.model import contract
+from cdc2ch.model.changeset import Changes, RangeResult
 from cdc2ch.model.config import RunConfig
-from cdc2ch.model.offset import PipelineState
-from cdc2ch.replication import plan
-from cdc2ch.replication.ports import Changes, RangeResult
-from cdc2ch.replication.writers import Destination
+from cdc2ch.model.records import PipelineState
 
 DUPLICATES_HINT = (
     "the Delta table holds several rows with these keys and ClickHouse keeps one per key; choose a "
@@ -55,7 +54,9 @@ def insert_rows(
     """Insert `rows` (target layout) in batches of cfg.batch_size, without the outranked ones. Returns (rows
     written, batches written, complete): complete is False when `into.stop` was set before the last batch."""
     sink, log, stop = into.sink, into.log, into.stop
-    from cdc2ch.replication import changes  # pyarrow.compute: loaded once there are rows (contract.py)
+    from cdc2ch.clickhouse.writers import (
+        changerows as changes,  # pyarrow.compute: loaded once there are rows (contract.py)
+    )
 
     contract.check_keys(rows, cfg.identity.primary_key, where)
     with phases.timed("rank"):
@@ -80,32 +81,31 @@ def insert_rows(
 
 
 # How many times --max-rows-per-read one range may hold when the source streams its rows (ChangeSource.streams):
-# a range above the bound is streamed (plan.streamed), inserted chunk by chunk while Spark scans, and at most
-# --max-rows-per-read of its rows wait for the inserts (threads.arrow_batches), so its size costs time to plan,
-# not memory. Eight takes each of the benchmarks' backlogs (2-4M change rows) in one read: planned once, its
-# inserts beside its scan.
+# a range above the bound is streamed (replication/plan.streamed), inserted chunk by chunk while Spark scans,
+# and at most --max-rows-per-read of its rows wait for the inserts (threads.arrow_batches), so its size costs
+# time to plan, not memory. Eight takes each of the benchmarks' backlogs (2-4M change rows) in one read:
+# planned once, its inserts beside its scan.
 STREAMED_RANGE_FACTOR = 8
 
 
 class DriverWriter:
     """Writes a range's rows from this process: collected whole and ranked together (the loop reads the next
-    range meanwhile), or, for a range plan.streamed says, handed over a chunk at a time while Spark still
-    scans, each chunk inserted as it comes."""
+    range meanwhile), or, for a range `streamed` says (replication/plan.streamed), handed over a chunk at a
+    time while Spark still scans, each chunk inserted as it comes."""
 
     kind = "driver"
     collects = True
 
-    def __init__(self, to: Destination, streams: bool = False):
-        self.to, self.cfg, self.streams = to, to.cfg, streams
-        self.range_factor = STREAMED_RANGE_FACTOR if streams else 1
+    def __init__(self, to: Destination, streamed: Callable[[int], bool] | None = None):
+        """`streamed`: whether a range of an estimated number of rows is handed over a chunk at a time (None:
+        the source does not stream, every range is collected whole)."""
+        self.to, self.cfg, self.streamed = to, to.cfg, streamed
+        self.range_factor = STREAMED_RANGE_FACTOR if streamed is not None else 1
         # the range check() read, for write(): its chunks and the seconds reading them took
         self._checked: tuple[int, int, list[pa.Table], float] | None = None
 
-    def _streamed(self, estimate: int) -> bool:
-        return plan.streamed(estimate, self.cfg.max_rows_per_read, self.streams)
-
     def _read(self, rng: Changes, estimate: int) -> Iterator[pa.Table]:
-        if self._streamed(estimate):
+        if self.streamed is not None and self.streamed(estimate):
             yield from rng.arrow_chunks(self.cfg.immutable_keys, self.cfg.max_rows_per_read)
         else:
             yield rng.arrow_rows(self.cfg.immutable_keys)

@@ -1,4 +1,6 @@
-"""A pipeline's offset: the last Delta version whose changes have all landed, and the range being written."""
+"""What cdc2ch records per pipeline in its own tables (clickhouse/state/): the offset (the last Delta version
+whose changes have all landed, and the range being written), its health, its last verify, the latest request
+made of it, and its target's last compaction."""
 
 from __future__ import annotations
 
@@ -94,3 +96,72 @@ class PipelineState:
         if self.pending_version > self.committed_version:
             return (self.committed_version + 1, self.pending_version)
         return None
+
+
+@dataclass(frozen=True)
+class Health:
+    """How a pipeline fares: its last good poll and its last error (kept after a recovery, with its time)."""
+
+    pipeline: str
+    source: str
+    target: str
+    last_success_at: datetime | None = None
+    last_error: str = ""
+    last_error_kind: str = ""
+    last_error_at: datetime | None = None
+    failures: int = 0  # consecutive failed attempts; 0 once an attempt succeeds
+
+    def succeeded(self, at: datetime) -> "Health":
+        return replace(self, last_success_at=at, failures=0)
+
+    def failed(self, at: datetime, error: str, kind: str) -> "Health":
+        return replace(
+            self, last_error=error, last_error_kind=kind, last_error_at=at, failures=self.failures + 1
+        )
+
+
+@dataclass(frozen=True)
+class Verified:
+    """The last `cdc2ch verify` of a pipeline."""
+
+    pipeline: str
+    version: int
+    ok: bool
+    summary: str
+    finished_at: datetime
+
+
+PAUSE, RESUME, RESYNC = "pause", "resume", "resync"
+RESYNCED = "resynced"  # written by the service once a requested resync is done: the pipeline runs
+ACTIONS = (PAUSE, RESUME, RESYNC, RESYNCED)
+
+
+@dataclass(frozen=True)
+class Request:
+    """The latest request for a pipeline."""
+
+    pipeline: str
+    action: str
+    reason: str
+    by: str
+    at: datetime
+
+    @property
+    def paused(self) -> bool:
+        return self.action == PAUSE
+
+    @property
+    def resync_pending(self) -> bool:
+        return self.action == RESYNC
+
+
+@dataclass(frozen=True)
+class Compacted:
+    """A target's last compaction, and the tombstones every compaction of it recorded has removed."""
+
+    target: str
+    finished_at: datetime
+    removed: int
+    kept: int
+    seconds: float
+    removed_total: int

@@ -10,21 +10,22 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
 from cdc2ch.base import phases
 from cdc2ch.base.errors import SinkError, SourceError
 from cdc2ch.clickhouse import codes
+from cdc2ch.clickhouse.connection import compatibility
+from cdc2ch.clickhouse.writers import Destination
 from cdc2ch.model import contract, schema
+from cdc2ch.model.changeset import Changes, RangeResult
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.design import TableDesign
 from cdc2ch.model.objectstore import S3Settings
-from cdc2ch.model.offset import PipelineState
+from cdc2ch.model.records import PipelineState
 from cdc2ch.model.tableref import is_local
-from cdc2ch.replication.ports import Changes, RangeResult
-from cdc2ch.replication.writers import Destination
-from cdc2ch.source.storefaults import storage_error
 
 # ClickHouse streams its own reads: a range's size only bounds what a crash makes it replay, and fewer,
 # larger statements save it re-reading the Delta log for each.
@@ -90,6 +91,22 @@ def cdf_settings(start: int, end: int) -> dict[str, int]:
     return {CDF_SETTING: start, "delta_lake_snapshot_end_version": end}
 
 
+class LakeFunctionReader:
+    """What this target's own Delta reader can read (the loop's LakeReader port): the storage it reaches, and
+    whether the engine is new enough to read a change data feed."""
+
+    def __init__(self, has_setting: Callable[[str], bool]):
+        self.has_setting = has_setting
+
+    def lacks(self) -> str | None:
+        return None if self.has_setting(CDF_SETTING) else f"the setting {CDF_SETTING}"
+
+    def check(self, location: str, feed: bool) -> None:
+        lake_function(location)
+        if feed and not self.has_setting(CDF_SETTING):
+            raise compatibility.missing_setting("--reader clickhouse", CDF_SETTING)
+
+
 def insert_settings(token: str) -> dict[str, int | str]:
     """A lake read inserted as every target insert is (a replay dropped), and a null key fails it instead of
     becoming 0 or ''."""
@@ -138,7 +155,9 @@ class PushdownWriter:
                     settings={**cdf_settings(start, end), **insert_settings(token)},
                 )
         except SinkError as exc:
-            refused = storage_error(str(exc), rng.location, f"versions {start}..{end} (by ClickHouse)")
+            refused = self.to.storage_refusal(
+                str(exc), rng.location, f"versions {start}..{end} (by ClickHouse)"
+            )
             if refused is not None:
                 raise refused from exc
             refused_null = (

@@ -1,0 +1,73 @@
+"""Delta versions as they cross the layers. A `Commit`: one version as replication needs it (its time,
+operation, an upper bound of the change rows it yields, its file actions where the log names them), made by
+every source, from which the loop plans its ranges. `Changes`: the change rows of a range of whole versions,
+made by a source and read by a writer. `RangeResult`: what writing a range did."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class Files:
+    """A commit's file actions, as far as the table's size and the files its change feed reads need them
+    (replication/startup/replay.py). Paths as the log writes them: relative to the table, URI-encoded."""
+
+    added: tuple[tuple[str, int | None, bool], ...] = ()  # (path, live rows or None, dataChange)
+    removed: tuple[tuple[str, bool], ...] = ()  # (path, dataChange)
+    change_files: tuple[str, ...] = ()  # its change files (_change_data/...), if it wrote any
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One commit as its log file records it."""
+
+    version: int
+    timestamp: datetime
+    operation: str
+    estimated_rows: int  # change rows it yields, from file statistics and metrics (an upper bound)
+    parameters: dict[str, Any] = field(default_factory=dict, compare=False)
+    metadata: bool = False  # carries a metaData action: a new schema or new table properties
+    properties: dict[str, Any] | None = None  # the table properties of that metaData action
+    files: Files | None = field(default=None, compare=False)  # None: not known (a share's answer)
+    protocol: bool = False  # carries a protocol action: new table features
+
+
+class Changes(Protocol):
+    """The change rows of whole versions [start, end], not yet read. Reading twice yields the same rows."""
+
+    start: int
+    end: int
+    uri: str  # the table's identity (for messages)
+    location: str  # where its files are (what a reader that reads files itself opens)
+    schema: dict[str, Any]  # Spark JSON schema of the rows: user columns and CDF columns
+
+    def arrow_rows(self, immutable_keys: bool) -> pa.Table:
+        """The rows in the target layout (contract.WRITTEN_META after the user columns), read into this
+        process. SourceError with advice when they cannot be read."""
+
+    def arrow_chunks(self, immutable_keys: bool, held_rows: int) -> Generator[pa.Table, None, None]:
+        """The same rows in chunks. A source that streams (ChangeSource.streams) yields each chunk as its
+        read makes it, in an order that may vary from read to read, each chunk's rows not, and holds at most
+        `held_rows` rows of chunks not yet taken (at least one chunk); others yield arrow_rows whole.
+        Closing the iterator early ends the read."""
+
+    def spark_rows(self, immutable_keys: bool) -> Any:
+        """The same rows as a lazy Spark DataFrame, for writers that run in Spark tasks."""
+
+    def read_error(self, exc: Exception) -> Exception:
+        """The SourceError to raise for a failure while the rows were being read."""
+
+
+@dataclass(frozen=True)
+class RangeResult:
+    start: int
+    end: int
+    rows: int
+    committed: bool  # False: stopped before the range was complete; the offset must not move
