@@ -170,9 +170,9 @@ def test_the_log_read_by_python_answers_as_spark_does(spark, tmp_path):
     by Python, equal what Spark and Delta's JVM answer: column mapping, renames, added columns, type
     widening, deletion vectors, NOT NULL and nested types, across checkpoints."""
     from cdc2ch.source.spark.lazysession import LazySpark
-    from cdc2ch.source.sparkread import deltasource as delta
     from cdc2ch.source.sparkread.deltasource import DeltaSource
     from cdc2ch.source.sparkread.snapshotframe import file_path
+    from cdc2ch.source.sparkread.tablemeta import JvmMetadata
 
     path = str(tmp_path / "zoo")
     spark.sql(
@@ -202,14 +202,11 @@ def test_the_log_read_by_python_answers_as_spark_does(spark, tmp_path):
         assert bare(python.changes(start, end).schema) == bare(
             jvm.changes(start, end).frame.schema.jsonValue()
         )
-    assert python.properties() == dict(
-        spark._jvm.scala.jdk.javaapi.CollectionConverters.asJava(
-            jvm._jvm_snapshot().metadata().configuration()
-        )
-    )
-    assert python.protocol() == delta._protocol(jvm) and python.table_id() == str(
-        jvm._jvm_snapshot().metadata().id()
-    )
+    # Delta's own log object in the JVM, as a table on storage only Spark reaches is read
+    by_jvm = JvmMetadata(lambda: spark, path, lambda: None, jvm.snapshot)
+    assert python.properties() == by_jvm.properties() and python.protocol() == by_jvm.protocol()
+    assert python.table_id() == by_jvm.table_id()
+    assert python.mapped_schema(latest) == by_jvm.mapped_schema(latest)
     for version in (1, 2, latest):
         files = python.snapshot_files(version)
         table = spark.read.format("delta").option("versionAsOf", version).load(path)
