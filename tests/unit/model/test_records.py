@@ -1,4 +1,5 @@
-"""A pipeline's offset: which table and target it belongs to, the stamp each save gets, what it resumes."""
+"""What cdc2ch records per pipeline: the offset (which table and target it belongs to, the stamp each save gets,
+what it resumes) and its health."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from cdc2ch.base.errors import StateError
-from cdc2ch.model.records import PipelineState, stamp_after
+from cdc2ch.model.records import Health, PipelineState, stamp_after
 
 
 def state(committed: int = 5, pending: int | None = None, **more) -> PipelineState:
@@ -73,3 +74,30 @@ def test_advancing_commits_the_range_being_written():
     assert landed.interrupted_range is None
     assert state(5).advanced(7, 0).pending_version == 7
     assert landed.updated_at > writing.updated_at > PipelineState.epoch()
+
+
+def test_health_counts_failures_in_a_row_and_keeps_the_last_error_after_a_recovery():
+    t0, t1, t2 = (datetime(2026, 12, 1, 12, m, tzinfo=timezone.utc) for m in (0, 1, 2))
+    failed = Health("p", "/lake/t", "db.t").failed(t0, "boom", "source")
+    assert (failed.failures, failed.last_error, failed.last_error_kind, failed.last_error_at) == (
+        1,
+        "boom",
+        "source",
+        t0,
+    )
+    assert failed.last_success_at is None
+    again = failed.failed(t1, "bang", "clickhouse")
+    assert (again.failures, again.last_error, again.last_error_kind, again.last_error_at) == (
+        2,
+        "bang",
+        "clickhouse",
+        t1,
+    )
+    ok = again.succeeded(t2)
+    assert (ok.failures, ok.last_success_at) == (0, t2)
+    assert (ok.last_error, ok.last_error_kind, ok.last_error_at) == (
+        "bang",
+        "clickhouse",
+        t1,
+    )  # kept for `status`
+    assert (ok.pipeline, ok.source, ok.target) == ("p", "/lake/t", "db.t")
