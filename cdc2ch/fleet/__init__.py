@@ -1,1 +1,2 @@
-"""Many pipelines in one process: table patterns, their discovery, and the runner that schedules them."""
+"""Many pipelines in one process: table patterns, their discovery, and the runner that schedules them, driving
+the ports of `serviceports`, which `assembly` builds."""
