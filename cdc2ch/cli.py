@@ -12,7 +12,7 @@ from cdc2ch import __version__
 from cdc2ch.base import log, stop
 from cdc2ch.base.errors import Cdc2chError, jvm_stopped
 from cdc2ch.commands import app
-from cdc2ch.commands.options import Invocation, click_options
+from cdc2ch.commands.options import Commands, Invocation, click_options
 
 # The commands that stop after the current batch on SIGTERM/SIGINT (app's stop_on_signals): a signal that
 # came while the command line was imported stops them cleanly too. The others get the usual handlers back.
@@ -60,7 +60,7 @@ def _current() -> Invocation:
     return invocation(click.get_current_context())
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="cdc2ch")
 def main():
     """Keep ClickHouse tables in sync with Delta Lake tables through Delta's Change Data Feed.

@@ -20,6 +20,7 @@ from cdc2ch.commands.catalogue import (  # noqa: F401 - the catalogue's names, a
     COMMAND,
     ENTRY_KEYS,
     FILE_KEYS,
+    GROUPS,
     PIPELINE,
     PIPELINES,
     PROCESS,
@@ -48,6 +49,42 @@ def click_options(command: str) -> Callable:
         return fn
 
     return decorate
+
+
+class GroupedHelp(click.Command):
+    """A command whose --help lists its options under the catalogue's group headings, in GROUPS order, and
+    says once how environment variables and config files name them."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        options = options_of(self.name or "")
+        group = {o.param: o.group for o in options}
+        sections: dict[str, list[tuple[str, str]]] = {}
+        heading = GROUPS[0]
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None and isinstance(param, click.Option):
+                heading = group.get(param.name or "", heading)  # --help joins the last group
+                sections.setdefault(heading, []).append(record)
+        for heading, records in sections.items():
+            with formatter.section(heading):
+                formatter.write_dl(records)
+        named = [o for o in options if o.env == o.derived_env]
+        if named:
+            text = (
+                f"An option can also be set by an environment variable, CDC2CH_ and its name "
+                f"({named[0].long_flag}: {named[0].env}), unless another is shown above."
+            )
+            if any(o.name == "config" for o in options):
+                key = next(o.name for o in options if o.scope != COMMAND)
+                text += f' In a --config file an option\'s key is its name: {key} = "...".'
+            formatter.write_paragraph()
+            formatter.write_text(text + " README.md explains each one in full.")
+
+
+class Commands(click.Group):
+    """cdc2ch's group of commands, each with its options grouped in --help."""
+
+    command_class = GroupedHelp
 
 
 @functools.cache

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
@@ -359,13 +360,20 @@ class ConfigFile:
                 f"Config file {path}: `pipelines` must be a list of tables, written as [[pipelines]] sections, "
                 f"each with at least `table` and `primary-key`."
             )
-        common = _normalized(data, path, "the top level", set(top_level))
+        # Every unknown key of the file is reported at once, each with the valid keys closest to it.
+        unknown: list[str] = []
+        common = _normalized(data, "the top level", set(top_level), unknown)
         # A key valid at the top level but not in an entry concerns the whole process.
         process_wide = set(top_level) - set(entry)
         pipelines = tuple(
-            _normalized(e, path, f"[[pipelines]] entry {i + 1}", set(entry), process_wide)
+            _normalized(e, f"[[pipelines]] entry {i + 1}", set(entry), unknown, process_wide)
             for i, e in enumerate(entries)
         )
+        if unknown:
+            raise ConfigError(
+                f"Config file {path}: {'; '.join(unknown)}. Keys are `cdc2ch run` option names without the "
+                f"leading dashes (`cdc2ch run --help` lists them): fix the file and run again."
+            )
         return cls(path, common, pipelines)
 
     def pipeline_ids(self) -> list[tuple[str, TargetName]]:
@@ -386,19 +394,26 @@ class ConfigFile:
 
 def _normalized(
     section: dict[str, Any],
-    path: str,
     where: str,
     known: set[str],
+    unknown: list[str],
     process_wide: Collection[str] = frozenset(),
 ) -> dict[str, Any]:
+    """The section's keys with dashes; each key not `known` is described in `unknown` instead."""
     out = {}
     for key, value in section.items():
         name = key.replace("_", "-")
-        if name not in known:
-            hint = " (it concerns the whole process: set it at the top level)" if name in process_wide else ""
-            raise ConfigError(
-                f"Config file {path}: unknown key {key!r} in {where}{hint}. Keys are `cdc2ch run` option names "
-                f"without the leading dashes; valid here: {', '.join(sorted(known))}."
-            )
-        out[name] = value
+        if name in known:
+            out[name] = value
+            continue
+        close = difflib.get_close_matches(name, sorted(known))
+        elsewhere = [] if close else difflib.get_close_matches(name, sorted(process_wide))
+        if name in process_wide:
+            hint = " (it concerns the whole process: set it at the top level)"
+        elif close or elsewhere:
+            hint = f" (did you mean {' or '.join(repr(k) for k in close or elsewhere)}?"
+            hint += " It concerns the whole process: set it at the top level)" if elsewhere else ")"
+        else:
+            hint = ""
+        unknown.append(f"unknown key {key!r} in {where}{hint}")
     return out

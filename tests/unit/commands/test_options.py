@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -14,10 +15,12 @@ from types import ModuleType, SimpleNamespace
 
 import click
 import pytest
+from click.testing import CliRunner
 
 from cdc2ch.base.errors import Cdc2chError, ConfigError
 from cdc2ch.cli import invocation, main
 from cdc2ch.commands import app
+from cdc2ch.commands.catalogue import FILTERS, GROUPS
 from cdc2ch.commands.options import (
     CATALOGUE,
     COMMAND,
@@ -130,7 +133,16 @@ def test_environment_variables_are_derived_from_option_names():
         )
         assert envvar == expected, (command, flag)
     assert envvars[("run", "--max-rows-per-read")] == "CDC2CH_MAX_ROWS_PER_READ"
-    assert all(p.show_envvar for c in main.commands.values() for p in c.params if isinstance(p, click.Option))
+    # --help states the rule once and shows only the exceptions.
+    shown = {
+        (name, p.opts[0])
+        for name, command in main.commands.items()
+        for p in command.params
+        if isinstance(p, click.Option) and p.show_envvar
+    }
+    assert shown == set(special) | {(c, "--clickhouse") for c, _ in envvars if _ == "--clickhouse"}
+    for name in ("run", "pause", "demo"):
+        assert "unless another is shown above" in CliRunner().invoke(main, [name, "--help"]).output, name
 
 
 def test_config_file_keys_by_section():
@@ -157,11 +169,34 @@ def test_config_file_keys_by_section():
         "serve-tls-key",
     }
     assert ENTRY_KEYS == (FILE_KEYS - process) | {"name"}
-    table = [o.name for o in CATALOGUE if o.scope == TABLE]
-    assert table == ["from-version", "from-timestamp", "table", "primary-key", "primary-keys", "target"]
+    table = {o.name for o in CATALOGUE if o.scope == TABLE}
+    assert table == {"from-version", "from-timestamp", "table", "primary-key", "primary-keys", "target"}
     # An option name means the same in every command where it is a file key.
     for name in FILE_KEYS:
         assert len({o.scope for o in CATALOGUE if o.name == name and o.scope != COMMAND}) == 1, name
+
+
+def test_help_leads_with_what_a_first_run_needs_and_groups_the_rest():
+    help_text = CliRunner().invoke(main, ["run", "--help"], terminal_width=100).output
+    flags = re.findall(r"^  (--[a-z-]+)", help_text, re.MULTILINE)
+    assert flags[:6] == ["--table", "--primary-key", "--target", "--clickhouse", "--once", "--config"]
+    headings = [line[:-1] for line in help_text.splitlines() if line.endswith(":") and line[0] != " "]
+    assert headings == [g for g in GROUPS if g != FILTERS], headings  # status alone filters
+    assert help_text.index("Basic options:") < help_text.index("--table") < help_text.index("--from-version")
+    # Every command starts with its basics: what it acts on and where.
+    for name in main.commands:
+        text = CliRunner().invoke(main, [name, "--help"]).output
+        assert re.search(r"^Basic options:\n  --", text, re.MULTILINE), name
+        assert "\nOptions:" not in text, name
+
+
+def test_every_option_belongs_to_a_group_in_help_order():
+    assert [o.name for o in CATALOGUE if o.group not in GROUPS] == []
+    for name in main.commands:
+        order = [GROUPS.index(o.group) for o in options_of(name)]
+        assert order == sorted(order), name
+        flags = [p.opts[0] for p in main.commands[name].params if isinstance(p, click.Option)]
+        assert flags == [o.long_flag for o in options_of(name)], name
 
 
 def test_help_does_not_import_spark_or_clickhouse():
@@ -270,14 +305,29 @@ def test_bad_toml_values_name_their_place(tmp_path):
 def test_unknown_and_misplaced_keys(tmp_path):
     base = '[[pipelines]]\ntable = "/t"\nprimary-key = "id"\n'
     err = _error(["--config", _config(tmp_path, base + "batch_sise = 5\n")])
-    assert "unknown key 'batch_sise' in [[pipelines]] entry 1." in err and "valid here: batch-size," in err
+    assert "unknown key 'batch_sise' in [[pipelines]] entry 1 (did you mean 'batch-size'?)." in err
     err = _error(["--config", _config(tmp_path, base + 'clickhouse = "chdb:///x"\n')])
     assert "unknown key 'clickhouse' in [[pipelines]] entry 1 (it concerns the whole process" in err
     err = _error(["--config", _config(tmp_path, "version = 3\n" + base)], "snapshot")
-    assert "unknown key 'version' in the top level." in err and "(it concerns" not in err
+    assert "unknown key 'version' in the top level (did you mean 'from-version'?)." in err
+    err = _error(["--config", _config(tmp_path, base + "zzz = 3\n")])
+    assert "unknown key 'zzz' in [[pipelines]] entry 1. Keys are `cdc2ch run` option names" in err
     assert "does not exist" in _error(["--config", str(tmp_path / "absent.toml")])
     (cfg,), _ = _resolve(["--config", _config(tmp_path, "batch_size = 7\n" + base)])
     assert cfg.batch_size == 7  # underscores work too
+
+
+def test_every_unknown_key_of_a_file_at_once_with_the_closest_valid_key(tmp_path):
+    text = 'clickhous = "chdb:///x"\n[[pipelines]]\ntable = "/a"\nprimary-key = "id"\n'
+    text += '[[pipelines]]\ntable = "/b"\nprimay-key = "id"\nspark-mastr = "local[1]"\n'
+    err = _error(["--config", _config(tmp_path, text)])
+    assert err == (
+        f"Config file {tmp_path / 'cdc2ch.toml'}: unknown key 'clickhous' in the top level (did you mean "
+        "'clickhouse'?); unknown key 'primay-key' in [[pipelines]] entry 2 (did you mean 'primary-key' or "
+        "'primary-keys'?); unknown key 'spark-mastr' in [[pipelines]] entry 2 (did you mean 'spark-master'? It "
+        "concerns the whole process: set it at the top level). Keys are `cdc2ch run` option names without the "
+        "leading dashes (`cdc2ch run --help` lists them): fix the file and run again."
+    )
 
 
 @pytest.mark.parametrize("option", [o for o in options_of("run") if o.scope == TABLE], ids=lambda o: o.name)
