@@ -143,14 +143,13 @@ class Runner:
         known: dict[str, Health] = {}
         for db in sorted({c.target.database for c in configs}):
             known.update(self.ports.health(db).load_all())
-        return [
-            Slot(
-                c,
-                self.metrics.pipeline(c.pipeline),
-                known.get(c.pipeline) or Health(c.pipeline, c.table, str(c.target)),
-            )
-            for c in configs
-        ]
+        slots = []
+        for c in configs:
+            health = known.get(c.pipeline) or Health(c.pipeline, c.table, str(c.target))
+            metrics = self.metrics.pipeline(c.pipeline)
+            metrics.failing(health.failures)  # failures in a row before this process started count
+            slots.append(Slot(c, metrics, health))
+        return slots
 
     def _add(self, slots: list[Slot]) -> None:
         for slot in slots:
