@@ -85,8 +85,14 @@ def configure(fmt: str = "console", level: str = "info") -> None:
         call()
 
 
+# Loggers of the libraries that carry cdc2ch's ClickHouse calls. Their records are internals (urllib3's
+# "Retrying (Retry(total=0, …))" with a query id, per connection attempt): cdc2ch says what failed itself, one
+# `clickhouse_retry` line per retry and a final paragraph, so these are shown at --log-level debug only.
+TRANSPORT_LOGGERS = ("urllib3", "clickhouse_connect")
+
+
 def _level_of(record: logging.LogRecord) -> str:
-    if py4j_source(record.pathname):
+    if py4j_source(record.pathname) or record.name.split(".")[0] in TRANSPORT_LOGGERS:
         return "debug"
     for level, name in ((logging.ERROR, "error"), (logging.WARNING, "warning"), (logging.INFO, "info")):
         if record.levelno >= level:
@@ -97,8 +103,8 @@ def _level_of(record: logging.LogRecord) -> str:
 class _Libraries(logging.Handler):
     """Records the libraries cdc2ch uses send to the stdlib logging (warnings and errors), shown as cdc2ch's
     log lines: JSON with --log-format json, an exception as one line, never a traceback. py4j logs a
-    connection to the JVM it lost with a traceback; cdc2ch says what that means itself, so py4j's records
-    are shown at --log-level debug only."""
+    connection to the JVM it lost with a traceback, urllib3 each connection it retries; cdc2ch says what
+    these mean itself, so their records are shown at --log-level debug only."""
 
     def __init__(self, stream: IO[str]) -> None:
         super().__init__()

@@ -27,6 +27,11 @@ T = TypeVar("T")
 SHIPS_WITH = (tenacity,)
 
 
+def attempts(n: int) -> str:
+    """`n` attempts, in words: "1 attempt", "5 attempts"."""
+    return f"{n} attempt" if n == 1 else f"{n} attempts"
+
+
 def jittered(base: float = 0.5, max_wait: float = 10.0) -> wait_base:
     """The pause after failed attempt n: half of the capped backoff b = min(base * 2**(n-1), max_wait), plus a
     random share of the other half ("equal jitter"), so many callers failing together do not retry in step,

@@ -48,8 +48,10 @@ class Slot:
     error: BaseException | None = None  # the last attempt's failure, None after a success
     gone: bool = False  # its table is gone: let go of once its running turn ends
 
-    def failed(self, exc: BaseException, poll_interval: float, retry_told: bool) -> None:
-        """An attempt failed: its health, metrics and log line, and when to try again."""
+    def failed(self, exc: BaseException, poll_interval: float, retry_told: bool, raised: bool) -> None:
+        """An attempt failed: its health, metrics and log line, and when to try again. `raised`: the error
+        ends the process, which prints it last (its paragraph, or its traceback): the log line then names
+        the pipeline and the kind only, so that the error is printed once."""
         kind = error_kind(exc)
         text = str(exc) if isinstance(exc, Cdc2chError) else f"{type(exc).__name__}: {exc}"
         self.error = exc
@@ -57,7 +59,11 @@ class Slot:
         self.metrics.error(exc, self.health.failures)
         pause = backoff(poll_interval, self.health.failures)
         self.retry_at = time.monotonic() + pause
-        fields: dict[str, object] = {"pipeline": self.cfg.pipeline, "kind": kind, "error": kept_error(text)}
+        fields: dict[str, object] = {"pipeline": self.cfg.pipeline, "kind": kind}
+        if raised:
+            log.error("pipeline_failed", **fields)
+            return
+        fields["error"] = kept_error(text)
         if retry_told:
             fields["retry_in_s"] = round(pause, 1)
         if isinstance(exc, Cdc2chError):
@@ -137,14 +143,13 @@ class Runner:
         known: dict[str, Health] = {}
         for db in sorted({c.target.database for c in configs}):
             known.update(self.ports.health(db).load_all())
-        return [
-            Slot(
-                c,
-                self.metrics.pipeline(c.pipeline),
-                known.get(c.pipeline) or Health(c.pipeline, c.table, str(c.target)),
-            )
-            for c in configs
-        ]
+        slots = []
+        for c in configs:
+            health = known.get(c.pipeline) or Health(c.pipeline, c.table, str(c.target))
+            metrics = self.metrics.pipeline(c.pipeline)
+            metrics.failing(health.failures)  # failures in a row before this process started count
+            slots.append(Slot(c, metrics, health))
+        return slots
 
     def _add(self, slots: list[Slot]) -> None:
         for slot in slots:
@@ -317,7 +322,9 @@ class Runner:
             slot.saved_at = time.monotonic()
 
     def _failed(self, slot: Slot, exc: BaseException, record: bool) -> None:
-        slot.failed(exc, self.poll_interval, retry_told=self.isolate and not self.once)
+        slot.failed(
+            exc, self.poll_interval, retry_told=self.isolate and not self.once, raised=not self.isolate
+        )
         if record:
             self._save(slot)
 

@@ -37,24 +37,32 @@ if TYPE_CHECKING:
 BATCH_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
+# The kind of a cdc2ch error: that of the first class it is an instance of.
+_KIND_OF: tuple[tuple[type[Cdc2chError], str], ...] = (
+    (LockedError, "locked"),
+    (ConfigError, "config"),
+    (SchemaChangeError, "schema_change"),
+    (SourceError, "source"),
+    (SinkError, "clickhouse"),
+    (StateError, "state"),
+    (Cdc2chError, "other"),
+)
+INTERNAL = "internal"  # any other exception: a defect
+# Every label `error_kind` gives: each pipeline's cdc2ch_errors_total has a series of each from its start.
+ERROR_KINDS = tuple(dict.fromkeys([kind for _, kind in _KIND_OF] + [INTERNAL]))
+
+
 def error_kind(exc: BaseException) -> str:
-    """A small fixed set of labels, so a dashboard can tell a lake problem from a ClickHouse one."""
-    for cls, kind in (
-        (LockedError, "locked"),
-        (ConfigError, "config"),
-        (SchemaChangeError, "schema_change"),
-        (SourceError, "source"),
-        (SinkError, "clickhouse"),
-        (StateError, "state"),
-        (Cdc2chError, "other"),
-    ):
+    """A small fixed set of labels (ERROR_KINDS), so a dashboard can tell a lake problem from a ClickHouse
+    one."""
+    for cls, kind in _KIND_OF:
         if isinstance(exc, cls):
             return kind
     # An error of the ClickHouse client that escaped the sink's wrapping (from a Spark task, say) is still
     # ClickHouse's.
     if any(type(e).__module__.partition(".")[0] == "clickhouse_connect" for e in chain(exc)):
         return "clickhouse"
-    return "internal"
+    return INTERNAL
 
 
 class Metrics:
@@ -177,9 +185,18 @@ class PipelineMetrics:
     def __init__(self, metrics: Metrics, name: str):
         self._m = metrics
         self.name = name
-        # Series exist from the start, so a dashboard shows 0 rather than nothing.
-        for c in (metrics.rows, metrics.batches, metrics.bytes):
-            c.labels(name)
+        # The series whose first value is known exist from the start: a counter's 0 before its first
+        # increase (without it rate() and increase() miss that increase, and an alert on it never fires), a
+        # histogram's empty buckets, no failure and no pause. The gauges of what is not yet known (lag, last
+        # success, verify, snapshot) appear once it is.
+        m = metrics
+        for series in (m.rows, m.batches, m.bytes, m.batch_seconds, m.compactions, m.tombstones_removed,
+                       m.compaction_seconds, m.compaction_failures):  # fmt: skip
+            series.labels(name)
+        for kind in ERROR_KINDS:
+            m.errors.labels(name, kind)
+        self.failing(0)
+        m.paused.labels(name).set(0)
 
     def batch(self, rows: int, nbytes: int, seconds: float, statements: int = 1) -> None:
         m, n = self._m, self.name
@@ -197,7 +214,7 @@ class PipelineMetrics:
 
     def success(self) -> None:
         self._m.last_success.labels(self.name).set(time.time())
-        self._m.failures.labels(self.name).set(0)
+        self.failing(0)
 
     def verified(self, ok: bool, at: float) -> None:
         self._m.verify_ok.labels(self.name).set(1 if ok else 0)
@@ -206,7 +223,11 @@ class PipelineMetrics:
     def error(self, exc: BaseException, in_a_row: int | None = None) -> None:
         self._m.errors.labels(self.name, error_kind(exc)).inc()
         if in_a_row is not None:
-            self._m.failures.labels(self.name).set(in_a_row)
+            self.failing(in_a_row)
+
+    def failing(self, in_a_row: int) -> None:
+        """The pipeline's attempts failed `in_a_row` times in a row (0: its last one succeeded)."""
+        self._m.failures.labels(self.name).set(in_a_row)
 
     def compacted(self, removed: int, seconds: float) -> None:
         m, n = self._m, self.name
@@ -217,7 +238,7 @@ class PipelineMetrics:
     def paused(self, paused: bool) -> None:
         self._m.paused.labels(self.name).set(1 if paused else 0)
         if paused:  # a paused pipeline is not failing
-            self._m.failures.labels(self.name).set(0)
+            self.failing(0)
 
     def compaction_failed(self) -> None:
         self._m.compaction_failures.labels(self.name).inc()

@@ -15,11 +15,15 @@ import clickhouse_connect
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
 from cdc2ch.base import retry
-from cdc2ch.base.errors import ConfigError, SinkError, one_line, summarise
+from cdc2ch.base.errors import ConfigError, SinkError, summarise
+from cdc2ch.base.log import get_logger
 from cdc2ch.clickhouse import codes
 from cdc2ch.clickhouse.connection import compatibility
 from cdc2ch.clickhouse.connection.placement import OneServer
 from cdc2ch.clickhouse.connection.transport import Sink, TargetTraits
+from cdc2ch.clickhouse.faults import cause
+
+log = get_logger("cdc2ch.clickhouse")
 
 PASSWORD_ENV = "CDC2CH_CLICKHOUSE_PASSWORD"
 PASSWORD_FILE_ENV = "CDC2CH_CLICKHOUSE_PASSWORD_FILE"
@@ -124,8 +128,20 @@ def connect(
     )
 
     # A server that is restarting or briefly unreachable gets the same bounded backoff as any call.
+    tries = 0
+
+    def open_client() -> Any:
+        nonlocal tries
+        tries += 1
+        return clickhouse_connect.get_client(**kwargs)
+
+    def on_retry(attempt: int, exc: BaseException, wait: float) -> None:
+        log.warning(
+            "clickhouse_retry", what="connect", attempt=attempt, wait_s=round(wait, 2), error=cause(exc)
+        )
+
     try:
-        client = retry.call(lambda: clickhouse_connect.get_client(**kwargs), retries, codes.is_transient)
+        client = retry.call(open_client, retries, codes.is_transient, on_retry)
     except ClickHouseError as exc:
         code = codes.error_code(exc)
         if code in codes.CREDENTIALS_REJECTED:
@@ -142,7 +158,7 @@ def connect(
         old = compatibility.too_old(version, display)
         if old is not None:
             raise old from exc
-        text = one_line(str(exc))
+        text = cause(exc)
         if kwargs["password"]:
             text = text.replace(kwargs["password"], "***")
         detail = summarise(text, 300).rstrip(".")
@@ -153,7 +169,7 @@ def connect(
                 code=code,
             ) from exc
         raise SinkError(
-            f"Cannot connect to ClickHouse at {display} (tried {max(1, retries)} times): {detail}. Check "
+            f"Cannot connect to ClickHouse at {display} ({retry.attempts(tries)}): {detail}. Check "
             f"host, port and network, and that the server is running; nothing was written.",
             code=code,
         ) from exc

@@ -25,6 +25,7 @@ from cdc2ch.clickhouse.connection.clients import Clients
 from cdc2ch.clickhouse.connection.owntables import OwnTables
 from cdc2ch.clickhouse.connection.placement import OneServer
 from cdc2ch.clickhouse.connection.rows import arrow_file, json_row
+from cdc2ch.clickhouse.faults import cause
 from cdc2ch.model import contract
 from cdc2ch.model.config import TargetName
 
@@ -135,7 +136,7 @@ class Sink:
                 else "run the same command again"
             )
             return (
-                f"ClickHouse could not be reached after {self._retries} attempts; check that it is up and "
+                f"ClickHouse could not be reached after {retry.attempts(self._retries)}; check that it is up and "
                 f"reachable, then {again}."
             )
         code = codes.error_code(exc)
@@ -146,10 +147,10 @@ class Sink:
             return "Nothing after the last committed version was recorded; fix the cause and run again."
         return "Fix the statement and run it again."
 
-    def _short(self, exc: BaseException | None) -> str:
-        """An exception's text on one line without the password, summarised to MAX_DETAIL characters (its
-        first sentence, or whole words and an ellipsis) and without a final period."""
-        text = str(exc)
+    def _short(self, exc: BaseException) -> str:
+        """An exception's cause (faults.cause) without the password, summarised to MAX_DETAIL characters
+        (its first sentence, or whole words and an ellipsis) and without a final period."""
+        text = cause(exc)
         for secret in self._secrets:
             text = text.replace(secret, "***")
         return summarise(text, MAX_DETAIL).rstrip(".")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdc2ch.base import retry
 from cdc2ch.base.errors import SinkError
+from cdc2ch.clickhouse.faults import scrubbed
 from cdc2ch.clickhouse.writers import Destination, SparkTasks
 from cdc2ch.model import contract
 from cdc2ch.model.changeset import Changes, RangeResult
@@ -183,7 +184,7 @@ class ExecutorWriter:
         if failed:
             raise SinkError(
                 f"Spark tasks failed to insert versions {start}..{end} into {self.to.table_sql} after "
-                f"{cfg.retries} attempts each: {failed[0]}. The offset was not moved; run again once "
+                f"{retry.attempts(cfg.retries)} each: {scrubbed(failed[0])}. The offset was not moved; run again once "
                 f"ClickHouse is healthy."
             )
         rows, batches = sum(r["rows"] for r in results), sum(r["batches"] for r in results)

@@ -141,10 +141,6 @@ def retry_after(value: str | None) -> float | None:
         return None
 
 
-def _attempts(n: int) -> str:
-    return f"{n} attempt" if n == 1 else f"{n} attempts"
-
-
 def transient(exc: BaseException) -> bool:
     """Worth another attempt: throttling, a server error, or no answer at all."""
     if isinstance(exc, HttpError):
@@ -278,7 +274,7 @@ class SharingClient:
             reason = getattr(exc, "reason", exc)
             raise SourceError(
                 f"The Delta Sharing server {self.profile.endpoint} (profile {self.profile.path}) could not be "
-                f"reached after {_attempts(self.attempts)}: {summarise(self.redact(str(reason)), 300)}. Check the "
+                f"reached after {retry.attempts(self.attempts)}: {summarise(self.redact(str(reason)), 300)}. Check the "
                 f"network and the endpoint; the pipeline resumes where it stopped."
             ) from None
 
@@ -295,7 +291,7 @@ class SharingClient:
         if exc.status == 429 or exc.status >= 500:
             return SourceError(
                 f"The Delta Sharing server {p.endpoint} kept failing for table {self.name} (HTTP {exc.status} "
-                f"after {_attempts(self.attempts)}: {summarise(exc.message, 300)}). Nothing was written for the "
+                f"after {retry.attempts(self.attempts)}: {summarise(exc.message, 300)}). Nothing was written for the "
                 f"failed read; run again later, the pipeline resumes where it stopped."
             )
         return SharingRefused(exc.status, exc.code, exc.message, suffix, self.name, p.endpoint)

@@ -306,7 +306,7 @@ def test_unreachable_is_retried_and_not_taken_for_bad_credentials(monkeypatch):
     with pytest.raises(SinkError) as err:
         dsn.connect("http://u@h:5160/", retries=2)
     assert len(calls) == 2 and err.value.code is None
-    assert "Cannot connect to ClickHouse at http://u@h:5160/ (tried 2 times)" in str(err.value)
+    assert "Cannot connect to ClickHouse at http://u@h:5160/ (2 attempts)" in str(err.value)
     assert PASSWORD not in str(err.value)
 
 

@@ -251,7 +251,8 @@ def test_a_jvm_gone_outside_a_translated_call_gets_a_paragraph_and_the_block_err
 
 def test_library_records_are_log_lines_and_py4j_tracebacks_stay_out(capsys):
     """py4j logs a connection it lost to the root logger with a traceback; libraries' records become
-    cdc2ch's log lines (JSON here), an exception as one line, and py4j's show at debug level only."""
+    cdc2ch's log lines (JSON here), an exception as one line, and py4j's show at debug level only, as do
+    those of the ClickHouse transport (urllib3, clickhouse-connect), whose failures cdc2ch tells itself."""
     import logging
     import os
     import sys
@@ -266,20 +267,28 @@ def test_library_records_are_log_lines_and_py4j_tracebacks_stay_out(capsys):
         return logging.LogRecord(name, level, path, 1, "Exception while sending command.", None, info)
 
     py4j = os.path.join("venv", "py4j", "java_gateway.py")
-    other = os.path.join("venv", "urllib3", "connectionpool.py")
+    other = os.path.join("venv", "delta_sharing", "rest_client.py")
+    transport = os.path.join("venv", "urllib3", "connectionpool.py")
     try:
         for level in ("info", "debug"):
             log.configure("json", level)
             capsys.readouterr()
             logging.getLogger().handle(record("root", logging.ERROR, py4j))
-            logging.getLogger().handle(record("urllib3", logging.WARNING, other))
+            logging.getLogger().handle(record("urllib3.connectionpool", logging.WARNING, transport))
+            logging.getLogger().handle(record("clickhouse_connect.driver", logging.ERROR, transport))
+            logging.getLogger().handle(record("delta_sharing", logging.WARNING, other))
             logging.getLogger().handle(record("cdc2ch.pipeline", logging.ERROR, other))  # the API's own
             err = capsys.readouterr().err
             assert "Traceback" not in err
             events = [json.loads(line) for line in err.splitlines()]
-            assert [(e["logger"], e["level"]) for e in events] == (
-                [("urllib3", "warning")] if level == "info" else [("root", "debug"), ("urllib3", "warning")]
-            )
+            hidden = [
+                ("root", "debug"),
+                ("urllib3.connectionpool", "debug"),
+                ("clickhouse_connect.driver", "debug"),
+            ]
+            assert [(e["logger"], e["level"]) for e in events] == ([] if level == "info" else hidden) + [
+                ("delta_sharing", "warning")
+            ]
             assert events[-1]["error"] == "ConnectionResetError: [Errno 104] Connection reset by peer"
     finally:
         with capsys.disabled():  # not onto capsys's stream, which closes with this test
