@@ -145,6 +145,9 @@ CATALOGUE: tuple[Option, ...] = (
            show_default=True, env="CDC2CH_STATUS_FORMAT",
            help="table: aligned columns for a terminal; json: one object per pipeline, with every field."),
     Option("json", {"status"}, COMMAND, param="as_json", flag=True, help="The same as --format json."),
+    Option("wide", {"status"}, COMMAND, flag=True,
+           help="Every column (when it last verified and compacted, how it began, the whole source), "
+           "however wide; by default the table fits 120 columns."),
     Option("max-lag", {"status"}, COMMAND,
            help="Exit with code 2 when any pipeline listed is behind by more than this: a number of versions "
            "(10) or a time between the latest Delta commit and the last replicated one (90s, 15m, 2h, 1d); "
@@ -156,8 +159,11 @@ CATALOGUE: tuple[Option, ...] = (
            "replicates."),
     Option("json", {"verify"}, COMMAND, param="as_json", flag=True,
            help="Print one JSON object per pipeline instead of a summary."),
-    Option("target", {"compact"}, COMMAND, required=True,
+    Option("target", {"compact"}, COMMAND,
            help="The cdc2ch target table to compact, as database.table."),
+    Option("pipeline", {"compact"}, COMMAND, param="pipeline_name",
+           help="The pipeline whose target to compact, by the name `cdc2ch status` shows. With --config and "
+           "neither this nor --target: the target of every pipeline of the file."),
     Option("older-than", {"compact"}, COMMAND, metavar="DURATION",
            help="Drop only tombstones committed longer ago than this: 30s, 15m, 12h, 7d, 2w (or combined, "
            "1d12h); younger ones stay for incremental readers. Default (or 0): drop every tombstone."),
@@ -177,10 +183,10 @@ CATALOGUE: tuple[Option, ...] = (
            help="Any ClickHouse output format: PrettyCompact, TSVWithNames, JSONEachRow, CSV... Used for "
            "statements that return rows and name no FORMAT of their own."),
     # -- which pipelines, and where each starts
-    Option("config", WITH_CONFIG, COMMAND, param="config_path", type=click.Path(dir_okay=False),
-           help="A cdc2ch.toml listing pipelines (table, primary key, target, options) to run in this "
-           "process. Any option can be set in it; a flag or environment variable given too takes "
-           "precedence."),
+    Option("config", WITH_CLICKHOUSE, COMMAND, param="config_path", type=click.Path(dir_okay=False),
+           help="A cdc2ch.toml listing pipelines (table, primary key, target, options): the pipelines `run` "
+           "replicates, and where every other command finds them and their ClickHouse. Any option can be set "
+           "in it; a flag or environment variable given too takes precedence."),
     Option("version", {"snapshot"}, COMMAND, param="snapshot_version", type=click.INT,
            env="CDC2CH_SNAPSHOT_VERSION",
            help="The Delta version to load. Default: the latest. `run` then continues at version + 1."),
