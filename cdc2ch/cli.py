@@ -142,9 +142,23 @@ def verify(**_):
 @click_options("status")
 @handle_errors
 def status(**_):
-    """Show each pipeline's committed version, the latest Delta version, versions and seconds behind, rows
-    written, last success and last error. With --config: the pipelines of that file, including any that
-    never ran. --pattern, --failing and --lagging narrow the list down."""
+    """Show each pipeline's replication status, one line each in 120 columns (--wide: every column; --format
+    json: every field). With --config: the pipelines of that file, each pattern's tables as `run` lists them,
+    including any that never ran. --pattern, --failing and --lagging narrow the list down.
+
+    \b
+    pipeline, target  the pipeline's name and its ClickHouse table
+    committed         the last Delta version written and committed to the target
+    behind            versions from it to the Delta table's latest (--wide: latest)
+    behind_s          seconds between their commit times
+    rows_written      rows written since the pipeline began
+    state             ok; paused (by whom, when, why); resync requested; failing: its last error;
+                      has not run yet
+    --wide adds       last_success (its last successful turn), verified (the last `cdc2ch verify`: ok or
+                      DIFFERS, and when), compacted (the last compaction: when, and the tombstones it
+                      removed), paused, initial_load (how it began: snapshot or changes), source and
+                      location (a catalog table's name and where it was found), error
+    """
     app.status(_current())
 
 

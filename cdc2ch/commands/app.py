@@ -16,7 +16,7 @@ from cdc2ch.base import log as logsetup
 from cdc2ch.base.errors import Cdc2chError, ConfigError, summarise
 from cdc2ch.base.log import get_logger
 from cdc2ch.base.stop import stop_on_signals
-from cdc2ch.commands.listing import configured, pipelines, start_logging, wait_for_tables
+from cdc2ch.commands.listing import configured, file_pipelines, pipelines, start_logging, wait_for_tables
 from cdc2ch.commands.options import Invocation, load_config, merge, process_options
 from cdc2ch.model.config import ProcessOptions, RunConfig, TargetName, parse_duration
 
@@ -212,7 +212,7 @@ def validate(invocation: Invocation) -> None:
     from cdc2ch.commands.validate import Finding, check
     from cdc2ch.source.spark.session import lazy_session
 
-    listed = pipelines(invocation)
+    listed = pipelines(invocation, log_skipped=False)  # each skipped table is one finding below
     configs, process, skipped = listed.configs, listed.process, listed.skipped
     check_serve(process)  # refused by run before anything starts: so by validate too
     start_logging(process)
@@ -296,16 +296,14 @@ def status(invocation: Invocation) -> None:
     merged = merge(invocation, file)
     process = process_options(merged[0], [m.get("table") for m in merged])  # the same in every pipeline
     start_logging(process)
+    listed = file_pipelines(invocation)  # a pattern's tables, as `run` names their pipelines
     with connect(process.clickhouse_dsn, create=False, reader=True) as sink:
         rows = report.collect(
-            sink,
-            lazy_session(process.spark),
-            TargetName.parse(target) if target else None,
-            file.pipeline_ids() if file else None,
-            select,
+            sink, lazy_session(process.spark), TargetName.parse(target) if target else None, listed, select
         )
     empty = f"No pipelines match {select.describe()}." if select else "No pipelines found."
-    click.echo(json.dumps(rows, indent=2) if as_json else report.render_table(rows, empty))
+    wide = bool(given.get("wide"))
+    click.echo(json.dumps(rows, indent=2) if as_json else report.render_table(rows, empty, wide=wide))
     behind = [r for r in rows if report.over_limit(r, *limit)] if limit else []
     if behind:
         click.echo(f"cdc2ch: {report.behind_message(behind, str(max_lag))}", err=True)
@@ -324,20 +322,56 @@ def compact(invocation: Invocation) -> None:
     """`cdc2ch compact`: drop old tombstones and superseded versions of one target table."""
     from cdc2ch.clickhouse.connection.dsn import connect
     from cdc2ch.clickhouse.tables import compaction
+    from cdc2ch.commands.status import target_of
 
     v = invocation.values
-    target, older_than, as_json, clickhouse_dsn = (
-        v["target"],
-        v["older_than"],
-        v["as_json"],
-        v["clickhouse_dsn"],
-    )
+    older_than, as_json = v["older_than"], v["as_json"]
     logsetup.configure(v["log_format"], v["log_level"])
-    name = TargetName.parse(target)
     age = parse_duration(older_than, "--older-than") if older_than is not None else None
-    with connect(clickhouse_dsn, create=False) as sink:
-        result = compaction.compact(sink, name, age)
-    click.echo(json.dumps(result.as_dict()) if as_json else result.summary())
+    targets = _compact_targets(invocation)
+    with connect(clickhouse_of(invocation), create=False) as sink:
+        for name in targets or [target_of(sink, v["pipeline_name"])]:
+            result = compaction.compact(sink, name, age)
+            click.echo(json.dumps(result.as_dict()) if as_json else result.summary())
+
+
+def _compact_targets(invocation: Invocation) -> list[TargetName] | None:
+    """The tables `compact` compacts: --target's, the --config pipelines' (--pipeline's alone), or None for
+    a --pipeline without --config, found in ClickHouse by its records."""
+    v = invocation.values
+    target, pipeline = v.get("target"), v.get("pipeline_name")
+    if target and pipeline:
+        raise ConfigError(
+            f"--target {target} and --pipeline {pipeline} both name the table to compact: give one of them."
+        )
+    if target:
+        return [TargetName.parse(target)]
+    listed = file_pipelines(invocation)
+    if listed is None:
+        if pipeline:
+            return None
+        raise ConfigError(
+            "compact needs to know which table: --target database.table, --pipeline NAME (as `cdc2ch status` "
+            "shows it) or --config cdc2ch.toml (every pipeline's target)."
+        )
+    if pipeline is None:
+        return [t for _, t in listed]
+    return [_listed_target(listed, pipeline, v["config_path"])]
+
+
+def _listed_target(listed: list[tuple[str, TargetName]], pipeline: str, path: str) -> TargetName:
+    for name, target in listed:
+        if name == pipeline:
+            return target
+    raise ConfigError(
+        f"--pipeline {pipeline!r} is not in {path}; its pipelines are: {', '.join(n for n, _ in listed)}."
+    )
+
+
+def clickhouse_of(invocation: Invocation) -> str:
+    """Where the command finds ClickHouse: --clickhouse (or CDC2CH_CLICKHOUSE_URL), else the --config
+    file's `clickhouse`, else the default."""
+    return merge(invocation, load_config(invocation))[0]["clickhouse_dsn"]
 
 
 def lifecycle(invocation: Invocation) -> None:
@@ -345,9 +379,11 @@ def lifecycle(invocation: Invocation) -> None:
     from cdc2ch.commands.pipeline_requests import request
 
     v = invocation.values
-    click.echo(
-        request(invocation.command, v["pipeline_name"], v.get("reason"), v["target"], v["clickhouse_dsn"])
-    )
+    pipeline, target = v["pipeline_name"], v.get("target")
+    listed = file_pipelines(invocation) if not target else None
+    if listed:  # the file's pipeline of that name says where it is; another is looked for in ClickHouse
+        target = next((str(t) for name, t in listed if name == pipeline), None)
+    click.echo(request(invocation.command, pipeline, v.get("reason"), target, clickhouse_of(invocation)))
 
 
 def query(invocation: Invocation) -> None:
@@ -355,9 +391,9 @@ def query(invocation: Invocation) -> None:
     from cdc2ch.clickhouse import query as statement
     from cdc2ch.clickhouse.connection.dsn import connect
 
-    sql, fmt, clickhouse_dsn = (invocation.values[k] for k in ("sql", "fmt", "clickhouse_dsn"))
+    sql, fmt = invocation.values["sql"], invocation.values["fmt"]
     statement.output_format(sql, fmt)  # an empty statement is refused before ClickHouse is opened
-    with connect(clickhouse_dsn, retries=1, create=False, reader=True) as sink:
+    with connect(clickhouse_of(invocation), retries=1, create=False, reader=True) as sink:
         out = statement.run(sink, sql, fmt)
     if out:
         click.echo(out.decode("utf-8", errors="replace"), nl=not out.endswith(b"\n"))

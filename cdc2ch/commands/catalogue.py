@@ -183,6 +183,9 @@ CATALOGUE: tuple[Option, ...] = (
            group=OUTPUT),
     Option("json", {"status"}, COMMAND, param="as_json", flag=True, help="The same as --format json.",
            group=OUTPUT),
+    Option("wide", {"status"}, COMMAND, flag=True,
+           help="Every column (when it last verified and compacted, how it began, the whole source), "
+           "however wide; by default the table fits 120 columns.", group=OUTPUT),
     Option("max-lag", {"status"}, COMMAND,
            help="Exit with code 2 when a pipeline listed is behind by more than this (stderr names them): "
            "versions (10) or a time between the latest Delta commit and the last replicated one (90s, 15m, 2h, "
@@ -193,8 +196,11 @@ CATALOGUE: tuple[Option, ...] = (
            "replicates.", group=BASICS),
     Option("json", {"verify"}, COMMAND, param="as_json", flag=True,
            help="Print one JSON object per pipeline instead of a summary.", group=OUTPUT),
-    Option("target", {"compact"}, COMMAND, required=True,
+    Option("target", {"compact"}, COMMAND,
            help="The cdc2ch target table to compact, as database.table.", group=BASICS),
+    Option("pipeline", {"compact"}, COMMAND, param="pipeline_name",
+           help="The pipeline whose target to compact, by the name `cdc2ch status` shows. With --config and "
+           "neither this nor --target: the target of every pipeline of the file.", group=BASICS),
     Option("older-than", {"compact"}, COMMAND, metavar="DURATION",
            help="Drop only tombstones committed longer ago than this: 30s, 15m, 12h, 7d, 2w (or combined, "
            "1d12h); younger ones stay for incremental readers. Default (or 0): drop every tombstone.",
@@ -225,10 +231,10 @@ CATALOGUE: tuple[Option, ...] = (
     Option("once", RUN, PROCESS, flag=True, help="Catch up to the latest version and exit (for cron).",
            group=BASICS),
     # -- which pipelines, and where each starts
-    Option("config", WITH_CONFIG, COMMAND, param="config_path", type=click.Path(dir_okay=False),
-           help="A cdc2ch.toml listing pipelines (table, primary key, target, options) to run in this "
-           "process. Any option can be set in it; a flag or environment variable given too takes "
-           "precedence.", group=BASICS),
+    Option("config", WITH_CLICKHOUSE, COMMAND, param="config_path", type=click.Path(dir_okay=False),
+           help="A cdc2ch.toml listing pipelines (table, primary key, target, options): the pipelines `run` "
+           "replicates, and where every other command finds them and their ClickHouse. Any option can be set "
+           "in it; a flag or environment variable given too takes precedence.", group=BASICS),
     Option("version", {"snapshot"}, COMMAND, param="snapshot_version", type=click.INT,
            env="CDC2CH_SNAPSHOT_VERSION",
            help="The Delta version to load. Default: the latest. `run` then continues at version + 1.",

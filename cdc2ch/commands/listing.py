@@ -12,7 +12,7 @@ from cdc2ch.base import log as logsetup
 from cdc2ch.base.errors import ConfigError
 from cdc2ch.base.log import get_logger
 from cdc2ch.commands.options import Invocation, load_config, resolve
-from cdc2ch.model.config import ProcessOptions, RunConfig
+from cdc2ch.model.config import ProcessOptions, RunConfig, TargetName
 
 log = get_logger("cdc2ch")
 
@@ -45,15 +45,17 @@ def configured(
     return configs, process
 
 
-def pipelines(invocation: Invocation) -> Listed:
-    """The invocation's pipelines, each --table pattern listed now."""
+def pipelines(invocation: Invocation, log_skipped: bool = True) -> Listed:
+    """The invocation's pipelines, each --table pattern listed now. `log_skipped`: log each table a pattern
+    skips (a command that lists them itself does not)."""
     from cdc2ch.source.spark.session import lazy_session
 
     items, process = resolve(invocation, load_config(invocation))
     if all(isinstance(item, RunConfig) for item in items):
         return Listed([item for item in items if isinstance(item, RunConfig)], process, [], None)
     start_logging(process)
-    reported: set[str] = set()  # skipped tables already logged: a service lists them again and again
+    # skipped tables already logged: a service lists them again and again (None: none logged)
+    reported: set[str] | None = set() if log_skipped else None
     spark = lazy_session(process.spark)  # the one session, started once a listing needs it
     configs, skipped = _expand(items, spark, reported)
     once = any(item.values.get("once") for item in items if not isinstance(item, RunConfig))
@@ -66,7 +68,25 @@ def pipelines(invocation: Invocation) -> Listed:
     )
 
 
-def _expand(items: list, spark, reported: set[str], running: frozenset[str] = frozenset()):
+# The values of a command addressing pipelines that `run` reads the same way: where ClickHouse and Spark are.
+_SHARED = ("config_path", "clickhouse_dsn", "spark_conf", "spark_master", "log_format", "log_level")
+
+
+def file_pipelines(invocation: Invocation) -> list[tuple[str, TargetName]] | None:
+    """(name, target) of each pipeline of the invocation's --config file as `run` names them, each pattern's
+    tables listed now (a table it skips too, under the name `run` reports it by); None without a file."""
+    if not invocation.values.get("config_path"):
+        return None
+    from cdc2ch.commands.catalogue import options_of
+
+    values = {o.param: o.default for o in options_of("run") if not callable(o.default)}
+    values.update({k: v for k, v in invocation.values.items() if k in _SHARED}, once=True)
+    listed = pipelines(Invocation("run", values, invocation.explicit & set(_SHARED)), log_skipped=False)
+    skipped = [(str(s.target), s.target) for s in listed.skipped if s.target is not None]
+    return [(c.pipeline, c.target) for c in listed.configs] + skipped
+
+
+def _expand(items: list, spark, reported: set[str] | None, running: frozenset[str] = frozenset()):
     """The pipelines of `items`, each --table pattern listed now; (pipelines, tables skipped). The tables of
     `running` pipelines are not checked again."""
     from cdc2ch.commands.options import build_config, check_unique
@@ -87,7 +107,7 @@ def _expand(items: list, spark, reported: set[str], running: frozenset[str] = fr
         skipped += found.skipped
     check_unique(configs, "The pipelines of the --table patterns")
     for s in skipped:
-        if s.table not in reported:
+        if reported is not None and s.table not in reported:
             log.warning("table_skipped", pattern=s.pattern, table=s.table, reason=s.reason)
             reported.add(s.table)
     return configs, skipped

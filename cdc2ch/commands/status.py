@@ -44,7 +44,7 @@ log = get_logger("cdc2ch.status")
 # Delta logs read at once: a lookup is a few small reads, round trips on an object store.
 LOG_READERS = 8
 
-# Terminal columns: (heading, row key).
+# Terminal columns of --wide: (heading, row key).
 TABLE_COLUMNS = (
     ("pipeline", "pipeline"),
     ("target", "target"),
@@ -64,6 +64,17 @@ TABLE_COLUMNS = (
     ("error", "error"),
 )
 ERROR_CHARS_IN_TABLE = 160
+# The default table: what a glance needs, in TABLE_WIDTH terminal columns (the last one, `state`, is cut).
+NARROW_COLUMNS = (
+    ("pipeline", "pipeline"),
+    ("target", "target"),
+    ("committed", "committed_version"),
+    ("behind", "versions_behind"),
+    ("behind_s", "seconds_behind"),
+    ("rows_written", "rows_written"),
+    ("state", "state"),
+)
+TABLE_WIDTH = 120
 
 
 def _iso(ts: datetime | None) -> str | None:
@@ -106,6 +117,20 @@ def collect(
     return [r for r in rows if select(r)]
 
 
+def target_of(sink: Sink, pipeline: str) -> TargetName:
+    """The target of the pipeline of that name, from its records in ClickHouse."""
+    found = [rec for (_, name), rec in _records(sink, None)[0].items() if name == pipeline]
+    if len(found) != 1:
+        raise ConfigError(
+            f"No pipeline named {pipeline!r} has a record in ClickHouse at {sink.display}: `cdc2ch status` lists "
+            f"the pipelines there by name (or give --target database.table)."
+            if not found
+            else f"Pipelines named {pipeline!r} have records in {len(found)} databases of ClickHouse at "
+            f"{sink.display}: give --target database.table of the one you mean (`cdc2ch status` shows them)."
+        )
+    return TargetName.parse((found[0][0] or found[0][1]).target)
+
+
 def _records(sink: Sink, databases: set[str] | None) -> tuple[dict, dict, dict, dict]:
     """({(database, pipeline): [offset, health]}, {(database, pipeline): last verify}, {(database, target):
     last compaction}, {(database, pipeline): latest pause/resume/resync request}) of every pipeline in
@@ -142,7 +167,15 @@ def with_compaction(row: dict, compacted) -> None:
     row["last_compaction_at"] = _iso(compacted.finished_at) if compacted else None
     row["tombstones_removed"] = compacted.removed if compacted else None
     row["tombstones_removed_total"] = compacted.removed_total if compacted else None
-    row["compacted"] = f"{row['last_compaction_at']} -{compacted.removed}" if compacted else None
+    row["compacted"] = (
+        f"{row['last_compaction_at']} ({_count(compacted.removed, 'tombstone')} removed)"
+        if compacted
+        else None
+    )
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
 
 
 def with_request(row: dict, request) -> None:
@@ -345,9 +378,31 @@ def _cell(key: str, value, row: dict):
     return value
 
 
-def render_table(rows: list[dict], empty: str = "No pipelines found.") -> str:
+def state(row: dict) -> str:
+    """One word or phrase for the table's `state` column: why a pipeline is not simply replicating."""
+    if row.get("paused"):  # when: --wide and --json
+        why = f": {row['paused_reason']}" if row.get("paused_reason") else ""
+        return f"paused by {row['paused_by']}{why}"
+    if row.get("resync_requested_at"):
+        return f"resync requested at {row['resync_requested_at']}"
+    if row.get("error"):
+        return ("failing: " if row.get("failing") else "") + row["error"].splitlines()[0]
+    return "ok"
+
+
+def render_table(rows: list[dict], empty: str = "No pipelines found.", wide: bool = False) -> str:
+    """The rows as a terminal table: TABLE_WIDTH columns wide, the `state` column cut to fit; every column
+    with `wide`."""
     if not rows:
         return empty
+    if not wide:  # the target only where a pipeline is not named after it (the default name)
+        named = any(r["pipeline"] != r["target"] for r in rows)
+        cols = [(h, k) for h, k in NARROW_COLUMNS[:-1] if named or k != "target"]
+        lines = aligned([h for h, _ in cols], [[_cell(k, r.get(k), r) for _, k in cols] for r in rows])
+        width = max(map(len, lines))
+        room = max(TABLE_WIDTH - width - 2, 16)
+        last = ["state", *(summarise(state(r), room) for r in rows)]
+        return "\n".join(f"{line.ljust(width)}  {end}" for line, end in zip(lines, last))
     named = any(r.get("name") for r in rows)
     shown = {"error": any(r.get("error") for r in rows), "source": named, "location": named}
     shown["verified"] = any(r.get("verified") for r in rows)

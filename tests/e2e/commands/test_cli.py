@@ -76,7 +76,7 @@ def test_status_and_query(spark, cli, database, small_table):
     assert (
         row["pipeline"] == str(target) and row["error"] is None and row["last_success"] and row["last_commit"]
     )
-    text = cli("status", "--target", str(target)).stdout
+    text = cli("status", "--target", str(target), "--wide").stdout
     assert text.splitlines()[0].split()[:7] == [
         "pipeline",
         "target",

@@ -83,7 +83,9 @@ def test_a_storage_pattern_replicates_what_it_can_and_reports_the_rest(spark, cl
     args = ("--table", pattern, "--primary-key", "id", "--primary-keys", keys,
             "--target", f"{database}.{{schema}}_{{table}}")  # fmt: skip
 
-    checked = cli("validate", *args).stdout
+    validated = cli("validate", *args)
+    checked = validated.stdout
+    assert not cli.events(validated, "table_skipped")  # each skipped table is one WARN line, said once
     for name in GOOD:
         assert f"{paths[name]} -> {database}.sales_{name}" in checked
     assert checked.count("key tenant,id") == len(TWO_COLUMN_KEYS)
@@ -121,6 +123,18 @@ def test_a_storage_pattern_replicates_what_it_can_and_reports_the_rest(spark, cl
     for name, why in BAD.items():
         row = rows[f"{database}.sales_{name}"]
         assert row["last_error_kind"] == "skipped" and why.split(" is")[0] in row["last_error"], row
+
+    # A config file with the pattern: `status --config` lists its tables' pipelines as `run` names them, the
+    # skipped ones too, never the template itself (`sales.{table}`).
+    config = tmp_path / "sales.toml"
+    two = ", ".join(f'{n} = ["tenant", "id"]' for n in TWO_COLUMN_KEYS)
+    config.write_text(
+        f'[[pipelines]]\ntable = "{pattern}"\nprimary-key = "id"\nprimary-keys = {{ {two} }}\n'
+        f'target = "{database}.{{schema}}_{{table}}"\n'
+    )
+    listed = json.loads(cli("status", "--config", str(config), "--json").stdout)
+    assert sorted(r["pipeline"] for r in listed) == sorted(f"{database}.sales_{n}" for n in (*GOOD, *BAD))
+    assert all(r["committed_version"] is not None for r in listed if r["pipeline"].split("_", 1)[1] in GOOD)
 
     # Later commits by both writers reach their targets on the next poll of the same command, and
     # `verify` over the pattern finds every good table equal to Delta.

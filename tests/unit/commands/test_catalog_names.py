@@ -169,10 +169,10 @@ def _row(**kw) -> dict:
 
 def test_status_table_shows_name_and_location_when_a_pipeline_has_a_name():
     by_path = _row(source="/lake/orders", name=None, location="/lake/orders")
-    header = render_table([by_path]).splitlines()[0].split()
+    header = render_table([by_path], wide=True).splitlines()[0].split()
     assert "source" not in header and "location" not in header  # unchanged for path pipelines
     named = _row(source="spark_catalog.sales.orders", name="spark_catalog.sales.orders", location="/w/o")
-    lines = render_table([named, by_path]).splitlines()
+    lines = render_table([named, by_path], wide=True).splitlines()
     assert lines[0].split()[-2:] == ["source", "location"]
     assert lines[1].split()[-2:] == ["spark_catalog.sales.orders", "/w/o"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 import pytest
 from click.testing import CliRunner
@@ -142,3 +143,69 @@ def test_without_an_in_commit_timestamp_a_commit_is_dated_by_its_file(tmp_path):
     assert log.lag(0, log.latest()) == (2, 120.0)
     (log_dir / f"{0:020d}.json").unlink()  # the replicated commit cleaned up: its time is unknown
     assert log.behind(0) == (2, 2, None)
+
+
+def _status_row(**kw) -> dict:
+    row = {
+        "pipeline": "analytics.orders_eu_west",
+        "target": "analytics.orders_eu_west",
+        "source": "s3a://lake/sales/orders_eu_west",
+        "name": None,
+        "location": None,
+        "committed_version": 1234,
+        "latest_version": 1240,
+        "versions_behind": 6,
+        "seconds_behind": 42.3,
+        "rows_written": 12_345_678,
+        "initial_load": "snapshot",
+        "last_success": "2026-12-01T18:17:44+00:00",
+        "verified": "ok 2026-12-01T18:17:44+00:00",
+        "failing": False,
+        "error": None,
+    }
+    return {**row, **kw}
+
+
+def test_the_status_table_fits_120_columns_and_says_each_pipelines_state_in_words():
+    from cdc2ch.commands.status import render_table, with_compaction
+    from cdc2ch.model.records import Compacted
+
+    def row(name: str, **kw) -> dict:
+        return _status_row(pipeline=f"analytics.{name}", target=f"analytics.{name}", **kw)
+
+    rows = [
+        row("orders_eu_west"),
+        row("orders_us", paused=True, paused_by="ann@host", paused_at="2026-12-01T18:00:00+00:00"),
+        row("items", failing=True, error="ClickHouse at http://h:8123/ refused: " + "word " * 80),
+        row("shops", source=None, committed_version=None, error="has not run yet"),
+    ]
+    when = datetime(2026, 12, 1, 18, 17, 44, tzinfo=timezone.utc)
+    with_compaction(rows[0], Compacted("analytics.orders_eu_west", when, 1, 7, 0.5, 3))
+    lines = render_table(rows).splitlines()
+    assert max(map(len, lines)) <= 120, "\n".join(lines)  # today: every column, about 260 wide
+    # pipelines named after their targets (the default): no second column of the same names
+    assert lines[0].split() == ["pipeline", "committed", "behind", "behind_s", "rows_written", "state"]
+    states = [line.split("  ")[-1].strip() for line in lines[1:]]
+    assert states[0] == "ok"
+    assert states[1] == "paused by ann@host"
+    assert states[2].startswith("failing: ClickHouse at http://h:8123/ refused")
+    assert states[2].endswith("…")
+    assert states[3] == "has not run yet"
+    renamed = render_table([*rows, _status_row(pipeline="eu", target="analytics.orders_eu")]).splitlines()
+    assert renamed[0].split()[:2] == ["pipeline", "target"] and max(map(len, renamed)) <= 120
+    # --wide: every column; the compaction says what its number is (today: `2026-12-01T18:17:44+00:00 -1`)
+    wide = render_table(rows, wide=True)
+    assert "compacted" in wide.splitlines()[0] and "2026-12-01T18:17:44+00:00 (1 tombstone removed)" in wide
+    assert max(map(len, wide.splitlines())) > 120
+
+
+def test_status_help_explains_every_column_it_shows():
+    from click.testing import CliRunner
+
+    from cdc2ch.cli import main
+    from cdc2ch.commands.status import NARROW_COLUMNS, TABLE_COLUMNS
+
+    text = CliRunner().invoke(main, ["status", "--help"]).output
+    for heading, _ in (*NARROW_COLUMNS, *TABLE_COLUMNS):
+        assert heading in text.split("Options:")[0], heading
+    assert "--wide" in text and "tombstones it" in text

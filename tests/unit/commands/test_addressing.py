@@ -1,0 +1,94 @@
+"""Every command that addresses pipelines or their database finds them the same way: --config (or
+CDC2CH_CONFIG) names the file, whose `clickhouse` and pipelines it resolves as `run` does (issue 68, item 2)."""
+
+from __future__ import annotations
+
+import click
+import pytest
+
+from cdc2ch.base.errors import ConfigError
+from cdc2ch.cli import invocation, main
+from cdc2ch.commands.app import _compact_targets, clickhouse_of
+from cdc2ch.model.config import TargetName
+
+pytestmark = pytest.mark.unit
+
+FILE_URL = "http://reader@ch.example:8123/"
+# Each command addressing pipelines or their database, with the arguments it needs besides --config.
+ADDRESSING = {
+    "run": [],
+    "validate": [],
+    "snapshot": [],
+    "reshape": [],
+    "verify": [],
+    "status": [],
+    "query": ["SELECT 1"],
+    "compact": [],
+    "pause": ["--pipeline", "orders"],
+    "resume": ["--pipeline", "orders"],
+    "resync": ["--pipeline", "orders"],
+}
+
+
+@pytest.fixture
+def config(tmp_path):
+    path = tmp_path / "cdc2ch.toml"
+    path.write_text(
+        f'clickhouse = "{FILE_URL}"\n'
+        f'[[pipelines]]\ntable = "{tmp_path}/orders"\nprimary-key = "id"\ntarget = "sales.orders"\n'
+        f'[[pipelines]]\nname = "items"\ntable = "{tmp_path}/items"\nprimary-key = "id"\n'
+    )
+    return str(path)
+
+
+def _invocation(command: str, *args: str):
+    ctx = main.commands[command].make_context(command, [*ADDRESSING[command], *args])
+    return invocation(ctx)
+
+
+@pytest.mark.parametrize("command", sorted(ADDRESSING))
+def test_every_command_addressing_pipelines_takes_the_config_file_and_its_clickhouse(
+    command, config, monkeypatch
+):
+    monkeypatch.delenv("CDC2CH_CLICKHOUSE_URL", raising=False)
+    assert clickhouse_of(_invocation(command, "--config", config)) == FILE_URL
+    monkeypatch.setenv("CDC2CH_CONFIG", config)  # the variable, as every option has one
+    assert clickhouse_of(_invocation(command)) == FILE_URL
+    # a flag (or its variable) wins over the file, as for `run`
+    assert clickhouse_of(_invocation(command, "--clickhouse", "chdb:///elsewhere")) == "chdb:///elsewhere"
+    monkeypatch.setenv("CDC2CH_CLICKHOUSE_URL", "chdb:///from-env")
+    assert clickhouse_of(_invocation(command)) == "chdb:///from-env"
+
+
+def test_compact_names_its_table_by_target_pipeline_or_config(config):
+    targets = _compact_targets
+    assert targets(_invocation("compact", "--target", "a.b")) == [TargetName("a", "b")]
+    assert targets(_invocation("compact", "--config", config)) == [
+        TargetName("sales", "orders"),
+        TargetName("cdc2ch", "items"),
+    ]
+    assert targets(_invocation("compact", "--config", config, "--pipeline", "items")) == [
+        TargetName("cdc2ch", "items")
+    ]
+    assert targets(_invocation("compact", "--pipeline", "items")) is None  # found in ClickHouse by name
+    with pytest.raises(
+        ConfigError, match="--pipeline 'nope' is not in .*; its pipelines are: sales.orders, items"
+    ):
+        targets(_invocation("compact", "--config", config, "--pipeline", "nope"))
+    with pytest.raises(ConfigError, match="compact needs to know which table"):
+        targets(_invocation("compact"))
+    with pytest.raises(ConfigError, match="give one of them"):
+        targets(_invocation("compact", "--target", "a.b", "--pipeline", "items"))
+
+
+def test_the_readme_lists_the_options_each_command_takes_as_the_commands_declare_them():
+    from pathlib import Path
+
+    from cdc2ch.commands.optiontable import replaced
+
+    readme = (Path(__file__).parents[3] / "README.md").read_text(encoding="utf-8")
+    assert replaced(readme, main) == readme, "run `make readme`"
+    # a command that lost an option: the table no longer matches
+    query = main.commands["query"]
+    trimmed = click.Command("query", params=[p for p in query.params if p.name != "config_path"])
+    assert replaced(readme, click.Group(commands={**main.commands, "query": trimmed})) != readme
