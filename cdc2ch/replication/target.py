@@ -42,9 +42,10 @@ def clickhouse_ports(
     metrics: PipelineMetrics,
     budget: RowBudget = UNLIMITED,
 ) -> Ports:
-    tables = ClickHouseTables(sink, cfg.target, cfg.design)
-    tasks = SparkTasks(positional_columns, shipped_by_value)
     bound = log.bind(pipeline=cfg.pipeline)
+    tables = ClickHouseTables(sink, cfg.target, cfg.design)
+    snapshots = snapshot_ports(cfg, sink, bound, tables)  # the offsets and the claim
+    tasks = SparkTasks(positional_columns, shipped_by_value)
     to = Destination(cfg, sink, tables.table_sql, stop, metrics, bound, tasks, storage_error)
     streamed = partial(plan.streamed, max_rows_per_read=cfg.max_rows_per_read, streams=True)
     writers: dict[str, Callable[[Destination], RangeWriter]] = {
@@ -53,7 +54,6 @@ def clickhouse_ports(
         "driver": lambda to: DriverWriter(to, streamed if source.streams else None),
     }
 
-    snapshots = snapshot_ports(cfg, sink, bound)  # the offsets and the claim
     return Ports(
         store=snapshots.store,
         lock=snapshots.lock,
@@ -83,8 +83,11 @@ def clickhouse_snapshotter(
     return Snapshotter(cfg, source, ports, stop, budget, metrics)
 
 
-def snapshot_ports(cfg: RunConfig, sink: Sink, log: Logger) -> SnapshotPorts:
-    tables = ClickHouseTables(sink, cfg.target, cfg.design)
+def snapshot_ports(
+    cfg: RunConfig, sink: Sink, log: Logger, tables: ClickHouseTables | None = None
+) -> SnapshotPorts:
+    """A snapshot's ports on a ClickHouse target; `tables`: the pipeline's, where its ports hold them already."""
+    tables = tables or ClickHouseTables(sink, cfg.target, cfg.design)
     store = StateStore(sink, cfg.target.database)
     return SnapshotPorts(
         store=store,
