@@ -176,6 +176,10 @@ CATALOGUE: tuple[Option, ...] = (
            env="CDC2CH_QUERY_FORMAT",
            help="Any ClickHouse output format: PrettyCompact, TSVWithNames, JSONEachRow, CSV... Used for "
            "statements that return rows and name no FORMAT of their own."),
+    Option("format", {"spark-conf"}, COMMAND, param="fmt", choices=("flags", "python"), default="flags",
+           show_default=True, env="CDC2CH_SPARK_CONF_FORMAT",
+           help="flags: spark-submit/pyspark arguments on one line, for $(cdc2ch spark-conf); python: a "
+           "SparkSession.builder with the same settings, for a script run by python or a notebook."),
     # -- which pipelines, and where each starts
     Option("config", WITH_CONFIG, COMMAND, param="config_path", type=click.Path(dir_okay=False),
            help="A cdc2ch.toml listing pipelines (table, primary key, target, options) to run in this "
