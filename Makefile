@@ -3,6 +3,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
+PIP    := $(BIN)/pip --quiet --disable-pip-version-check
+# Each install step says what it does and how long it took (with date: POSIX sh has no SECONDS).
+CLOCK  := t=$$(date +%s)
+TOOK   := echo "  done in $$(( $$(date +%s) - t )) s"
 # The official Delta Sharing connector, the tests' independent client of tests/support/sharing_server.py, in
 # its own virtualenv: it pins an older pyarrow than cdc2ch runs.
 SHARING_VENV  := .venv-sharing
@@ -34,22 +39,35 @@ $(PROM_STAMP):
 	fi
 	@if [ -f $(PROM_DIR)/UNAVAILABLE ]; then echo "warning: $$(cat $(PROM_DIR)/UNAVAILABLE); the Prometheus tests will skip"; fi
 
-# Everything a fresh machine needs: a virtualenv, the package with test extras, the Delta jars and the S3
-# connector (fetched once from Maven Central into ~/.cache/cdc2ch/jars) and the JVM class archive saved beside them.
+# Everything a developer's machine needs (`make test` and the other gates): a virtualenv, the package with
+# test extras, the Delta jars and the S3 connector (fetched once from Maven Central into ~/.cache/cdc2ch/jars)
+# and the JVM class archive saved beside them.
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[test]"
-	$(BIN)/python -m cdc2ch.source.spark.session s3 > /dev/null
-	touch $(STAMP)
+	@echo "Installing cdc2ch with its test, lint and type-checking tools into $(VENV) (about 3 minutes, 2 GB; once)..."
+	@$(CLOCK); $(PYTHON) -m venv $(VENV) && $(PIP) install --upgrade pip && $(PIP) install -e ".[test]" && $(TOOK)
+	@echo "Fetching the Delta jars and the S3 connector into ~/.cache/cdc2ch/jars, and starting Spark once to save its class archive (about 2 minutes, 0.9 GB; once)..."
+	@$(CLOCK); $(BIN)/python -m cdc2ch.source.spark.session s3 > /dev/null && $(TOOK)
+	@touch $(STAMP)
 
 $(SHARING_STAMP): tests/support/sharing-requirements.txt
-	$(PYTHON) -m venv $(SHARING_VENV)
-	$(SHARING_VENV)/bin/pip install --quiet -r tests/support/sharing-requirements.txt
-	touch $(SHARING_STAMP)
+	@echo "Installing the Delta Sharing client the tests check against into $(SHARING_VENV) (about 30 s; once)..."
+	@$(CLOCK); $(PYTHON) -m venv $(SHARING_VENV) && \
+	    $(SHARING_VENV)/bin/pip install --quiet --disable-pip-version-check -r tests/support/sharing-requirements.txt && $(TOOK)
+	@touch $(SHARING_STAMP)
 
-demo: install
-	$(BIN)/cdc2ch demo --dir ./cdc2ch-demo
+# What the demo needs and no more: the package without its test extras, and the Delta jars with the class
+# archive (no storage connector: the demo's table is on local disk). A developer's full install has all of
+# that, so where one is there the demo uses it (updated, like `make install`, when pyproject.toml changed).
+$(DEMO_STAMP): pyproject.toml
+	@echo "Installing cdc2ch and its dependencies (PySpark, the embedded ClickHouse) into $(VENV) (1-2 minutes, 1.4 GB; once)..."
+	@$(CLOCK); $(PYTHON) -m venv $(VENV) && $(PIP) install -e . && $(TOOK)
+	@echo "Fetching the Delta jars into ~/.cache/cdc2ch/jars, and starting Spark once to save its class archive (1-2 minutes, 0.3 GB; once)..."
+	@$(CLOCK); $(BIN)/python -m cdc2ch.source.spark.session > /dev/null && $(TOOK)
+	@touch $(DEMO_STAMP)
+
+demo: $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP))
+	@echo "Running the demo: Spark writes a Delta table, cdc2ch replicates it into an embedded ClickHouse (about 1 minute)..."
+	@$(BIN)/cdc2ch demo --dir ./cdc2ch-demo
 
 # The quality gates, then the whole suite over PYTEST_WORKERS processes, each with its own Spark session and
 # embedded ClickHouse; a file's tests stay on one worker, so the tables a module builds once serve them all.

@@ -223,5 +223,21 @@ def demo(**_):
     app.demo(_current())
 
 
+@main.command("spark-conf")
+@click_options("spark-conf")
+@handle_errors
+def spark_conf(**_):
+    """Print the settings with which cdc2ch's own Spark reads and writes Delta tables (its Delta jars, fetched
+    once, and Delta's SQL extension and catalog), for a Spark of your own that writes the tables cdc2ch
+    replicates:
+
+    \b
+    spark-submit $(cdc2ch spark-conf) write_table.py
+    pyspark $(cdc2ch spark-conf)
+    cdc2ch spark-conf --format python    # a SparkSession.builder for a script or notebook
+    """
+    app.spark_conf(_current())
+
+
 if __name__ == "__main__":
     main()

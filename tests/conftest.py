@@ -37,6 +37,7 @@ LONGEST_FIRST = (
     "e2e/fleet/test_catalog.py",
     "e2e/commands/test_compact_service.py",
     "e2e/replication/test_initial_load.py",
+    "e2e/commands/test_own_table.py",
 )
 
 

@@ -406,3 +406,14 @@ def demo(invocation: Invocation) -> None:
     v = invocation.values
     logsetup.configure(v["log_format"], v["log_level"])
     run_demo(v["demo_dir"], click.echo)
+
+
+def spark_conf(invocation: Invocation) -> None:
+    """`cdc2ch spark-conf`: print the Delta settings of cdc2ch's Spark session for a Spark of one's own."""
+    from cdc2ch.commands.sparkconf import render
+    from cdc2ch.source.spark.jars import delta_jars_cached, jars_dir
+    from cdc2ch.source.spark.session import delta_conf
+
+    if not delta_jars_cached():  # stdout is the settings alone, for $(cdc2ch spark-conf)
+        click.echo(f"Fetching the Delta jars from Maven Central into {jars_dir()} (once)...", err=True)
+    click.echo(render(delta_conf(), invocation.values["fmt"]))

@@ -230,6 +230,10 @@ CATALOGUE: tuple[Option, ...] = (
            "the URL).", group=BASICS),
     Option("once", RUN, PROCESS, flag=True, help="Catch up to the latest version and exit (for cron).",
            group=BASICS),
+    Option("format", {"spark-conf"}, COMMAND, param="fmt", choices=("flags", "python"), default="flags",
+           show_default=True, env="CDC2CH_SPARK_CONF_FORMAT",
+           help="flags: spark-submit/pyspark arguments on one line, for $(cdc2ch spark-conf); python: a "
+           "SparkSession.builder with the same settings, for a script run by python or a notebook.", group=BASICS),
     # -- which pipelines, and where each starts
     Option("config", WITH_CLICKHOUSE, COMMAND, param="config_path", type=click.Path(dir_okay=False),
            help="A cdc2ch.toml listing pipelines (table, primary key, target, options): the pipelines `run` "

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 import shutil
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -57,6 +60,27 @@ def _grid(title: str, rows: list[tuple]) -> list[str]:
     return [title, *report.aligned(COLUMNS, [list(r) for r in rows], empty="")]
 
 
+def calling(cwd: Path) -> tuple[list[str], str]:
+    """How a shell in `cwd` calls this cdc2ch: the lines to run first (none when the `cdc2ch` on PATH is this
+    one) and the command itself. `make demo` starts .venv/bin/cdc2ch, which is on no PATH until activated."""
+    bindir = Path(sys.executable).parent
+    script, activate = bindir / "cdc2ch", bindir / "activate"
+    found = shutil.which("cdc2ch")
+    if found and script.is_file() and Path(found).resolve() == script.resolve():
+        return [], "cdc2ch"
+    if script.is_file() and activate.is_file():
+        return [f"source {_shown(activate, cwd)}    # puts cdc2ch on your PATH"], "cdc2ch"
+    if script.is_file():
+        return [], _shown(script, cwd)
+    return [], f"{shlex.quote(sys.executable)} -m cdc2ch"
+
+
+def _shown(path: Path, cwd: Path) -> str:
+    """`path` as typed in `cwd`: relative below it (.venv/bin/activate), else absolute; quoted for a shell."""
+    inside = os.path.commonpath([path, cwd]) == str(cwd)
+    return shlex.quote(os.path.relpath(path, cwd) if inside else str(path))
+
+
 def run_demo(demo_dir: str, echo: Callable[[str], None]) -> bool:
     root = Path(demo_dir).resolve()
     if root.exists():
@@ -108,7 +132,15 @@ def run_demo(demo_dir: str, echo: Callable[[str], None]) -> bool:
     echo("")
     echo(report.render_table(rows))
     echo("")
-    echo(f'Look inside: cdc2ch query "SELECT * FROM cdc2ch.customers FINAL" --clickhouse {dsn}')
+    first, cdc2ch = calling(Path.cwd())
+    echo("Look inside, from this shell:")
+    for line in [
+        *first,
+        f'{cdc2ch} query "SELECT * FROM cdc2ch.customers FINAL" --clickhouse {shlex.quote(dsn)}',
+        f"{cdc2ch} status --clickhouse {shlex.quote(dsn)}",
+    ]:
+        echo(f"  {line}")
+    echo('Then replicate a table of your own: README.md, "Your own table".')
     return match
 
 

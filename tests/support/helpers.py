@@ -6,6 +6,7 @@ import datetime as dt
 import decimal
 import fcntl
 import math
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -176,6 +177,11 @@ class SinkTap:
         out = self.inner.command(sql, what=what, settings=settings)
         self.after_command(what)
         return out
+
+
+def without_cdc2ch(path: str) -> str:
+    """PATH as in a shell that has not activated cdc2ch's virtualenv: no directory holding a `cdc2ch`."""
+    return os.pathsep.join(d for d in path.split(os.pathsep) if d and not (Path(d) / "cdc2ch").exists())
 
 
 class Proc:

@@ -4,7 +4,7 @@ connectors object-storage tables need (S3, Azure, Google Cloud Storage).
 Each set is resolved through Spark's own Ivy (or Maven as a fallback) into a directory of the cache, and
 every later session loads it from there (session.py's `jar_conf` says how): no network and no resolution
 chatter after the first run. `python -m cdc2ch.source.spark.session` fills the cache ahead of time (`make
-install` does); with `s3`, `azure` or `gcs` as arguments, those connectors too.
+demo` and `make install` do); with `s3`, `azure` or `gcs` as arguments, those connectors too.
 """
 
 from __future__ import annotations
@@ -109,6 +109,11 @@ def delta_jars() -> list[str]:
     if os.environ.get("CDC2CH_DELTA_JARS"):  # an air-gapped site can point at jars it ships itself
         return [j for j in os.environ["CDC2CH_DELTA_JARS"].split(",") if j]
     return _cached(jars_dir(), (delta_artifact(),), (), "the Delta Lake jars")
+
+
+def delta_jars_cached() -> bool:
+    """Whether delta_jars() answers from the cache, without fetching anything."""
+    return bool(os.environ.get("CDC2CH_DELTA_JARS")) or (jars_dir() / ".complete").exists()
 
 
 def connector_dir(found: Connector) -> Path:

@@ -33,6 +33,9 @@ DELTA_CONF = {
     # the executors between the pools, where FIFO would let one table's load hold every core.
     "spark.scheduler.mode": "FAIR",
 }
+# What another Spark needs besides the Delta jars to read and write Delta tables as this session does
+# (`cdc2ch spark-conf` prints them).
+DELTA_SQL = ("spark.sql.extensions", "spark.sql.catalog.spark_catalog")
 # Sensible for one machine; every key can be overridden with --spark-conf.
 LOCAL_CONF = {
     "spark.ui.enabled": "false",
@@ -143,6 +146,13 @@ def _build(settings: SparkSettings):
 
         classarchive.save_at_exit(spark, archive, get_logger("cdc2ch.spark"))
     return spark
+
+
+def delta_conf() -> dict[str, str]:
+    """The settings with which a Spark session of one's own (spark-submit, pyspark, a notebook) reads and
+    writes Delta tables as cdc2ch's does: the Delta jars of the cache (fetched on first use) and Delta's SQL
+    extension and catalog."""
+    return {"spark.jars": ",".join(delta_jars()), **{key: DELTA_CONF[key] for key in DELTA_SQL}}
 
 
 def jar_conf(delta: list[str], connectors: list[str], local: bool, user: dict[str, str]) -> dict[str, str]:
@@ -327,7 +337,7 @@ def shipped_by_value(*modules):
 
 
 def prepare(connectors: list[str]) -> None:
-    """Ahead of the first run (`make install`): fetch the Delta jars (and the storage `connectors` named),
+    """Ahead of the first run (`make demo`, `make install`): fetch the Delta jars (and the storage `connectors` named),
     then run cdc2ch's own CDF and snapshot reads once on a throwaway table so that this process leaves the
     class archive behind (see classarchive.py)."""
     from cdc2ch.source.sparkread.deltasource import DeltaSource

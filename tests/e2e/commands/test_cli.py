@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -16,7 +17,7 @@ from delta.tables import DeltaTable
 
 from cdc2ch.cli import main
 from cdc2ch.model.config import TargetName
-from tests.support.helpers import create_table, vacuum_everything
+from tests.support.helpers import create_table, vacuum_everything, without_cdc2ch
 
 COLS = "id BIGINT, name STRING"
 
@@ -193,13 +194,16 @@ def test_null_key_is_refused(reader, spark, sink, cli, database, tmp_path):
 
 @pytest.mark.skipif(os.environ.get("CDC2CH_SKIP_SLOW") == "1", reason="starts its own Spark")
 def test_demo_command(tmp_path):
-    """The README's demo, as a user runs it: a fresh process, its own Spark and embedded ClickHouse."""
+    """The README's demo, as a user runs it: a fresh process, its own Spark and embedded ClickHouse, started
+    from a shell with no `cdc2ch` on its PATH, as `make demo` starts .venv/bin/cdc2ch."""
+    shell = {**os.environ, "PATH": without_cdc2ch(os.environ["PATH"])}
     proc = subprocess.run(
         [sys.executable, "-m", "cdc2ch", "demo", "--dir", str(tmp_path / "demo")],
         capture_output=True,
         text=True,
         timeout=600,
         cwd=tmp_path,
+        env=shell,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
@@ -209,6 +213,22 @@ def test_demo_command(tmp_path):
     # The demo's pipeline records its success like any run: the status table shows when.
     status_line = next(line for line in out.splitlines() if line.startswith("cdc2ch.customers"))
     assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d", status_line), status_line
+    # It ends with the commands to look inside, which work as printed in that same shell (issue 68, item 5).
+    lines = out.splitlines()
+    look = next(i for i, line in enumerate(lines) if line.startswith("Look inside"))
+    commands = [line.strip() for line in itertools.takewhile(lambda s: s.startswith("  "), lines[look + 1 :])]
+    assert commands, out  # before: `Look inside: cdc2ch query …`, `cdc2ch: command not found` in that shell
+    looked = subprocess.run(
+        ["bash", "-e", "-c", "\n".join(commands)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=shell,
+    )
+    assert looked.returncode == 0, looked.stderr
+    assert "Dennis" in looked.stdout, looked.stdout  # the query's rows
+    assert "cdc2ch.customers" in looked.stdout, looked.stdout  # the status's pipeline
 
 
 def _state(sink, database: str, pipeline: str) -> tuple[int, int]:

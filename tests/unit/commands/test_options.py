@@ -125,6 +125,7 @@ def test_environment_variables_are_derived_from_option_names():
         ("demo", "--dir"): "CDC2CH_DEMO_DIR",
         ("query", "--format"): "CDC2CH_QUERY_FORMAT",
         ("status", "--format"): "CDC2CH_STATUS_FORMAT",
+        ("spark-conf", "--format"): "CDC2CH_SPARK_CONF_FORMAT",
     }
     for (command, flag), envvar in envvars.items():
         expected = "CDC2CH_" + flag[2:].upper().replace("-", "_")
