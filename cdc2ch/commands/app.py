@@ -74,7 +74,10 @@ def run_pipelines(
         process.max_parallel, first.spark.master, len(configs), discover is not None, spark_reads
     )
     # A pipeline of a config that another runner holds is one failing pipeline, not a refusal of all.
-    with _target(first, max(c.retries for c in configs), check_lock=not isolate) as sink, _serving(process):
+    with (
+        _target(first, max(c.retries for c in configs), check_lock=not isolate) as sink,
+        _serving(process, sink),
+    ):
         sink.widen(workers + 1)  # the pipelines' calls overlap; one more for claims' heartbeats
         budget = RowBudget(
             # two ranges per worker; with the extra workers of pipelines ClickHouse reads (whose ranges are
@@ -131,19 +134,27 @@ def check_serve(process: ProcessOptions) -> None:
 
 
 @contextmanager
-def _serving(process: ProcessOptions):
+def _serving(process: ProcessOptions, sink):
     """With --serve: the embedded engine over HTTP while the block runs, recorded in the data directory so
-    that `status` and `query` on that directory find it."""
+    that `status` and `query` on that directory find it. Pipeline requests that come to it (`cdc2ch pause`,
+    ...) are recorded through this process's own connection, `sink`: the served data stays read-only."""
     opts = process.serve
     if opts is None:
         yield
         return
     from cdc2ch.clickhouse.connection import embedded
     from cdc2ch.clickhouse.serving import endpoint
+    from cdc2ch.commands.pipeline_requests import record
 
     path = embedded.data_path(process.clickhouse_dsn)
     server = endpoint.serve_engine(
-        str(path), opts.address, opts.user, opts.writable, opts.tls_cert, opts.tls_key
+        str(path),
+        opts.address,
+        opts.user,
+        opts.writable,
+        opts.tls_cert,
+        opts.tls_key,
+        requests=lambda ask: record(sink, ask, serving=True),
     )
     try:
         embedded.announce_service(path, server.url, opts.tls_cert)

@@ -1,12 +1,24 @@
 """`cdc2ch pause`, `resume` and `resync`: a request for one pipeline, recorded in its target database where
-the service running it reads it within one poll (fleet/lifecycle.py); nothing restarts."""
+the service running it reads it within one poll (fleet/lifecycle.py); nothing restarts.
+
+An embedded database held by a `cdc2ch run --serve` is reached through that service, which records the
+request itself (clickhouse/serving/requestroute.py: its data stays read-only to every client); any other
+target takes the request from this process. What it prints says what happens next, as things stand: a
+service running the pipeline (a live claim on it), none that can be (this process opened the embedded
+database itself), or none holding a claim on it now (a service may hold it paused)."""
 
 from __future__ import annotations
 
+from enum import Enum
+
 from cdc2ch.base.errors import ConfigError, SinkError
+from cdc2ch.base.log import get_logger
 from cdc2ch.clickhouse import codes
 from cdc2ch.clickhouse.connection.transport import Sink
+from cdc2ch.clickhouse.serving import requestroute
+from cdc2ch.clickhouse.serving.requestroute import Ask
 from cdc2ch.clickhouse.state.control import ControlStore
+from cdc2ch.clickhouse.state.lock import holders
 from cdc2ch.clickhouse.state.statestore import (
     HEALTH_TABLE,
     STATE_TABLE,
@@ -17,36 +29,90 @@ from cdc2ch.clickhouse.state.statestore import (
 from cdc2ch.model.config import TargetName
 from cdc2ch.model.records import PAUSE, RESUME, RESYNC
 
+log = get_logger("cdc2ch.requests")
+
+
+class Runs(Enum):
+    """Who acts on a request, as far as can be told when it is recorded."""
+
+    NOW = "a service runs the pipeline: a live claim on it"
+    UNCLAIMED = "no claim on it: nothing replicates it now, or a service holds it paused"
+    NOTHING = "this process opened the embedded database, which a running service would hold"
+
+
+_REBUILD = (
+    "loads a snapshot of the latest version into a side table while the target keeps serving, swaps it in "
+    "and goes on (`cdc2ch status` shows it pending until then)"
+)
 DONE = {
-    PAUSE: "paused: the service running it stops it after the batch in flight, within one poll, and the others "
-    "go on. `cdc2ch resume --pipeline {p}` lets it go on from its offset.",
-    RESUME: "resumed: the service running it goes on from its offset within one poll.",
-    RESYNC: "to be rebuilt: within one poll the service running it loads a snapshot of the latest version into "
-    "a side table while the target keeps serving, swaps it in and goes on (`cdc2ch status` shows it pending "
-    "until then).",
+    (PAUSE, Runs.NOW): "paused: the service running it ({holder}) stops it after the batch in flight, within "
+    "one poll, and the others go on. `cdc2ch resume --pipeline {p}` lets it go on from its offset.",
+    (RESUME, Runs.NOW): "resumed: the service running it ({holder}) goes on from its offset within one poll.",
+    (RESYNC, Runs.NOW): f"to be rebuilt: within one poll the service running it ({{holder}}) {_REBUILD}.",
+    (PAUSE, Runs.UNCLAIMED): "paused: no process is replicating it now (none holds a claim on it); a service "
+    "that runs it, or its next `cdc2ch run`, leaves it alone until `cdc2ch resume --pipeline {p}`.",
+    (
+        RESUME,
+        Runs.UNCLAIMED,
+    ): "resumed: no process is replicating it now (none holds a claim on it). A service "
+    "that holds it paused goes on from its offset within one poll; otherwise it goes on when the pipeline "
+    "next runs (`cdc2ch run ...`).",
+    (
+        RESYNC,
+        Runs.UNCLAIMED,
+    ): "to be rebuilt: no process is replicating it now (none holds a claim on it), so "
+    "the rebuild waits for its next turn: when the pipeline next runs (`cdc2ch run ...`), or, if a service "
+    f"holds it paused, once it is resumed. It then {_REBUILD}.",
+    (PAUSE, Runs.NOTHING): "paused: no service is running it (this command could open its embedded database, "
+    "which a running service holds), so the request is recorded for its next run: `cdc2ch run` leaves it "
+    "alone until `cdc2ch resume --pipeline {p}`.",
+    (RESUME, Runs.NOTHING): "resumed: no service is running it (this command could open its embedded "
+    "database, which a running service holds), so the request is recorded for its next run: it goes on from "
+    "its offset when the pipeline next runs (`cdc2ch run ...`).",
+    (RESYNC, Runs.NOTHING): "to be rebuilt: no service is running it (this command could open its embedded "
+    "database, which a running service holds), so the request is recorded for its next run: when the "
+    f"pipeline next runs (`cdc2ch run ...`) it {_REBUILD}.",
 }
 
 
 def request(action: str, pipeline: str, reason: str | None, target: str | None, clickhouse_dsn: str) -> str:
     """Record the request; the sentence saying what happens next. `target`: the pipeline's target table, to
     tell apart pipelines of one name in several databases."""
+    from cdc2ch.base.processes import requester
     from cdc2ch.clickhouse.connection.dsn import connect
 
-    within = {TargetName.parse(target).database} if target else None
+    ask = Ask(
+        action, pipeline, reason or "", TargetName.parse(target).database if target else None, requester()
+    )
     with connect(clickhouse_dsn, create=False, reader=True) as sink:
-        database = _database_of(sink, pipeline, within)
-        try:
-            ControlStore(sink, database).request(pipeline, action, reason or "")
-        except SinkError as exc:
-            if exc.code != codes.READONLY:
-                raise
-            raise ConfigError(
-                f"ClickHouse at {sink.display} only lets this process read, so the {action} of pipeline "
-                f"{pipeline!r} could not be recorded. An embedded database held by `cdc2ch run --serve` takes "
-                f"requests when that service also has --serve-writable; otherwise give --clickhouse a user that "
-                f"may write. Nothing was changed."
-            ) from None
-    return f"Pipeline {pipeline} ({database}) {DONE[action].format(p=pipeline)}"
+        if sink.task_client is not None and requestroute.takes_requests(sink.task_client):  # a `run --serve`
+            return requestroute.send(sink.task_client, ask)
+        return record(sink, ask)
+
+
+def record(sink: Sink, ask: Ask, serving: bool = False) -> str:
+    """Record `ask` in the control table of the pipeline's database: what `request` does on a target it
+    writes, and what a `run --serve` does with a request that comes to it (`serving`: this process runs the
+    service). The sentence saying what happens next."""
+    database = _database_of(sink, ask.pipeline, {ask.database} if ask.database else None)
+    claims = holders(sink, database, ask.pipeline)
+    runs = Runs.NOW if claims else Runs.NOTHING if sink.one_process and not serving else Runs.UNCLAIMED
+    try:
+        ControlStore(sink, database).request(ask.pipeline, ask.action, ask.reason, ask.by)
+    except SinkError as exc:
+        if exc.code != codes.READONLY:
+            raise
+        raise ConfigError(
+            f"ClickHouse at {sink.display} only lets this process read, so the {ask.action} of pipeline "
+            f"{ask.pipeline!r} could not be recorded: give --clickhouse a user that may write (the pipeline's "
+            f"service reads its requests there). Nothing was changed."
+        ) from None
+    if serving:
+        log.info("request_recorded", pipeline=ask.pipeline, action=ask.action, by=ask.by, reason=ask.reason)
+    holder = f"{claims[0].holder}, pid {claims[0].pid} on host {claims[0].host}" if claims else ""
+    return (
+        f"Pipeline {ask.pipeline} ({database}) {DONE[ask.action, runs].format(p=ask.pipeline, holder=holder)}"
+    )
 
 
 def _database_of(sink: Sink, pipeline: str, within: set[str] | None) -> str:

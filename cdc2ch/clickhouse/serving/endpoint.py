@@ -8,7 +8,8 @@ response compression (lz4, zstd, gzip, deflate), /ping, ClickHouse's error codes
 statements run in cdc2ch.clickhouse.serving.engine (read-only unless asked). Credentials are checked as ClickHouse
 does (HTTP basic auth, X-ClickHouse-User/Key headers, or `user`/`password` parameters) against one user whose
 password comes from CDC2CH_SERVE_PASSWORD. TLS with a certificate and key; one thread per connection;
-bounded request bodies, compressed or not.
+bounded request bodies, compressed or not. Besides the interface, one route of cdc2ch's own: the pipeline
+requests of cdc2ch.clickhouse.serving.requestroute, handled by the service's code, never by a statement.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from __future__ import annotations
 import base64
 import gzip
 import hmac
+import json
 import os
 import re
 import ssl
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit
 
@@ -31,7 +34,9 @@ try:
 except ImportError:
     from backports import zstd  # comes with clickhouse-connect
 
+from cdc2ch.base.errors import Cdc2chError, ConfigError
 from cdc2ch.clickhouse.connection.remote import SERVE_PASSWORD_ENV as PASSWORD_ENV
+from cdc2ch.clickhouse.serving import requestroute
 from cdc2ch.clickhouse.serving.engine import Engine
 from cdc2ch.clickhouse.serving.httpservice import (
     IDLE_SECONDS,
@@ -87,9 +92,12 @@ class ClickHouseHTTP(HTTPService):
         password: str = "",
         tls: ssl.SSLContext | None = None,
         limits: Limits = Limits(),
+        requests: Callable[[requestroute.Ask], str] | None = None,
     ):
         super().__init__(host, port, tls, limits.connections)
         self.engine, self.user, self.password, self.max_request = engine, user, password, limits.request
+        # records a pipeline request, the sentence saying what happens next (None: no such route)
+        self.requests = requests
         self.max_queries = limits.queries
         self._queries = threading.BoundedSemaphore(limits.queries)  # statements running at once
 
@@ -126,7 +134,11 @@ class ClickHouseHTTP(HTTPService):
         try:
             if url.path == "/ping":
                 h.body(MAX_ANONYMOUS)
-                return h.reply(200, b"Ok.\n", headers)
+                return h.reply(
+                    200,
+                    b"Ok.\n",
+                    headers | ({requestroute.ANNOUNCE: requestroute.PATH} if self.requests else {}),
+                )
             given, user, password = self._credentials(h, params)
             trusted = self._authenticated(user, password)
             if given and not trusted:
@@ -135,6 +147,8 @@ class ClickHouseHTTP(HTTPService):
             # Until credentials are known a small body only, which may be a form that carries them.
             limit = self.max_request if trusted else min(self.max_request, MAX_ANONYMOUS)
             body = decompress(h.body(limit), h.headers.get("Content-Encoding"), limit)
+            if url.path == requestroute.PATH and self.requests:  # credentials in headers or the URL: no form
+                return self._take(h, body, headers) if trusted else self._refuse(h, user, given, headers)
             if h.headers.get_content_type() == "multipart/form-data":  # form-encoded query and parameters
                 params.update(form_fields(h.headers["Content-Type"], body))
                 body = b""
@@ -161,6 +175,26 @@ class ClickHouseHTTP(HTTPService):
         if out and accepted and params.get("enable_http_compression") == "1":
             out, headers["Content-Encoding"] = codecs[accepted[0]](out), accepted[0]
         h.reply(200, out, headers)
+
+    def _take(self, h: Handler, body: bytes, headers: dict) -> None:
+        """A pipeline request (requestroute.PATH): checked, then recorded by the service; answered in JSON."""
+        assert self.requests is not None
+        headers |= {"Content-Type": "application/json; charset=UTF-8"}
+        if h.command != "POST":
+            return h.reply(405, _json(error=f"{requestroute.PATH} takes POST requests only."), headers)
+        try:
+            ask = requestroute.parse(body, h.headers.get_content_type())
+        except ClientError as exc:
+            return h.reply(exc.status, _json(error=str(exc).partition("DB::Exception: ")[2]), headers)
+        if not self._queries.acquire(timeout=QUEUE_SECONDS):
+            return h.reply(503, _json(error="The service is busy: too many requests at once."), headers)
+        try:
+            said = self.requests(ask)
+        except Cdc2chError as exc:  # the service's own paragraph: an unknown pipeline, a failed write
+            return h.reply(400 if isinstance(exc, ConfigError) else 500, _json(error=str(exc)), headers)
+        finally:
+            self._queries.release()
+        h.reply(200, _json(message=said), headers)
 
     def _refuse(self, h: Handler, user: str, given: bool, headers: dict) -> None:
         """ClickHouse's answer to missing (401) or wrong (403) credentials."""
@@ -194,10 +228,21 @@ class ClickHouseHTTP(HTTPService):
         return hmac.compare_digest(password.encode(), self.password.encode()) and same_user
 
 
+def _json(**fields: str) -> bytes:
+    return json.dumps(fields).encode()
+
+
 def serve_engine(
-    path: str, address: str, user: str, writable: bool, tls_cert: str | None, tls_key: str | None
+    path: str,
+    address: str,
+    user: str,
+    writable: bool,
+    tls_cert: str | None,
+    tls_key: str | None,
+    requests: Callable[[requestroute.Ask], str] | None = None,
 ) -> ClickHouseHTTP:
-    """Start serving the embedded engine at `path` (this process's) on `address`."""
+    """Start serving the embedded engine at `path` (this process's) on `address`; `requests` records the
+    pipeline requests that come to requestroute.PATH."""
     host, port = parse_address(address)
     server = ClickHouseHTTP(
         Engine(path, readonly=not writable),
@@ -206,5 +251,6 @@ def serve_engine(
         user=user,
         password=os.environ.get(PASSWORD_ENV, ""),
         tls=tls_context(tls_cert, tls_key),
+        requests=requests,
     )
     return server.start()

@@ -73,21 +73,14 @@ class PipelineLock:
         """The claims that hold the pipeline: not released, heartbeat younger than the TTL. A claim of a
         process of this host that is gone (killed) is released on the way, however old: the table keeps no
         claim of a dead runner that this host can vouch for."""
-        rows = self.sink.query_rows(
-            f"SELECT token, holder, host, pid, claimed_at, "
-            f"dateDiff('millisecond', heartbeat_at, now64(3)) / 1000 "
-            f"FROM {self.table} FINAL WHERE pipeline = {{p:String}} AND released = 0 "
-            f"ORDER BY claimed_at, token",
-            {"p": self.pipeline},
-            what="read pipeline claims",
-        )
         claims = []
-        for token, holder, host, pid, claimed_at, age in rows:
-            claim = Claim(token, holder, host, int(pid), claimed_at, float(age))
-            if token != self.token and host == self.host and process_gone(claim.pid):
+        for claim in _unreleased(self.sink, self.table, self.pipeline):
+            if claim.token != self.token and claim.host == self.host and process_gone(claim.pid):
                 if claim.age_s < self.ttl:  # an expired one blocked no one: released without a word
                     log.warning("stale_claim_released", pipeline=self.pipeline, holder=claim.describe())
-                self._write(token=token, holder=holder, host=host, pid=claim.pid, released=1)
+                self._write(
+                    token=claim.token, holder=claim.holder, host=claim.host, pid=claim.pid, released=1
+                )
             elif claim.age_s < self.ttl:
                 claims.append(claim)
         return claims
@@ -168,3 +161,30 @@ class PipelineLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _unreleased(sink: Sink, table: str, pipeline: str) -> list[Claim]:
+    """The pipeline's claims not released, oldest first, however old their heartbeat."""
+    rows = sink.query_rows(
+        f"SELECT token, holder, host, pid, claimed_at, "
+        f"dateDiff('millisecond', heartbeat_at, now64(3)) / 1000 "
+        f"FROM {table} FINAL WHERE pipeline = {{p:String}} AND released = 0 "
+        f"ORDER BY claimed_at, token",
+        {"p": pipeline},
+        what="read pipeline claims",
+    )
+    return [Claim(t, holder, host, int(pid), at, float(age)) for t, holder, host, pid, at, age in rows]
+
+
+def holders(sink: Sink, database: str, pipeline: str, ttl: float = DEFAULT_TTL) -> list[Claim]:
+    """Who runs the pipeline now, by the claims that count (as a runner's `_live`), oldest first; read only:
+    a claim of a process of this host that is gone does not count, and is left as it is."""
+    if not sink.own.exists(database, LOCK_TABLE):
+        return []
+    here = socket.gethostname()
+    table = f"{schema.quote(database)}.{schema.quote(LOCK_TABLE)}"
+    return [
+        c
+        for c in _unreleased(sink, table, pipeline)
+        if c.age_s < ttl and not (c.host == here and process_gone(c.pid))
+    ]

@@ -385,6 +385,40 @@ def test_oversized_and_slow_clients_leave_readers_and_replication_going(service)
             s.close()
 
 
+# -- the pipeline-request route ---------------------------------------------------------------------------
+_FIELD_VALUES = st.none() | st.integers() | st.text(max_size=30) | st.lists(st.text(max_size=5), max_size=2)
+_FIELDS = st.sampled_from(["action", "pipeline", "reason", "database", "by", "query", "sql", "", "Action"])
+
+
+@settings(FUZZ, max_examples=150)
+@given(
+    body=st.dictionaries(_FIELDS, _FIELD_VALUES | st.sampled_from(["pause", "resync", "resynced", "cdc2ch"]),
+                         max_size=6).map(json.dumps).map(str.encode)
+    | st.binary(max_size=200)
+    | st.sampled_from([b"SELECT 1", b"INSERT INTO cdc2ch.t (id, v) VALUES (1, 'x')", b"null", b"[]"]),
+    content_type=st.sampled_from(["application/json", "text/plain", "multipart/form-data; boundary=b", None]),
+    method=st.sampled_from(["POST", "POST", "GET"]),
+)  # fmt: skip
+def test_the_request_route_records_nothing_it_should_not(service, body, content_type, method):
+    """`POST /cdc2ch/request` (what `cdc2ch pause` sends a read-only service): whatever else arrives there is
+    refused with a 4xx in JSON, never runs as a statement and records nothing (no pipeline named in these
+    bodies has records)."""
+    headers = {"Authorization": "Basic " + base64.b64encode(f"default:{PASSWORD}".encode()).decode()}
+    if content_type:
+        headers["Content-Type"] = content_type
+    conn = http.client.HTTPConnection("127.0.0.1", service.port, timeout=30)
+    try:
+        conn.request(method, "/cdc2ch/request", body, headers)
+        resp = conn.getresponse()
+        status, text = resp.status, resp.read().decode(errors="replace")
+    finally:
+        conn.close()
+    assert status in (400, 405, 415), (status, text[:300])
+    assert json.loads(text)["error"], text
+    assert not service.proc.events("request_recorded")
+    _untouched(service, text)
+
+
 # -- the verdict -------------------------------------------------------------------------------------------
 def test_nothing_written_and_replication_kept_pace(service):
     """Last in the module: after every attack, the tables are those the replicator made, nothing was

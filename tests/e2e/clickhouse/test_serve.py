@@ -2,11 +2,13 @@
 
 Driven with clickhouse-connect over real HTTP: read-only enforcement by ClickHouse itself, credentials as
 ClickHouse takes them, TLS, concurrent readers during writes (in this process, on the session's engine), and
-a real `run --serve` process that `status` and `query` find by themselves while readers query FINAL.
+a real `run --serve` process that `status` and `query` find by themselves while readers query FINAL, and that
+`pause` and `resume` reach while its data stays read-only.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import signal
@@ -62,6 +64,10 @@ def _rows(version: int, n: int = 1000) -> pa.Table:
 def _client(http: ClickHouseHTTP, **kw):
     opts = dict(host="127.0.0.1", port=http.port, username="default", password=PASSWORD, compress="lz4")
     return clickhouse_connect.get_client(**{**opts, **kw})
+
+
+def _basic(user: str, password: str) -> dict:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 
 
 def _status(url: str, data: bytes | None = None, headers: dict | None = None) -> int:
@@ -334,6 +340,41 @@ def test_run_serve_while_replicating(spark, monkeypatch, tmp_path):
         # Without the password they are refused, and told where it goes.
         denied = Proc("query", "SELECT 1", "--clickhouse", dsn, env={"CDC2CH_SERVE_PASSWORD": ""})
         assert denied.wait() != 0 and "CDC2CH_SERVE_PASSWORD" in denied.stderr, denied.stderr
+        # `pause` and `resume` from another shell, as the README writes them (the default directory, no
+        # --clickhouse): they reach the service on its read-only endpoint, with the credentials `status`
+        # sends, and the service records them itself (issue 68: "only lets this process read", exit 2).
+        home = {**env, "CDC2CH_HOME": str(tmp_path)}  # the default directory is $CDC2CH_HOME/clickhouse
+        pause = Proc("pause", "--pipeline", "cdc2ch.t", "--reason", "by hand", env=home, cwd=str(tmp_path))
+        assert pause.wait(120) == 0, pause.stderr[-3000:]
+        assert "Pipeline cdc2ch.t (cdc2ch) paused: the service running it (" in pause.stdout, pause.stdout
+        paused = service.wait_for("paused", 60)
+        assert paused["reason"] == "by hand" and "@" in paused["by"], paused
+        assert service.events("request_recorded")[0]["action"] == "pause"
+        held = c.query(final).result_rows[0]
+        spark.sql(f"UPDATE delta.`{path}` SET v = 100")
+        time.sleep(1)  # five polls: still held
+        assert c.query(final).result_rows[0] == held
+        resume = Proc("resume", "--pipeline", "cdc2ch.t", env=home, cwd=str(tmp_path))
+        assert resume.wait(120) == 0 and "Pipeline cdc2ch.t (cdc2ch) resumed: " in resume.stdout, (
+            resume.stderr
+        )
+        deadline = time.monotonic() + 120
+        while c.query(final).result_rows[0] != (n, 100, 100):
+            assert time.monotonic() < deadline, service.stderr[-3000:]
+            time.sleep(0.2)
+        service.wait_for("resumed", 10)
+        # The route takes requests, checked, and nothing else: no statement, no unknown action or pipeline,
+        # no client without the password.
+        route, auth = f"http://127.0.0.1:{port}/cdc2ch/request", _basic("default", PASSWORD)
+        as_json = {**auth, "Content-Type": "application/json"}
+        asks = {"action": "pause", "pipeline": "cdc2ch.t"}
+        assert _status(route, json.dumps(asks).encode(), {"Content-Type": "application/json"}) == 401
+        assert _status(route, b"INSERT INTO cdc2ch.t (id, v) VALUES (1, 99)", auth) == 415
+        assert _status(route, json.dumps({**asks, "action": "drop"}).encode(), as_json) == 400
+        assert _status(route, json.dumps({**asks, "sql": "SELECT 1"}).encode(), as_json) == 400
+        assert _status(route, json.dumps({**asks, "pipeline": "nope"}).encode(), as_json) == 400
+        assert _status(route, None, auth) == 405
+        assert len(service.events("request_recorded")) == 2  # pause and resume only
         # A write is refused: read-only unless --serve-writable.
         with pytest.raises(DatabaseError, match="164"):
             c.command("INSERT INTO cdc2ch.t (id, v) VALUES (1, 99)")

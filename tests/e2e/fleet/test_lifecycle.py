@@ -1,16 +1,21 @@
 """`cdc2ch pause`, `resume` and `resync` from another process, on a running service with several pipelines
 (two named ones and two from a table pattern) over a server target: the pipeline asked for stops or is
-rebuilt while the others go on, and every table equals its Delta table afterwards."""
+rebuilt while the others go on, and every table equals its Delta table afterwards. And what they print when
+no service runs the pipeline. (On the embedded default through `run --serve`: tests/e2e/clickhouse/test_serve.py.)"""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
+from datetime import datetime, timezone
 
 from cdc2ch.clickhouse.state.control import ControlStore
+from cdc2ch.clickhouse.state.lock import PipelineLock
+from cdc2ch.clickhouse.state.statestore import HealthStore
 from cdc2ch.model.config import TargetName
-from cdc2ch.model.records import PAUSE, RESUME
+from cdc2ch.model.records import PAUSE, RESUME, RESYNC, Health
 from tests.e2e.fleet.test_operations import _wait, _write_config
 from tests.support.helpers import Proc, assert_replicated, create_table, latest_version, recorded_version
 
@@ -140,3 +145,41 @@ def test_pause_resume_resync_a_running_service(spark, http_sink, clickhouse_http
     assert status.wait() == 0
     rows = {r["pipeline"]: r for r in json.loads(status.stdout)}
     assert not any(r["paused"] or r["resync_requested_at"] for r in rows.values()), rows
+
+
+def test_what_a_request_says_when_no_service_runs_the_pipeline(
+    cli, sink, chdb_dsn, http_sink, clickhouse_http, database
+):
+    """Issue 68, finding 9: with no service running it, a request said "within one poll the service running
+    it loads a snapshot". Now: no process holds the embedded database (this one opened it), so the request
+    waits for the pipeline's next run; on a server, no claim on it; with a live claim, the service acting."""
+    now = datetime.now(timezone.utc)
+    for s in (sink, http_sink):  # a pipeline that ran once: its health record
+        s.command(f"CREATE DATABASE IF NOT EXISTS {database}")
+        store = HealthStore(s, database)
+        store.ensure()
+        store.save(Health("orders", "/lake/orders", f"{database}.orders").succeeded(now))
+    args = ("--pipeline", "orders", "--target", f"{database}.orders")
+    try:
+        # The embedded database, opened by this command itself: nothing can be running the pipeline.
+        out = cli("resync", *args, "--clickhouse", chdb_dsn).stdout
+        assert "within one poll" not in out and "the service running it" not in out, out
+        assert f"Pipeline orders ({database}) to be rebuilt: no service is running it" in out, out
+        assert "when the pipeline next runs (`cdc2ch run ...`)" in out, out
+        assert ControlStore(sink, database).load_all()["orders"].action == RESYNC  # recorded all the same
+        out = cli("pause", *args, "--clickhouse", chdb_dsn).stdout
+        assert "no service is running it" in out and "recorded for its next run" in out, out
+
+        # A server: no live claim on the pipeline, then one (a service running it).
+        dsn = clickhouse_http.dsn
+        out = cli("resume", *args, "--clickhouse", dsn).stdout
+        assert "no process is replicating it now (none holds a claim on it)" in out, out
+        assert "when the pipeline next runs" in out and "the service running it" not in out, out
+        with PipelineLock(http_sink, database, "orders"):
+            out = cli("pause", *args, "--clickhouse", dsn).stdout
+        assert f"Pipeline orders ({database}) paused: the service running it (" in out, out
+        assert f"pid {os.getpid()} on host" in out and "within one poll" in out, out
+        assert ControlStore(http_sink, database).load_all()["orders"].action == PAUSE
+    finally:
+        for s in (sink, http_sink):
+            s.command(f"DROP DATABASE IF EXISTS {database}")

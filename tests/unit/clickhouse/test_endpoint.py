@@ -12,9 +12,9 @@ from email.message import Message
 import lz4.frame
 import pytest
 
-from cdc2ch.base.errors import ConfigError
+from cdc2ch.base.errors import ConfigError, SinkError
 from cdc2ch.clickhouse.connection import embedded
-from cdc2ch.clickhouse.serving import endpoint, httpservice, readonly
+from cdc2ch.clickhouse.serving import endpoint, httpservice, readonly, requestroute
 
 
 def test_addresses():
@@ -169,3 +169,87 @@ def test_an_error_answers_with_its_clickhouse_code_or_1001():
     )
     assert endpoint.exception_code("boom") == (1001, "Code: 1001. DB::Exception: boom")
     assert endpoint.exception_code("Code: none") == (1001, "Code: 1001. DB::Exception: Code: none")
+
+
+class _NoEngine:
+    """The endpoint's engine for tests of what never reaches one."""
+
+    version, timezone = "26.9", "UTC"
+
+    def open(self):
+        return self
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_request_route_takes_checked_requests_and_nothing_else():
+    """Issue 68, finding 1: `cdc2ch pause` reaches a read-only `run --serve` on a route of its own, whose
+    fields are checked before the service's code records them; the client tells such a service from a
+    ClickHouse server by its /ping answer."""
+    taken: list[requestroute.Ask] = []
+
+    def record(ask: requestroute.Ask) -> str:
+        if ask.pipeline == "unknown":
+            raise ConfigError("No pipeline named 'unknown' has a record. Nothing was changed.")
+        if ask.pipeline == "broken":
+            raise SinkError("ClickHouse failed to record the request.")
+        taken.append(ask)
+        return f"Pipeline {ask.pipeline} paused."
+
+    service = endpoint.ClickHouseHTTP(_NoEngine(), password="pw", requests=record)  # type: ignore[arg-type]
+    plain = endpoint.ClickHouseHTTP(_NoEngine(), password="pw")  # type: ignore[arg-type]
+    with service, plain:
+        client = {"host": "127.0.0.1", "port": service.port, "username": "default", "password": "pw"}
+        assert requestroute.takes_requests(client)
+        assert not requestroute.takes_requests(
+            {**client, "port": plain.port}
+        )  # no route: a server, to write to
+        ask = requestroute.Ask("pause", "orders", "reloading", "sales", "me@here")
+        assert requestroute.send(client, ask) == "Pipeline orders paused."
+        assert taken == [ask]
+        with pytest.raises(ConfigError, match="No pipeline named 'unknown'"):
+            requestroute.send(client, requestroute.Ask("resync", "unknown"))
+        with pytest.raises(SinkError, match=r"could not record the pause .*HTTP 500.*failed to record"):
+            requestroute.send(client, requestroute.Ask("pause", "broken"))
+        with pytest.raises(ConfigError, match="refused the credentials of user 'default'") as refused:
+            requestroute.send({**client, "password": "wrong"}, ask)
+        assert "wrong" not in str(refused.value)
+        with pytest.raises(ConfigError, match="'action' must be one of pause, resume, resync"):
+            requestroute.send(client, requestroute.Ask("resynced", "orders"))  # what only a service records
+        with pytest.raises(SinkError, match="Cannot reach the cdc2ch service at http://default@127.0.0.1"):
+            requestroute.send({**client, "port": _closed_port()}, ask)
+    assert taken == [ask]
+
+
+@pytest.mark.parametrize(
+    "body, content_type, status, says",
+    [
+        (b"INSERT INTO t VALUES (1)", "text/plain", 415, "takes a JSON object"),
+        (b"{", "application/json", 400, "not JSON"),
+        (b'["pause"]', "application/json", 400, "must be a JSON object"),
+        (b'{"action": "pause", "pipeline": "p", "query": "SELECT 1"}', "application/json", 400, "'query'"),
+        (b'{"action": "drop", "pipeline": "p"}', "application/json", 400, "'action' must be one of"),
+        (b'{"action": "pause"}', "application/json", 400, "'pipeline' must name"),
+        (b'{"action": "pause", "pipeline": 7}', "application/json", 400, "'pipeline' must be a text"),
+        (b'{"action": "pause", "pipeline": "p\\n"}', "application/json", 400, "control character"),
+        (b'{"action": "pause", "pipeline": "p", "reason": "' + b"x" * 4001 + b'"}', "application/json", 400,
+         "at most 4000"),
+    ],
+)  # fmt: skip
+def test_a_request_is_parsed_strictly(body, content_type, status, says):
+    with pytest.raises(httpservice.ClientError, match=says) as refused:
+        requestroute.parse(body, content_type)
+    assert refused.value.status == status
+    ask = requestroute.parse(
+        b'{"action": "resume", "pipeline": "p", "reason": null, "database": "db"}', "application/json"
+    )
+    assert ask == requestroute.Ask("resume", "p", "", "db", None)
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
