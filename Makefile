@@ -97,7 +97,7 @@ lint: install
 # The README's table of options by command, made anew from the commands (a unit test checks it is current).
 .PHONY: readme
 readme: install
-	$(BIN)/python -c "from cdc2ch.cli import main; from cdc2ch.commands.optiontable import write; write('README.md', main)"
+	$(BIN)/python -c "from cdc2ch.cli import main; from cdc2ch.commands.invocation.optiontable import write; write('README.md', main)"
 
 clean:
 	rm -rf $(VENV) $(SHARING_VENV) cdc2ch-demo .pytest_cache $(PROM_DIR)

@@ -23,7 +23,7 @@ import click
 
 from cdc2ch.base.errors import ConfigError, SourceError
 from cdc2ch.base.log import api_call
-from cdc2ch.commands import options as catalogue
+from cdc2ch.commands.invocation import options as catalogue
 from cdc2ch.fleet.patterns import is_pattern
 from cdc2ch.model.config import RunConfig, TargetName
 

@@ -12,7 +12,7 @@ from cdc2ch import __version__
 from cdc2ch.base import log, stop
 from cdc2ch.base.errors import Cdc2chError, jvm_stopped
 from cdc2ch.commands import app
-from cdc2ch.commands.options import Commands, Invocation, click_options
+from cdc2ch.commands.invocation.options import Commands, Invocation, click_options
 
 # The commands that stop after the current batch on SIGTERM/SIGINT (app's stop_on_signals): a signal that
 # came while the command line was imported stops them cleanly too. The others get the usual handlers back.

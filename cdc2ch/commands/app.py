@@ -16,8 +16,14 @@ from cdc2ch.base import log as logsetup
 from cdc2ch.base.errors import Cdc2chError, ConfigError, summarise
 from cdc2ch.base.log import get_logger
 from cdc2ch.base.stop import stop_on_signals
-from cdc2ch.commands.listing import configured, file_pipelines, pipelines, start_logging, wait_for_tables
-from cdc2ch.commands.options import Invocation, load_config, merge, process_options
+from cdc2ch.commands.invocation.listing import (
+    configured,
+    file_pipelines,
+    pipelines,
+    start_logging,
+    wait_for_tables,
+)
+from cdc2ch.commands.invocation.options import Invocation, load_config, merge, process_options
 from cdc2ch.model.config import ProcessOptions, RunConfig, TargetName, parse_duration
 
 log = get_logger("cdc2ch")

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdc2ch.cli import main
-from cdc2ch.commands.catalogue import options_of
+from cdc2ch.commands.invocation.catalogue import options_of
 
 FUZZ = settings(
     derandomize=True,

@@ -12,7 +12,7 @@ from dataclasses import asdict
 import pytest
 
 from cdc2ch.cli import invocation, run
-from cdc2ch.commands.options import load_config, resolve
+from cdc2ch.commands.invocation.options import load_config, resolve
 from cdc2ch.model.config import TargetName
 from tests.support.helpers import Proc, assert_replicated, committed_version, create_table
 

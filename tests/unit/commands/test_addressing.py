@@ -84,7 +84,7 @@ def test_compact_names_its_table_by_target_pipeline_or_config(config):
 def test_the_readme_lists_the_options_each_command_takes_as_the_commands_declare_them():
     from pathlib import Path
 
-    from cdc2ch.commands.optiontable import replaced
+    from cdc2ch.commands.invocation.optiontable import replaced
 
     readme = (Path(__file__).parents[3] / "README.md").read_text(encoding="utf-8")
     assert replaced(readme, main) == readme, "run `make readme`"

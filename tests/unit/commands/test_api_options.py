@@ -12,7 +12,7 @@ from cdc2ch import api
 from cdc2ch.base.errors import ConfigError
 from cdc2ch.base.log import api_call, get_logger, in_api_call
 from cdc2ch.cli import main
-from cdc2ch.commands.options import Invocation, build_config
+from cdc2ch.commands.invocation.options import Invocation, build_config
 from cdc2ch.model.config import RunConfig, TargetName, default_dsn
 
 

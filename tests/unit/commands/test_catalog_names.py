@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import pytest
 
 from cdc2ch.base.errors import ConfigError, StateError
-from cdc2ch.commands.options import build_config
+from cdc2ch.commands.invocation.options import build_config
 from cdc2ch.commands.status import render_table
 from cdc2ch.model.config import SparkSettings, TargetName, is_secret_key
 from cdc2ch.model.records import PipelineState

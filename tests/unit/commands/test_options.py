@@ -20,8 +20,8 @@ from click.testing import CliRunner
 from cdc2ch.base.errors import Cdc2chError, ConfigError
 from cdc2ch.cli import invocation, main
 from cdc2ch.commands import app
-from cdc2ch.commands.catalogue import FILTERS, GROUPS
-from cdc2ch.commands.options import (
+from cdc2ch.commands.invocation.catalogue import FILTERS, GROUPS
+from cdc2ch.commands.invocation.options import (
     CATALOGUE,
     COMMAND,
     ENTRY_KEYS,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from cdc2ch.base.errors import ConfigError
-from cdc2ch.commands.catalogue import table_keys
-from cdc2ch.commands.options import Invocation, convert, options_of, resolve
+from cdc2ch.commands.invocation.catalogue import table_keys
+from cdc2ch.commands.invocation.options import Invocation, convert, options_of, resolve
 from cdc2ch.fleet import patterns
 from cdc2ch.fleet.patterns import CATALOG, SHARING, STORAGE, Match, Pattern, TablePattern
 from cdc2ch.model.config import TargetName

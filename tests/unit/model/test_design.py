@@ -9,7 +9,7 @@ import pytest
 from cdc2ch.base.errors import ConfigError
 from cdc2ch.clickhouse.tables.adopt import Existing, its_design, problems
 from cdc2ch.clickhouse.writers import changerows as changes
-from cdc2ch.commands.options import build_config, convert, options_of
+from cdc2ch.commands.invocation.options import build_config, convert, options_of
 from cdc2ch.model import contract, schema
 from cdc2ch.model.config import TargetName
 from cdc2ch.model.design import TableDesign, pairs

@@ -268,7 +268,7 @@ def test_a_stopped_or_killed_initial_snapshot_is_resumed_at_its_version_by_the_n
 def test_initial_load_is_a_flag_a_config_key_and_a_keyword(tmp_path):
     from cdc2ch import api
     from cdc2ch.cli import invocation, main
-    from cdc2ch.commands.options import load_config, resolve
+    from cdc2ch.commands.invocation.options import load_config, resolve
 
     def resolved(*argv: str):
         given = invocation(main.commands["run"].make_context("run", list(argv)))

@@ -11,7 +11,7 @@ from functools import partial
 from cdc2ch.base import log as logsetup
 from cdc2ch.base.errors import ConfigError
 from cdc2ch.base.log import get_logger
-from cdc2ch.commands.options import Invocation, load_config, resolve
+from cdc2ch.commands.invocation.options import Invocation, load_config, resolve
 from cdc2ch.model.config import ProcessOptions, RunConfig, TargetName
 
 log = get_logger("cdc2ch")
@@ -77,7 +77,7 @@ def file_pipelines(invocation: Invocation) -> list[tuple[str, TargetName]] | Non
     tables listed now (a table it skips too, under the name `run` reports it by); None without a file."""
     if not invocation.values.get("config_path"):
         return None
-    from cdc2ch.commands.catalogue import options_of
+    from cdc2ch.commands.invocation.catalogue import options_of
 
     values = {o.param: o.default for o in options_of("run") if not callable(o.default)}
     values.update({k: v for k, v in invocation.values.items() if k in _SHARED}, once=True)
@@ -89,7 +89,7 @@ def file_pipelines(invocation: Invocation) -> list[tuple[str, TargetName]] | Non
 def _expand(items: list, spark, reported: set[str] | None, running: frozenset[str] = frozenset()):
     """The pipelines of `items`, each --table pattern listed now; (pipelines, tables skipped). The tables of
     `running` pipelines are not checked again."""
-    from cdc2ch.commands.options import build_config, check_unique
+    from cdc2ch.commands.invocation.options import build_config, check_unique
     from cdc2ch.fleet import discovery
     from cdc2ch.source import open_source
     from cdc2ch.source.tablelisting import LakeTables

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from cdc2ch.base.errors import ConfigError
-from cdc2ch.commands.catalogue import (  # noqa: F401 - the catalogue's names, as callers know them from here
+from cdc2ch.commands.invocation.catalogue import (  # noqa: F401 - the catalogue's names, as callers know them from here
     CATALOGUE,
     COMMAND,
     ENTRY_KEYS,
