@@ -42,7 +42,7 @@ def run(invocation: Invocation) -> None:
     # Signals are caught from the start: a stop while the pipelines are listed and checked (seconds on a busy
     # machine) is a stop before any work, exit 0, not a process killed by its signal.
     with stop_on_signals() as stop:
-        listed = pipelines(invocation)
+        listed = pipelines(invocation, stop)
         if listed.configs or not listed.waits:
             configured(invocation, listed)  # refuses a --once run of patterns matching nothing to follow
         process = listed.process
@@ -87,7 +87,7 @@ def run_pipelines(
         if process.metrics_port is not None:
             metrics.serve(process.metrics_port)
         try:
-            spark = lazy_session(first.spark, on_start=lambda s: setattr(metrics, "jvm_pid", jvm_pid(s)))
+            spark = lazy_session(first.spark, lambda s: setattr(metrics, "jvm_pid", jvm_pid(s)), stop)
             fleet = Fleet(isolate=isolate, workers=workers, budget=budget, discover=discover,
                           discover_interval=process.discover_interval, skipped=tuple(skipped or ()))  # fmt: skip
             runner = Runner(configs, spark, sink, stop, metrics, fleet=fleet)
@@ -180,7 +180,9 @@ def load_snapshot(cfg: RunConfig, stop: threading.Event) -> None:
     from cdc2ch.source.spark.session import lazy_session
 
     with _target(cfg, cfg.retries, check_lock=True) as sink:
-        clickhouse_snapshotter(cfg, open_source(lazy_session(cfg.spark), cfg.table), sink, stop).run()
+        clickhouse_snapshotter(
+            cfg, open_source(lazy_session(cfg.spark, stop=stop), cfg.table), sink, stop
+        ).run()
 
 
 def reshape(invocation: Invocation) -> None:
@@ -199,7 +201,7 @@ def reshape(invocation: Invocation) -> None:
     cfg = configs[0]
     start_logging(process)
     with stop_on_signals() as stop, _target(cfg, cfg.retries, check_lock=False) as sink:
-        done = Reshape(cfg, open_source(lazy_session(cfg.spark), cfg.table), sink, stop).run()
+        done = Reshape(cfg, open_source(lazy_session(cfg.spark, stop=stop), cfg.table), sink, stop).run()
     if done is not None:
         click.echo(
             f"{done.pipeline}: {done.target} reshaped at version {done.version} in {done.seconds:.1f}s"
@@ -235,11 +237,11 @@ def verify(invocation: Invocation) -> None:
     repair, as_json = invocation.values["repair"], invocation.values["as_json"]
     configs, process = configured(invocation.with_values(once=True))
     start_logging(process)
-    spark = lazy_session(process.spark)
     reports = []
     retries = max(c.retries for c in configs)
     # without --repair verify only reads: a running `run --serve` of the embedded directory can answer it
     with stop_on_signals() as stop, _target(configs[0], retries, False, reader=not repair) as sink:
+        spark = lazy_session(process.spark, stop=stop)
         for cfg in configs:
             check_target(sink, cfg)
             store = StateStore(sink, cfg.target.database)

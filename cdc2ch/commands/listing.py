@@ -45,8 +45,8 @@ def configured(
     return configs, process
 
 
-def pipelines(invocation: Invocation) -> Listed:
-    """The invocation's pipelines, each --table pattern listed now."""
+def pipelines(invocation: Invocation, stop: threading.Event | None = None) -> Listed:
+    """The invocation's pipelines, each --table pattern listed now (Spark's start given up on `stop`)."""
     from cdc2ch.source.spark.session import lazy_session
 
     items, process = resolve(invocation, load_config(invocation))
@@ -54,7 +54,7 @@ def pipelines(invocation: Invocation) -> Listed:
         return Listed([item for item in items if isinstance(item, RunConfig)], process, [], None)
     start_logging(process)
     reported: set[str] = set()  # skipped tables already logged: a service lists them again and again
-    spark = lazy_session(process.spark)  # the one session, started once a listing needs it
+    spark = lazy_session(process.spark, stop=stop)  # the one session, started once a listing needs it
     configs, skipped = _expand(items, spark, reported)
     once = any(item.values.get("once") for item in items if not isinstance(item, RunConfig))
     return Listed(

@@ -92,6 +92,8 @@ class Snapshotter:
                 self.source.uri, str(cfg.target), self.source.location, self.source.table_id()
             )
         t0 = time.monotonic()
+        if self.stop.is_set():  # stopped while the inputs were checked: no claim after it
+            return None
         self.ports.lock.acquire()
         try:
             rows = self.load(version, commit[0], comment)
@@ -118,6 +120,8 @@ class Snapshotter:
         commit = commit or self.source.commits(version, version)[0]
         ts_ms = int(commit.timestamp.timestamp() * 1000)
         table, table_schema = self._read_from(version)
+        if self.stop.is_set():  # stopped while Spark started or planned: no table created after it
+            return None
         if cfg.reader == "clickhouse":  # again for a resync, which comes here directly
             check_clickhouse_reads(self.source, self.ports.lake_reader, table_schema)
         types = schema.column_types(table_schema, cfg.design)

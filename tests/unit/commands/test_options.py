@@ -374,7 +374,7 @@ def test_run_once_sums_up_the_failed_pipelines(monkeypatch):
         "cdc2ch.fleet.runner": {"Runner": Runner, "Fleet": Fleet},
         "cdc2ch.replication.metrics": {"Metrics": lambda: SimpleNamespace(serve=print, close=lambda: None)},
         "cdc2ch.source.spark.session": {
-            "lazy_session": lambda settings, on_start=None: None,
+            "lazy_session": lambda settings, on_start=None, stop=None: None,
             "jvm_pid": lambda spark: None,
         },
     }
