@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -16,6 +17,7 @@ from cdc2ch.base import log as logsetup
 from cdc2ch.base.errors import Cdc2chError, ConfigError, summarise
 from cdc2ch.base.log import get_logger
 from cdc2ch.base.stop import stop_on_signals
+from cdc2ch.commands import summary
 from cdc2ch.commands.listing import configured, pipelines, start_logging, wait_for_tables
 from cdc2ch.commands.options import Invocation, load_config, merge, process_options
 from cdc2ch.model.config import ProcessOptions, RunConfig, TargetName, parse_duration
@@ -66,6 +68,7 @@ def run_pipelines(
     from cdc2ch.replication.metrics import Metrics
     from cdc2ch.source.spark.session import jvm_pid, lazy_session
 
+    began = time.monotonic()
     isolate = process.config_path is not None or discover is not None  # one table's failure stops no other
     first = configs[0]
     metrics = Metrics()
@@ -94,6 +97,9 @@ def run_pipelines(
             failed = runner.run()
         finally:
             metrics.close()
+    if first.once:  # what was written, at any log level (a service's ending is in its log)
+        written = summary.of_slots(runner.slots)
+        click.echo(summary.render("run", written, time.monotonic() - began, stop.is_set()))
     if failed and first.once:  # a service reports failures through status and metrics, and keeps going
         raise Cdc2chError(failure_summary(failed, len(configs)))
 
@@ -167,22 +173,30 @@ def snapshot(invocation: Invocation) -> None:
             f"with --pipeline NAME ({', '.join(c.pipeline for c in configs)})."
         )
     start_logging(process)
+    began, written = time.monotonic(), []
     with stop_on_signals() as stop:
         for cfg in configs:
             if not stop.is_set():
-                load_snapshot(cfg, stop)
+                written.append(load_snapshot(cfg, stop))
+    click.echo(summary.render("snapshot", written, time.monotonic() - began, stop.is_set()))
 
 
-def load_snapshot(cfg: RunConfig, stop: threading.Event) -> None:
+def load_snapshot(cfg: RunConfig, stop: threading.Event) -> summary.Written:
     """Load the pipeline's table as of cfg.snapshot_version (default: the latest), resumably."""
     from cdc2ch.replication.target import clickhouse_snapshotter
     from cdc2ch.source import open_source
     from cdc2ch.source.spark.session import lazy_session
 
     with _target(cfg, cfg.retries, check_lock=True) as sink:
-        clickhouse_snapshotter(
-            cfg, open_source(lazy_session(cfg.spark, stop=stop), cfg.table), sink, stop
-        ).run()
+        source = open_source(lazy_session(cfg.spark, stop=stop), cfg.table)
+        job = clickhouse_snapshotter(cfg, source, sink, stop)
+        job.run()
+    if job.loaded is None:  # stopped between chunks: the same command resumes it
+        return summary.Written(
+            cfg.pipeline, note="snapshot stopped before it ended; the same command resumes it"
+        )
+    version, rows = job.loaded
+    return summary.Written(cfg.pipeline, rows, after=version, snapshot=True)
 
 
 def reshape(invocation: Invocation) -> None:
@@ -202,10 +216,7 @@ def reshape(invocation: Invocation) -> None:
     start_logging(process)
     with stop_on_signals() as stop, _target(cfg, cfg.retries, check_lock=False) as sink:
         done = Reshape(cfg, open_source(lazy_session(cfg.spark, stop=stop), cfg.table), sink, stop).run()
-    if done is not None:
-        click.echo(
-            f"{done.pipeline}: {done.target} reshaped at version {done.version} in {done.seconds:.1f}s"
-        )
+    click.echo(summary.reshaped(cfg.pipeline, done))
 
 
 def validate(invocation: Invocation) -> None:

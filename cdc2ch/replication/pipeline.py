@@ -157,11 +157,11 @@ class Replicator:
         breaks = {s: by_version.get(s) for s in cut.breaks}  # ranges that begin at a schema change
         # A long catch-up shows how it goes.
         total, long = sum(c.estimated_rows for c in commits), len(ranges) > 1
-        progress = Progress(f"catch-up {cfg.pipeline}", total, len(ranges), unit="range", shown=long)
         broken, gave_way = None, False
         read = partial(self.source.changes, key=cfg.identity.columns)  # the pre-images it may leave out
         ahead = self.ports.on_other_threads
         with (
+            Progress(f"catch-up {cfg.pipeline}", total, len(ranges), unit="range", shown=long) as progress,
             Leases(self.budget, self.stop) as leases,
             ReadAhead(read, cfg.immutable_keys, writer.collects, ahead) as reads,
         ):

@@ -181,8 +181,8 @@ import os, signal, sys
 from cdc2ch.commands import app
 real = app.pipelines
 
-def listing_then_a_stop(invocation):
-    listed = real(invocation)
+def listing_then_a_stop(invocation, *rest):
+    listed = real(invocation, *rest)
     os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the pipelines are listed and checked
     return listed
 
