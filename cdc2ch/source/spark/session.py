@@ -54,6 +54,8 @@ LOCAL_CONF = {
 
 _started = None  # the session this module built, for later calls from any thread
 _launched: subprocess.Popen | None = None  # spark-submit's process, known from the moment it starts
+_given_up = False  # the start under way was abandoned: a launch not yet begun is ended as it begins
+_launch_lock = threading.Lock()
 STOP_SEEN = 0.1  # seconds at most between a stop and a start being abandoned
 ABANDONED_WAIT = 5.0  # seconds the start's thread is given to notice its JVM gone
 
@@ -76,6 +78,8 @@ def session(settings: SparkSettings | None = None, stop: threading.Event | None 
     if _started is not None and SparkContext._active_spark_context is _started.sparkContext:
         return _started  # built on the helper thread: not the active session of this one
     outcome: dict = {}
+    global _given_up
+    _given_up = False
 
     def build() -> None:
         try:
@@ -100,12 +104,15 @@ def _abandon(helper: threading.Thread) -> None:
     that. The process's gateway is forgotten, so that nothing talks to the JVM gone."""
     from pyspark import SparkContext
 
-    if _launched is not None:
-        kill_tree(_launched.pid)
+    global _given_up
+    with _launch_lock:
+        _given_up, launched = True, _launched
+    if launched is not None:
+        kill_tree(launched.pid)
     helper.join(ABANDONED_WAIT)
     with SparkContext._lock:
         gateway = SparkContext._gateway
-        if gateway is not None and getattr(gateway, "proc", None) is _launched:
+        if gateway is not None and getattr(gateway, "proc", None) is launched:
             SparkContext._gateway = SparkContext._jvm = None
 
 
@@ -261,7 +268,8 @@ def _launch_jvm(conf: dict[str, str], master: str | None, local: bool) -> None:
 @contextmanager
 def _watched_launch():
     """While launch_gateway runs: the process it starts recorded in `_launched` as soon as it exists (PySpark
-    hands it over only once the JVM answers), so that a start given up can end it."""
+    hands it over only once the JVM answers), so that a start given up can end it; one given up before the
+    launch began ends it at once."""
     from pyspark import java_gateway
 
     global _launched
@@ -270,7 +278,10 @@ def _watched_launch():
         def __init__(self, *args, **kwargs):
             global _launched
             super().__init__(*args, **kwargs)
-            _launched = self
+            with _launch_lock:
+                _launched, given_up = self, _given_up
+            if given_up:
+                kill_tree(self.pid)
 
     _launched = None
     java_gateway.Popen = Watched  # type: ignore[misc]  # launch_gateway's own name for it
