@@ -16,7 +16,7 @@ import click
 from cdc2ch.base import log as logsetup
 from cdc2ch.base.errors import Cdc2chError, ConfigError, summarise
 from cdc2ch.base.log import get_logger
-from cdc2ch.base.stop import stop_on_signals
+from cdc2ch.base.stop import Stopped, stop_on_signals
 from cdc2ch.commands import summary
 from cdc2ch.commands.listing import configured, pipelines, start_logging, wait_for_tables
 from cdc2ch.commands.options import Invocation, load_config, merge, process_options
@@ -176,8 +176,12 @@ def snapshot(invocation: Invocation) -> None:
     began, written = time.monotonic(), []
     with stop_on_signals() as stop:
         for cfg in configs:
-            if not stop.is_set():
+            if stop.is_set():
+                break
+            try:
                 written.append(load_snapshot(cfg, stop))
+            except Stopped:  # while Spark started: nothing loaded, nothing claimed after the signal
+                written.append(summary.Written(cfg.pipeline, note="stopped before it began"))
     click.echo(summary.render("snapshot", written, time.monotonic() - began, stop.is_set()))
 
 

@@ -274,8 +274,11 @@ def test_a_stop_while_spark_starts_slowly_ends_at_once_and_begins_nothing(
         out = proc.stderr + proc.stdout
         assert code == 0, f"exit {code}:\n{out[-3000:]}"
         assert "Traceback" not in out, out[-3000:]
-        assert proc.events("starting_spark") and proc.events("stopped"), out[-3000:]
+        assert proc.events("starting_spark"), out[-3000:]
         assert not proc.events("spark_started") and not proc.events("target_created"), out[-3000:]
+    assert run.events("stopped"), run.stderr[-3000:]
+    ended = json.loads(snapshot.stdout)  # the line a snapshot ends with, stopped or not
+    assert ended["event"] == "summary" and ended["stopped"] and ended["rows"] == 0, ended
     assert took < 10, took
     assert _running_under(home) == []  # the JVM being started was ended with its launcher
     for target in (service, loaded):
