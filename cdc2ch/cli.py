@@ -26,7 +26,7 @@ def _fail(exc: Cdc2chError) -> None:
 
 def handle_errors(fn):
     """A Cdc2chError ends the command with its message and exit code instead of a traceback; so do an
-    interruption (exit 130) and Spark's JVM going away."""
+    interruption (exit 130) and Spark's JVM going away. A stop that came while Spark started ends it, exit 0."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -39,6 +39,9 @@ def handle_errors(fn):
             if stopped is None:
                 raise
             _fail(stopped)
+        except stop.Stopped as exc:  # a stop while Spark started: nothing begun, exit 0
+            log.get_logger("cdc2ch").info("stopped", before=str(exc))
+            return None
         except KeyboardInterrupt:  # a second SIGTERM/SIGINT while stopping (the first one stops cleanly)
             message = "the range in flight will be replayed by the next run."
             click.echo(log.final(message, 130, kind="interrupted"), err=True)

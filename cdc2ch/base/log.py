@@ -55,10 +55,28 @@ def when_configured(call: Callable[[], object]) -> None:
     call()
 
 
+class _Stderr:
+    """sys.stderr as it is at each write: while a progress bar shows (replication/fullload/progress.py), rich
+    stands in for it, and the log lines are printed above the bar instead of through it."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
+
+    @property
+    def closed(self) -> bool:
+        return bool(getattr(sys.stderr, "closed", False))
+
+
 def configure(fmt: str = "console", level: str = "info") -> None:
     global _format, _level, _configured
     _format, _level = fmt, getattr(logging, level.upper(), logging.INFO)
-    stream = sys.stderr
+    stream: Any = _Stderr()
     renderer = (
         structlog.processors.JSONRenderer()
         if fmt == "json"
@@ -159,6 +177,22 @@ def final(message: str, exit_code: int, kind: str = "error") -> str:
     now = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
     event = {"event": kind, "message": message, "exit_code": exit_code, "level": "error", "timestamp": now}
     return json.dumps(event, ensure_ascii=False)
+
+
+def summary(message: str, **fields: Any) -> str:
+    """The line a command that wrote ends with, on stdout at any log level: `message` on the console, a
+    `summary` event with `fields` (and the message) with --log-format json, so that every line stays
+    parseable."""
+    if _format != "json":
+        return message
+    now = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+    event = {"event": "summary", "message": message, **fields, "level": "info", "timestamp": now}
+    return json.dumps(event, ensure_ascii=False)
+
+
+def json_lines() -> bool:
+    """Whether the command logs JSON lines (--log-format json): nothing is drawn on the terminal then."""
+    return _format == "json"
 
 
 # -- the Python API: the caller's logging ---------------------------------------------------------------

@@ -23,6 +23,12 @@ _early: list[int] = []  # signals caught before a command took them over
 _before: dict[signal.Signals, _Handler] = {}  # the handlers catch_early replaced
 
 
+class Stopped(BaseException):
+    """A stop came while the work waited for something to begin (Spark's start): it ends there, having begun
+    nothing more. A BaseException, as KeyboardInterrupt is, so that no `except Exception` on its way takes it
+    for a failure; the runner and the commands end cleanly on it (exit 0)."""
+
+
 def catch_early() -> None:
     """Record stop signals until a command takes them over (`stop_on_signals`) or hands them back
     (`release`). Called before the heavy imports of the command line; a no-op off the main thread."""

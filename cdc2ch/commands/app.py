@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -15,8 +16,11 @@ import click
 from cdc2ch.base import log as logsetup
 from cdc2ch.base.errors import Cdc2chError, ConfigError, summarise
 from cdc2ch.base.log import get_logger
-from cdc2ch.base.stop import stop_on_signals
+from cdc2ch.base.stop import Stopped, stop_on_signals
+from cdc2ch.commands import summary
 from cdc2ch.commands.invocation.listing import (
+    clickhouse_of,
+    compact_targets,
     configured,
     file_pipelines,
     pipelines,
@@ -48,7 +52,7 @@ def run(invocation: Invocation) -> None:
     # Signals are caught from the start: a stop while the pipelines are listed and checked (seconds on a busy
     # machine) is a stop before any work, exit 0, not a process killed by its signal.
     with stop_on_signals() as stop:
-        listed = pipelines(invocation)
+        listed = pipelines(invocation, stop)
         if listed.configs or not listed.waits:
             configured(invocation, listed)  # refuses a --once run of patterns matching nothing to follow
         process = listed.process
@@ -72,6 +76,7 @@ def run_pipelines(
     from cdc2ch.replication.metrics import Metrics
     from cdc2ch.source.spark.session import jvm_pid, lazy_session
 
+    began = time.monotonic()
     isolate = process.config_path is not None or discover is not None  # one table's failure stops no other
     first = configs[0]
     metrics = Metrics()
@@ -96,13 +101,16 @@ def run_pipelines(
         if process.metrics_port is not None:
             metrics.serve(process.metrics_port)
         try:
-            spark = lazy_session(first.spark, on_start=lambda s: setattr(metrics, "jvm_pid", jvm_pid(s)))
+            spark = lazy_session(first.spark, lambda s: setattr(metrics, "jvm_pid", jvm_pid(s)), stop)
             fleet = Fleet(isolate=isolate, workers=workers, budget=budget, discover=discover,
                           discover_interval=process.discover_interval, skipped=tuple(skipped or ()))  # fmt: skip
             runner = Runner(configs, spark, sink, stop, metrics, fleet=fleet)
             failed = runner.run()
         finally:
             metrics.close()
+    if first.once:  # what was written, at any log level (a service's ending is in its log)
+        written = summary.of_slots(runner.slots)
+        click.echo(summary.render("run", written, time.monotonic() - began, stop.is_set()))
     if failed and first.once:  # a service reports failures through status and metrics, and keeps going
         raise Cdc2chError(failure_summary(failed, len(configs)))
 
@@ -184,20 +192,34 @@ def snapshot(invocation: Invocation) -> None:
             f"with --pipeline NAME ({', '.join(c.pipeline for c in configs)})."
         )
     start_logging(process)
+    began, written = time.monotonic(), []
     with stop_on_signals() as stop:
         for cfg in configs:
-            if not stop.is_set():
-                load_snapshot(cfg, stop)
+            if stop.is_set():
+                break
+            try:
+                written.append(load_snapshot(cfg, stop))
+            except Stopped:  # while Spark started: nothing loaded, nothing claimed after the signal
+                written.append(summary.Written(cfg.pipeline, note="stopped before it began"))
+    click.echo(summary.render("snapshot", written, time.monotonic() - began, stop.is_set()))
 
 
-def load_snapshot(cfg: RunConfig, stop: threading.Event) -> None:
+def load_snapshot(cfg: RunConfig, stop: threading.Event) -> summary.Written:
     """Load the pipeline's table as of cfg.snapshot_version (default: the latest), resumably."""
     from cdc2ch.replication.target import clickhouse_snapshotter
     from cdc2ch.source import open_source
     from cdc2ch.source.spark.session import lazy_session
 
     with _target(cfg, cfg.retries, check_lock=True) as sink:
-        clickhouse_snapshotter(cfg, open_source(lazy_session(cfg.spark), cfg.table), sink, stop).run()
+        source = open_source(lazy_session(cfg.spark, stop=stop), cfg.table)
+        job = clickhouse_snapshotter(cfg, source, sink, stop)
+        job.run()
+    if job.loaded is None:  # stopped between chunks: the same command resumes it
+        return summary.Written(
+            cfg.pipeline, note="snapshot stopped before it ended; the same command resumes it"
+        )
+    version, rows = job.loaded
+    return summary.Written(cfg.pipeline, rows, after=version, snapshot=True)
 
 
 def reshape(invocation: Invocation) -> None:
@@ -216,11 +238,8 @@ def reshape(invocation: Invocation) -> None:
     cfg = configs[0]
     start_logging(process)
     with stop_on_signals() as stop, _target(cfg, cfg.retries, check_lock=False) as sink:
-        done = Reshape(cfg, open_source(lazy_session(cfg.spark), cfg.table), sink, stop).run()
-    if done is not None:
-        click.echo(
-            f"{done.pipeline}: {done.target} reshaped at version {done.version} in {done.seconds:.1f}s"
-        )
+        done = Reshape(cfg, open_source(lazy_session(cfg.spark, stop=stop), cfg.table), sink, stop).run()
+    click.echo(summary.reshaped(cfg.pipeline, done))
 
 
 def validate(invocation: Invocation) -> None:
@@ -252,11 +271,11 @@ def verify(invocation: Invocation) -> None:
     repair, as_json = invocation.values["repair"], invocation.values["as_json"]
     configs, process = configured(invocation.with_values(once=True))
     start_logging(process)
-    spark = lazy_session(process.spark)
     reports = []
     retries = max(c.retries for c in configs)
     # without --repair verify only reads: a running `run --serve` of the embedded directory can answer it
     with stop_on_signals() as stop, _target(configs[0], retries, False, reader=not repair) as sink:
+        spark = lazy_session(process.spark, stop=stop)
         for cfg in configs:
             check_target(sink, cfg)
             store = StateStore(sink, cfg.target.database)
@@ -345,50 +364,11 @@ def compact(invocation: Invocation) -> None:
     older_than, as_json = v["older_than"], v["as_json"]
     logsetup.configure(v["log_format"], v["log_level"])
     age = parse_duration(older_than, "--older-than") if older_than is not None else None
-    targets = _compact_targets(invocation)
+    targets = compact_targets(invocation)
     with connect(clickhouse_of(invocation), create=False) as sink:
         for name in targets or [target_of(sink, v["pipeline_name"])]:
             result = compaction.compact(sink, name, age)
             click.echo(json.dumps(result.as_dict()) if as_json else result.summary())
-
-
-def _compact_targets(invocation: Invocation) -> list[TargetName] | None:
-    """The tables `compact` compacts: --target's, the --config pipelines' (--pipeline's alone), or None for
-    a --pipeline without --config, found in ClickHouse by its records."""
-    v = invocation.values
-    target, pipeline = v.get("target"), v.get("pipeline_name")
-    if target and pipeline:
-        raise ConfigError(
-            f"--target {target} and --pipeline {pipeline} both name the table to compact: give one of them."
-        )
-    if target:
-        return [TargetName.parse(target)]
-    listed = file_pipelines(invocation)
-    if listed is None:
-        if pipeline:
-            return None
-        raise ConfigError(
-            "compact needs to know which table: --target database.table, --pipeline NAME (as `cdc2ch status` "
-            "shows it) or --config cdc2ch.toml (every pipeline's target)."
-        )
-    if pipeline is None:
-        return [t for _, t in listed]
-    return [_listed_target(listed, pipeline, v["config_path"])]
-
-
-def _listed_target(listed: list[tuple[str, TargetName]], pipeline: str, path: str) -> TargetName:
-    for name, target in listed:
-        if name == pipeline:
-            return target
-    raise ConfigError(
-        f"--pipeline {pipeline!r} is not in {path}; its pipelines are: {', '.join(n for n, _ in listed)}."
-    )
-
-
-def clickhouse_of(invocation: Invocation) -> str:
-    """Where the command finds ClickHouse: --clickhouse (or CDC2CH_CLICKHOUSE_URL), else the --config
-    file's `clickhouse`, else the default."""
-    return merge(invocation, load_config(invocation))[0]["clickhouse_dsn"]
 
 
 def lifecycle(invocation: Invocation) -> None:

@@ -231,14 +231,13 @@ class Verifier:
         )
         per_pass = max(1, NARROW_KEYS // ROWS_PER_BUCKET)
         groups = range(0, len(mismatched), per_pass)
-        progress = Progress(
-            f"verify {self.cfg.pipeline}", None, len(groups), unit="bucket group", shown=bool(groups)
-        )
-        for i in groups:
-            group = ", ".join(str(b) for b in mismatched[i : i + per_pass])
-            report = self._narrow(report, df, sides, version, group, repair)
-            progress.advance(0, 1)
-        progress.done()
+        what = f"verify {self.cfg.pipeline}"
+        with Progress(what, None, len(groups), unit="bucket group", shown=bool(groups)) as progress:
+            for i in groups:
+                group = ", ".join(str(b) for b in mismatched[i : i + per_pass])
+                report = self._narrow(report, df, sides, version, group, repair)
+                progress.advance(0, 1)
+            progress.done()
         report = self._check_versions(report, sides, version, repair)
         return replace(report, seconds=time.monotonic() - t0)
 

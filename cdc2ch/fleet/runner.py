@@ -18,6 +18,7 @@ from functools import partial
 
 from cdc2ch.base.errors import Cdc2chError, jvm_gone, jvm_stopped, jvm_stopped_error, summarise
 from cdc2ch.base.log import get_logger
+from cdc2ch.base.stop import Stopped
 from cdc2ch.fleet.health import HealthBook, kept_error
 from cdc2ch.fleet.lifecycle import Lifecycle
 from cdc2ch.fleet.scheduler import NEVER, Schedule
@@ -281,6 +282,12 @@ class Runner:
                     self._warm_up(job)
                 self.lifecycle.resync(slot.cfg, job)
                 turn = job.step()
+        except Stopped:  # a stop while Spark started (or before a claim): the turn ends, nothing begun
+            if job is not None and job.state is None:  # stopped in its start: its claim, if any, let go
+                job.close()
+                job = None
+            slot.job = job  # else closed (and its `stopped` logged) as the runner ends
+            return StepOutcome(committed=False)
         except Exception as raised:
             exc = jvm_stopped(raised) or raised  # a JVM gone mid-call: the paragraph, not a traceback
             wrote = job is not None and job.standing.holds_offset  # an offset of its own

@@ -17,6 +17,7 @@ from typing import Any, cast
 from cdc2ch.base import phases
 from cdc2ch.base.log import get_logger
 from cdc2ch.base.phases import Phases
+from cdc2ch.base.stop import Stopped
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.records import PipelineState
 from cdc2ch.replication import plan, readers
@@ -117,6 +118,8 @@ class Replicator:
             self.ports.lock.check()  # one that another runner holds is refused all the same
             self.state, self.standing = inputs.stored, self.standing.held(inputs)
         else:
+            if self.stop.is_set():  # a stop while the inputs were checked: no claim after it
+                raise Stopped("the claim")
             self.claim(inputs)  # inputs are fine: from here on this process writes
         assert self.state is not None  # set by each branch above
         self.started = self.state  # where this runner took over (what the Python API reports from)
@@ -154,11 +157,11 @@ class Replicator:
         breaks = {s: by_version.get(s) for s in cut.breaks}  # ranges that begin at a schema change
         # A long catch-up shows how it goes.
         total, long = sum(c.estimated_rows for c in commits), len(ranges) > 1
-        progress = Progress(f"catch-up {cfg.pipeline}", total, len(ranges), unit="range", shown=long)
         broken, gave_way = None, False
         read = partial(self.source.changes, key=cfg.identity.columns)  # the pre-images it may leave out
         ahead = self.ports.on_other_threads
         with (
+            Progress(f"catch-up {cfg.pipeline}", total, len(ranges), unit="range", shown=long) as progress,
             Leases(self.budget, self.stop) as leases,
             ReadAhead(read, cfg.immutable_keys, writer.collects, ahead) as reads,
         ):
@@ -178,6 +181,11 @@ class Replicator:
                     and leases.ahead(i + 1, held[i + 1])
                 ):  # meanwhile: DDL, claim, write
                     reads.read(*ranges[i + 1])
+                if self.stop.is_set():  # a stop during the read: no table, no claim, no write after it
+                    self.log.info(
+                        "range_abandoned", start=s, end=e, batches_written=0, reason="stop requested"
+                    )
+                    break
                 change = self.steps.prepare_target(
                     state, changes.schema, breaks.get(s), self.standing.claimed
                 )

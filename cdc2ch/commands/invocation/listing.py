@@ -1,5 +1,6 @@
 """Which pipelines an invocation names now: those of its flags or config file, each --table pattern listed
-(and listed again, for a service that discovers tables or waits for its first)."""
+(and listed again, for a service that discovers tables or waits for its first); and where the commands that
+address pipelines find them, their targets and their ClickHouse."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from functools import partial
 from cdc2ch.base import log as logsetup
 from cdc2ch.base.errors import ConfigError
 from cdc2ch.base.log import get_logger
-from cdc2ch.commands.invocation.options import Invocation, load_config, resolve
+from cdc2ch.commands.invocation.options import Invocation, load_config, merge, resolve
 from cdc2ch.model.config import ProcessOptions, RunConfig, TargetName
 
 log = get_logger("cdc2ch")
@@ -45,9 +46,11 @@ def configured(
     return configs, process
 
 
-def pipelines(invocation: Invocation, log_skipped: bool = True) -> Listed:
-    """The invocation's pipelines, each --table pattern listed now. `log_skipped`: log each table a pattern
-    skips (a command that lists them itself does not)."""
+def pipelines(
+    invocation: Invocation, stop: threading.Event | None = None, log_skipped: bool = True
+) -> Listed:
+    """The invocation's pipelines, each --table pattern listed now (Spark's start given up on `stop`).
+    `log_skipped`: log each table a pattern skips (a command that lists them itself does not)."""
     from cdc2ch.source.spark.session import lazy_session
 
     items, process = resolve(invocation, load_config(invocation))
@@ -56,7 +59,7 @@ def pipelines(invocation: Invocation, log_skipped: bool = True) -> Listed:
     start_logging(process)
     # skipped tables already logged: a service lists them again and again (None: none logged)
     reported: set[str] | None = set() if log_skipped else None
-    spark = lazy_session(process.spark)  # the one session, started once a listing needs it
+    spark = lazy_session(process.spark, stop=stop)  # the one session, started once a listing needs it
     configs, skipped = _expand(items, spark, reported)
     once = any(item.values.get("once") for item in items if not isinstance(item, RunConfig))
     return Listed(
@@ -133,3 +136,42 @@ def wait_for_tables(listed: Listed, stop: threading.Event) -> Listed:
         configs, skipped = listed.again(frozenset())
         listed = replace(listed, configs=configs, skipped=skipped)
     return listed
+
+
+def compact_targets(invocation: Invocation) -> list[TargetName] | None:
+    """The tables `compact` compacts: --target's, the --config pipelines' (--pipeline's alone), or None for
+    a --pipeline without --config, found in ClickHouse by its records."""
+    v = invocation.values
+    target, pipeline = v.get("target"), v.get("pipeline_name")
+    if target and pipeline:
+        raise ConfigError(
+            f"--target {target} and --pipeline {pipeline} both name the table to compact: give one of them."
+        )
+    if target:
+        return [TargetName.parse(target)]
+    listed = file_pipelines(invocation)
+    if listed is None:
+        if pipeline:
+            return None
+        raise ConfigError(
+            "compact needs to know which table: --target database.table, --pipeline NAME (as `cdc2ch status` "
+            "shows it) or --config cdc2ch.toml (every pipeline's target)."
+        )
+    if pipeline is None:
+        return [t for _, t in listed]
+    return [listed_target(listed, pipeline, v["config_path"])]
+
+
+def listed_target(listed: list[tuple[str, TargetName]], pipeline: str, path: str) -> TargetName:
+    for name, target in listed:
+        if name == pipeline:
+            return target
+    raise ConfigError(
+        f"--pipeline {pipeline!r} is not in {path}; its pipelines are: {', '.join(n for n, _ in listed)}."
+    )
+
+
+def clickhouse_of(invocation: Invocation) -> str:
+    """Where the command finds ClickHouse: --clickhouse (or CDC2CH_CLICKHOUSE_URL), else the --config
+    file's `clickhouse`, else the default."""
+    return merge(invocation, load_config(invocation))[0]["clickhouse_dsn"]

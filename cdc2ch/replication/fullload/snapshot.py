@@ -92,6 +92,8 @@ class Snapshotter:
                 self.source.uri, str(cfg.target), self.source.location, self.source.table_id()
             )
         t0 = time.monotonic()
+        if self.stop.is_set():  # stopped while the inputs were checked: no claim after it
+            return None
         self.ports.lock.acquire()
         try:
             rows = self.load(version, commit[0], comment)
@@ -118,6 +120,8 @@ class Snapshotter:
         commit = commit or self.source.commits(version, version)[0]
         ts_ms = int(commit.timestamp.timestamp() * 1000)
         table, table_schema = self._read_from(version)
+        if self.stop.is_set():  # stopped while Spark started or planned: no table created after it
+            return None
         if cfg.reader == "clickhouse":  # again for a resync, which comes here directly
             check_clickhouse_reads(self.source, self.ports.lake_reader, table_schema)
         types = schema.column_types(table_schema, cfg.design)
@@ -165,17 +169,17 @@ class Snapshotter:
         total = frame.total
         plan = "spark:" + frame.fingerprint()
         done = self.chunks.done(cfg.pipeline, version, plan)
-        progress = Progress(f"snapshot v{version}", total, frame.count, len(frame.files))
-        self._advance(progress, sum(done.values()), len(done))
         todo = [chunk for chunk in range(frame.count) if chunk not in done]
         # The next chunk is read while this one is written (the JVM reads while the engine inserts) when
         # the row budget has room for both. Leaving the block waits for a read under way, so no Spark job
         # outlives the snapshot.
         rows = -(-total // max(frame.count, 1))  # a chunk's rows (the files are split evenly)
         with (
+            Progress(f"snapshot v{version}", total, frame.count, len(frame.files)) as progress,
             Leases(self.budget, self.stop) as leases,
             ThreadPoolExecutor(1, thread_name_prefix="cdc2ch-snapshot-read") as pool,
         ):
+            self._advance(progress, sum(done.values()), len(done))
             pending = None
             for i, chunk in enumerate(todo):
                 if self.stop.is_set() or not leases.need(chunk, rows):
@@ -198,7 +202,7 @@ class Snapshotter:
                 self.chunks.record(cfg.pipeline, version, plan, chunk, n)
                 self.log.info("chunk", version=version, chunk=chunk, of=frame.count, rows=n)
                 self._advance(progress, n, 1)
-        progress.done()
+            progress.done()
         return sum(self.chunks.done(cfg.pipeline, version, plan).values())
 
     def _advance(self, progress: Progress, rows: int, chunks: int) -> None:
@@ -228,21 +232,21 @@ class Snapshotter:
         groups = [files[i::count] for i in range(count)]
         plan = "clickhouse:" + hashlib.sha1("\0".join([str(count), *files]).encode()).hexdigest()[:16]
         done = self.chunks.done(cfg.pipeline, version, plan)
-        progress = Progress(f"snapshot v{version}", total, count, len(files))
-        self._advance(progress, sum(done.values()), len(done))
         meta = contract.sql_fixed_meta(version, ts_ms, contract.SNAPSHOT)
-        for chunk, group in enumerate(groups):
-            if chunk in done or not group:
-                continue
-            if self.stop.is_set():
-                return None
-            n = self.ports.target.load_files(
-                cfg, self.source.location, group, (columns, meta), (version, plan, chunk)
-            )
-            self.chunks.record(cfg.pipeline, version, plan, chunk, n)
-            self.log.info("chunk", version=version, chunk=chunk, of=count, rows=n, files=len(group))
-            self._advance(progress, n, 1)
-        progress.done()
+        with Progress(f"snapshot v{version}", total, count, len(files)) as progress:
+            self._advance(progress, sum(done.values()), len(done))
+            for chunk, group in enumerate(groups):
+                if chunk in done or not group:
+                    continue
+                if self.stop.is_set():
+                    return None
+                n = self.ports.target.load_files(
+                    cfg, self.source.location, group, (columns, meta), (version, plan, chunk)
+                )
+                self.chunks.record(cfg.pipeline, version, plan, chunk, n)
+                self.log.info("chunk", version=version, chunk=chunk, of=count, rows=n, files=len(group))
+                self._advance(progress, n, 1)
+            progress.done()
         return sum(self.chunks.done(cfg.pipeline, version, plan).values())
 
     # -- finish -----------------------------------------------------------------------------------

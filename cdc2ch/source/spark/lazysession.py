@@ -4,24 +4,35 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 
 from cdc2ch.base import phases
 from cdc2ch.base.errors import SourceError
+from cdc2ch.base.log import get_logger
+from cdc2ch.base.stop import Stopped
 from cdc2ch.model.config import SparkSettings
 from cdc2ch.model.objectstore import S3Settings
+
+log = get_logger("cdc2ch.spark")
 
 
 class LazySpark:
     """One Spark session for every pipeline of the process, built the first time one of them asks for it
     (`get`), once, whichever thread asks first. Until then no JVM runs: a poll that finds nothing new, the
-    log, the metadata and the ClickHouse reader never ask. `on_start` is told the session when it starts."""
+    log, the metadata and the ClickHouse reader never ask. `on_start` is told the session when it starts. A
+    `stop` set before or while it starts ends the wait with Stopped: a stop is never held up by the JVM."""
 
     def __init__(
-        self, start: Callable, settings: SparkSettings | None = None, on_start: Callable | None = None
+        self,
+        start: Callable,
+        settings: SparkSettings | None = None,
+        on_start: Callable | None = None,
+        stop: threading.Event | None = None,
     ):
         self.settings = settings or SparkSettings()
-        self._start, self._on_start = start, on_start  # start: (settings, what) -> session
+        self._start, self._on_start = start, on_start  # start: (settings, what, stop) -> session
+        self.stop = stop
         self._session = None
         self._lock = threading.Lock()
         self._local = threading.local()  # the pipeline whose jobs this thread runs (see jobs_of)
@@ -37,8 +48,13 @@ class LazySpark:
         if self._session is None:
             with self._lock:
                 if self._session is None:
+                    if self.stop is not None and self.stop.is_set():
+                        raise Stopped(what)  # nothing starts after a stop
+                    log.info("starting_spark", needed_for=what)
+                    began = time.monotonic()
                     with phases.timed("jvm"):
-                        self._session = self._start(self.settings, what)
+                        self._session = self._start(self.settings, what, self.stop)
+                    log.info("spark_started", seconds=round(time.monotonic() - began, 1))
                     if self._on_start is not None:
                         self._on_start(self._session)
         group = getattr(self._local, "group", None)

@@ -15,6 +15,8 @@ import typing
 from contextlib import contextmanager
 from pathlib import Path
 
+from cdc2ch.base.processes import kill_tree
+from cdc2ch.base.stop import Stopped
 from cdc2ch.model.config import SparkSettings, is_secret_key
 from cdc2ch.model.objectstore import S3Settings, connectors_for
 from cdc2ch.source.spark import classarchive
@@ -54,14 +56,21 @@ LOCAL_CONF = {
 
 
 _started = None  # the session this module built, for later calls from any thread
+_launched: subprocess.Popen | None = None  # spark-submit's process, known from the moment it starts
+_given_up = False  # the start under way was abandoned: a launch not yet begun is ended as it begins
+_launch_lock = threading.Lock()
+STOP_SEEN = 0.1  # seconds at most between a stop and a start being abandoned
+ABANDONED_WAIT = 5.0  # seconds the start's thread is given to notice its JVM gone
 
 
-def session(settings: SparkSettings | None = None):
+def session(settings: SparkSettings | None = None, stop: threading.Event | None = None):
     """The Spark session: reused when one is already running (tests, several pipelines, spark-submit).
 
     A new one is built on a helper thread: PySpark's SparkContext, created on the main thread, replaces the
     process's SIGINT handler with its own (cancel all jobs, raise KeyboardInterrupt), which would turn
     Ctrl-C into a py4j failure mid-read; cdc2ch's handler (stop after the current batch) stays in charge.
+    The caller waits for it, or for `stop`: a stop while the JVM starts (seconds, more on a busy machine)
+    ends the JVM being started and raises Stopped rather than wait for a session nothing will use.
     """
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
@@ -72,6 +81,8 @@ def session(settings: SparkSettings | None = None):
     if _started is not None and SparkContext._active_spark_context is _started.sparkContext:
         return _started  # built on the helper thread: not the active session of this one
     outcome: dict = {}
+    global _given_up
+    _given_up = False
 
     def build() -> None:
         try:
@@ -81,10 +92,31 @@ def session(settings: SparkSettings | None = None):
 
     helper = threading.Thread(target=build, name="cdc2ch-spark-start", daemon=True)
     helper.start()
-    helper.join()
+    while helper.is_alive() and not (stop is not None and stop.is_set()):
+        helper.join(STOP_SEEN)
+    if helper.is_alive():
+        _abandon(helper)
+        raise Stopped("Spark's start")
     if "error" in outcome:
         raise outcome["error"]
     return outcome["spark"]
+
+
+def _abandon(helper: threading.Thread) -> None:
+    """A start given up: its JVM (and the scripts still launching it) ended, and its thread left to fail on
+    that. The process's gateway is forgotten, so that nothing talks to the JVM gone."""
+    from pyspark import SparkContext
+
+    global _given_up
+    with _launch_lock:
+        _given_up, launched = True, _launched
+    if launched is not None:
+        kill_tree(launched.pid)
+    helper.join(ABANDONED_WAIT)
+    with SparkContext._lock:
+        gateway = SparkContext._gateway
+        if gateway is not None and getattr(gateway, "proc", None) is launched:
+            SparkContext._gateway = SparkContext._jvm = None
 
 
 def _build(settings: SparkSettings):
@@ -232,7 +264,8 @@ def _launch_jvm(conf: dict[str, str], master: str | None, local: bool) -> None:
         added = {k: v for k, v in added.items() if k not in os.environ}
         os.environ.update(added)
         try:
-            gateway = launch_gateway(spark_conf, {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT})
+            with _watched_launch():
+                gateway = launch_gateway(spark_conf, {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT})
         finally:
             for key in added:
                 os.environ.pop(key, None)
@@ -242,12 +275,41 @@ def _launch_jvm(conf: dict[str, str], master: str | None, local: bool) -> None:
     ).start()
 
 
-def lazy_session(settings: SparkSettings | None = None, on_start=None) -> LazySpark:
-    """The process's session, started by the first caller that needs it (see lazysession.py)."""
-    return LazySpark(start, settings, on_start)
+@contextmanager
+def _watched_launch():
+    """While launch_gateway runs: the process it starts recorded in `_launched` as soon as it exists (PySpark
+    hands it over only once the JVM answers), so that a start given up can end it; one given up before the
+    launch began ends it at once."""
+    from pyspark import java_gateway
+
+    global _launched
+
+    class Watched(subprocess.Popen):
+        def __init__(self, *args, **kwargs):
+            global _launched
+            super().__init__(*args, **kwargs)
+            with _launch_lock:
+                _launched, given_up = self, _given_up
+            if given_up:
+                kill_tree(self.pid)
+
+    _launched = None
+    java_gateway.Popen = Watched  # type: ignore[misc]  # launch_gateway's own name for it
+    try:
+        yield
+    finally:
+        java_gateway.Popen = subprocess.Popen  # type: ignore[misc]
 
 
-def start(settings: SparkSettings, what: str):
+def lazy_session(
+    settings: SparkSettings | None = None, on_start=None, stop: threading.Event | None = None
+) -> LazySpark:
+    """The process's session, started by the first caller that needs it (see lazysession.py); a `stop`
+    while it starts gives the start up (Stopped)."""
+    return LazySpark(start, settings, on_start, stop)
+
+
+def start(settings: SparkSettings, what: str, stop: threading.Event | None = None):
     """Start Spark, or say in one paragraph (`what` needed it) that Java is missing and what works without."""
     from pyspark import SparkContext
 
@@ -262,7 +324,7 @@ def start(settings: SparkSettings, what: str):
             else "JAVA_HOME is not set and no `java` is on PATH",
         )
     try:
-        return session(settings)
+        return session(settings, stop)
     except Exception as exc:
         if "JAVA_GATEWAY_EXITED" not in str(exc) and "Java gateway process exited" not in str(exc):
             raise

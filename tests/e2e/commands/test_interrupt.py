@@ -181,8 +181,8 @@ import os, signal, sys
 from cdc2ch.commands import app
 real = app.pipelines
 
-def listing_then_a_stop(invocation):
-    listed = real(invocation)
+def listing_then_a_stop(invocation, *rest):
+    listed = real(invocation, *rest)
     os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the pipelines are listed and checked
     return listed
 
@@ -210,3 +210,92 @@ def test_a_stop_while_the_pipelines_are_listed_is_a_clean_stop(spark, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert any('"signal_received"' in line for line in done.stderr.splitlines()), done.stderr[-3000:]
+
+
+SLOW_JAVA = """#!/bin/sh
+# A JVM that takes long to start, as on a loaded machine: the real java, after a pause.
+sleep 120
+exec {java} "$@"
+"""
+
+
+def _slow_java_home(tmp_path: Path) -> Path:
+    import shutil
+
+    java = shutil.which("java", path=os.path.join(os.environ.get("JAVA_HOME", ""), "bin")) or shutil.which(
+        "java"
+    )
+    assert java, "the tests need Java"
+    home = tmp_path / "slow-jdk"
+    (home / "bin").mkdir(parents=True)
+    script = home / "bin" / "java"
+    script.write_text(SLOW_JAVA.format(java=os.path.realpath(java)))
+    script.chmod(0o755)
+    return home
+
+
+def _running_under(path: Path) -> list[int]:
+    """Processes of this host whose command line names `path` (the slow java and what it runs)."""
+    return [int(p.name) for p in Path("/proc").glob("[0-9]*") if str(path) in _cmdline(int(p.name))]
+
+
+def test_a_stop_while_spark_starts_slowly_ends_at_once_and_begins_nothing(
+    spark, http_sink, clickhouse_http, database, tmp_path
+):
+    """SIGTERM to a service, and Ctrl-C to a snapshot, while their JVM is still starting (here a java that
+    takes two minutes to begin, as on a loaded machine): each ends within seconds, exit 0, ends the JVM being
+    started, and creates no table and takes no claim after the signal."""
+    path = str(tmp_path / "t")
+    create_table(spark, path, "id BIGINT, v STRING")
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'a'), (2, 'b')")
+    home = _slow_java_home(tmp_path)
+    env = {**_env(clickhouse_http), "JAVA_HOME": str(home), "CDC2CH_CLASS_ARCHIVE": "off"}
+    service, loaded = TargetName(database, "service"), TargetName(database, "loaded")
+    run = Proc(*_run(path, service, clickhouse_http, "--reader", "spark"), env=env, group=True)
+    snapshot = Proc(
+        "snapshot", "--table", path, "--primary-key", "id", "--target", str(loaded),
+        "--clickhouse", clickhouse_http.dsn, "--reader", "spark", env=env, group=True,
+    )  # fmt: skip
+
+    with _killed_at_the_end(run, snapshot):
+        for proc in (run, snapshot):  # the slow java runs: the JVM is starting
+            _until(
+                lambda p=proc: any(str(home) in _cmdline(c) for c, _ in _descendants(p.pid)),
+                300,
+                "java",
+                proc,
+            )
+        run.signal(signal.SIGTERM)
+        sent = time.monotonic()
+        snapshot.interrupt()
+        codes = [proc.wait(15) for proc in (run, snapshot)]
+        took = time.monotonic() - sent
+    for proc, code in zip((run, snapshot), codes):
+        out = proc.stderr + proc.stdout
+        assert code == 0, f"exit {code}:\n{out[-3000:]}"
+        assert "Traceback" not in out, out[-3000:]
+        assert proc.events("starting_spark"), out[-3000:]
+        assert not proc.events("spark_started") and not proc.events("target_created"), out[-3000:]
+    assert run.events("stopped"), run.stderr[-3000:]
+    ended = json.loads(snapshot.stdout)  # the line a snapshot ends with, stopped or not
+    assert ended["event"] == "summary" and ended["stopped"] and ended["rows"] == 0, ended
+    assert took < 10, took
+    assert _running_under(home) == []  # the JVM being started was ended with its launcher
+    for target in (service, loaded):
+        assert not http_sink.query_rows(
+            "SELECT name FROM system.tables WHERE database = {d:String} AND name = {t:String}",
+            {"d": database, "t": target.table},
+        )
+    # The snapshot claimed its pipeline before Spark started, and let it go; the service, whose new pipeline
+    # claims itself with its first range, never claimed. Neither recorded an offset.
+    tables = {t for (t,) in http_sink.query_rows("SHOW TABLES FROM {d:Identifier}", {"d": database})}
+    if "cdc2ch_state" in tables:
+        assert not http_sink.query_rows(f"SELECT pipeline FROM `{database}`.cdc2ch_state")
+    claims = (
+        http_sink.query_rows(
+            f"SELECT pipeline, min(released) FROM `{database}`.cdc2ch_locks FINAL GROUP BY pipeline"
+        )
+        if "cdc2ch_locks" in tables
+        else []
+    )
+    assert claims in ([], [(str(loaded), 1)]), claims

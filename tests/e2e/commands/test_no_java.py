@@ -119,7 +119,7 @@ def test_a_service_polls_without_spark_then_starts_it_for_a_new_commit(
     target = TargetName(database, "orders")
     started: list[str] = []
 
-    def start(settings, what):  # the test's session stands for the one `run` would start
+    def start(settings, what, stop):  # the test's session stands for the one `run` would start
         started.append(what)
         return spark
 
@@ -191,7 +191,9 @@ def test_the_log_read_by_python_answers_as_spark_does(spark, tmp_path):
     spark.sql(f"ALTER TABLE delta.`{path}` ALTER COLUMN n TYPE INT")
     spark.sql(f"UPDATE delta.`{path}` SET extra = 'x', n = 100000 WHERE id = 1")
     spark.sql(f"INSERT INTO delta.`{path}` SELECT id, 'late', 2, {row}, 'y' FROM range(20, 25)")
-    python = DeltaSource(LazySpark(lambda settings, what: pytest.fail(f"Spark started for {what}")), path)
+    python = DeltaSource(
+        LazySpark(lambda settings, what, stop: pytest.fail(f"Spark started for {what}")), path
+    )
     jvm = DeltaSource(spark, path)
     latest = python.latest_version()
     assert latest == 7 and any(".checkpoint." in f for f in os.listdir(f"{path}/_delta_log"))
@@ -217,5 +219,7 @@ def test_the_log_read_by_python_answers_as_spark_does(spark, tmp_path):
     summed = {v: python.table_state(v) for v in range(latest + 1)}
     for crc in (f for f in os.listdir(f"{path}/_delta_log") if f.endswith(".crc")):
         os.remove(f"{path}/_delta_log/{crc}")
-    unsummed = DeltaSource(LazySpark(lambda settings, what: pytest.fail(f"Spark started for {what}")), path)
+    unsummed = DeltaSource(
+        LazySpark(lambda settings, what, stop: pytest.fail(f"Spark started for {what}")), path
+    )
     assert {v: unsummed.table_state(v) for v in range(latest + 1)} == summed

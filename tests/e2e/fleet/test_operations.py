@@ -326,20 +326,3 @@ def test_long_catch_up_reports_progress(spark, cli, database, tmp_path):
     assert done[0]["what"] == f"catch-up {database}.long"
     assert done[0]["ranges"] == done[0]["total_ranges"] >= 3 and done[0]["rows"] == 12
     assert done[0]["rows_per_s"] > 0 and done[0]["eta_s"] == 0
-
-
-def test_progress_bar_on_a_terminal():
-    import io
-
-    from cdc2ch.replication.fullload.progress import Progress
-
-    class Terminal(io.StringIO):
-        def isatty(self):
-            return True
-
-    out = Terminal()
-    bar = Progress("catch-up p", 1000, 4, unit="range", stream=out)
-    bar.advance(250, 1)
-    line = out.getvalue().split("\r")[-1]
-    assert "catch-up p [" in line and "25.0% 250/1,000 rows, range 1/4" in line
-    assert "rows/s" in line and "ETA" in line and "ETA ?" not in line

@@ -23,7 +23,7 @@ from tests.support.helpers import assert_replicated, committed_version, create_t
 def recording(spark, started: list[str]) -> LazySpark:
     """A lazy session that hands out the test's session and records why it was asked for."""
 
-    def start(settings, what):
+    def start(settings, what, stop):
         started.append(what)
         return spark
 

@@ -8,7 +8,7 @@ import pytest
 
 from cdc2ch.base.errors import ConfigError
 from cdc2ch.cli import invocation, main
-from cdc2ch.commands.app import _compact_targets, clickhouse_of
+from cdc2ch.commands.invocation.listing import clickhouse_of, compact_targets
 from cdc2ch.model.config import TargetName
 
 pytestmark = pytest.mark.unit
@@ -61,7 +61,7 @@ def test_every_command_addressing_pipelines_takes_the_config_file_and_its_clickh
 
 
 def test_compact_names_its_table_by_target_pipeline_or_config(config):
-    targets = _compact_targets
+    targets = compact_targets
     assert targets(_invocation("compact", "--target", "a.b")) == [TargetName("a", "b")]
     assert targets(_invocation("compact", "--config", config)) == [
         TargetName("sales", "orders"),

@@ -405,17 +405,25 @@ def test_snapshot_loads_one_table(tmp_path, monkeypatch):
     assert cfg.snapshot_version == 3
 
 
-def test_run_once_sums_up_the_failed_pipelines(monkeypatch):
-    """The failure summary of app.run_pipelines, with the runner, Spark and ClickHouse faked."""
+def test_run_once_sums_up_the_failed_pipelines(monkeypatch, capsys):
+    """The failure summary of app.run_pipelines, and its line of what was written, with the runner, Spark
+    and ClickHouse faked."""
     calls = {}
+    health = SimpleNamespace(last_error_kind="source", last_error="The table is gone.")
+    state = lambda version, rows: SimpleNamespace(committed_version=version, rows_written=rows)  # noqa: E731
+    replicated = SimpleNamespace(started=state(1, 10), state=state(4, 25))
+    slots = [
+        SimpleNamespace(cfg=SimpleNamespace(pipeline="a"), job=replicated, error=None, health=None),
+        SimpleNamespace(cfg=SimpleNamespace(pipeline="b"), job=None, error=ValueError(), health=health),
+    ]
 
     class Runner:
         def __init__(self, configs, spark, sink, stop, metrics, *, fleet):
             calls["isolate"] = fleet.isolate
+            self.slots = slots
 
         def run(self):
-            health = SimpleNamespace(last_error_kind="source", last_error="The table is gone.")
-            return [SimpleNamespace(cfg=SimpleNamespace(pipeline="b"), health=health)]
+            return slots[1:]
 
     def target(cfg, retries, check_lock):
         calls["check_lock"] = check_lock
@@ -425,7 +433,7 @@ def test_run_once_sums_up_the_failed_pipelines(monkeypatch):
         "cdc2ch.fleet.runner": {"Runner": Runner, "Fleet": Fleet},
         "cdc2ch.replication.metrics": {"Metrics": lambda: SimpleNamespace(serve=print, close=lambda: None)},
         "cdc2ch.source.spark.session": {
-            "lazy_session": lambda settings, on_start=None: None,
+            "lazy_session": lambda settings, on_start=None, stop=None: None,
             "jvm_pid": lambda spark: None,
         },
     }
@@ -443,3 +451,8 @@ def test_run_once_sums_up_the_failed_pipelines(monkeypatch):
         "each pipeline's whole last error; fix the cause and run again."
     )
     assert calls == {"isolate": True, "check_lock": False}
+    assert re.fullmatch(
+        r"2 pipelines, 15 rows written in \d+\.\ds: a versions 2\.\.4 replicated, 15 rows written; "
+        r"b failed \(source; `cdc2ch status` has the whole error\)\n",
+        capsys.readouterr().out,
+    )

@@ -22,7 +22,7 @@ def fake_session(master: str = "local[2]"):
 def test_the_session_starts_once_for_all_threads_and_only_when_asked():
     calls, told = [], []
 
-    def start(settings, what):
+    def start(settings, what, stop):
         calls.append(what)
         time.sleep(0.05)  # long enough for the other threads to ask meanwhile
         return fake_session()
@@ -41,14 +41,16 @@ def test_the_session_starts_once_for_all_threads_and_only_when_asked():
 
 def test_a_threads_pipeline_is_applied_when_that_thread_starts_spark():
     applied = []
-    lazy = LazySpark(lambda settings, what: fake_session())
+    lazy = LazySpark(lambda settings, what, stop: fake_session())
     assert lazy.pending_group(applied.append) is False and applied == []  # nothing runs yet
     session = lazy.get()
     assert applied == [session]
     lazy.get()
     assert applied == [session]  # once per block
     lazy.pending_group(None)
-    assert LazySpark(lambda s, w: fake_session(), SparkSettings("spark://h:7077")).local_master() is False
+    assert (
+        LazySpark(lambda s, w, stop: fake_session(), SparkSettings("spark://h:7077")).local_master() is False
+    )
 
 
 def test_without_java_the_start_is_one_paragraph_naming_what_needed_it(monkeypatch, tmp_path):
@@ -70,3 +72,14 @@ def test_without_java_the_start_is_one_paragraph_naming_what_needed_it(monkeypat
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
     with pytest.raises(JavaMissing, match=f"JAVA_HOME is {tmp_path / 'jdk'}, which has no bin/java"):
         spark.start(SparkSettings(), "reading a snapshot")
+
+
+def test_after_a_stop_nothing_starts_spark():
+    from cdc2ch.base.stop import Stopped
+
+    stop, calls = threading.Event(), []
+    lazy = LazySpark(lambda settings, what, given: calls.append(given) or fake_session(), stop=stop)
+    stop.set()
+    with pytest.raises(Stopped):
+        lazy.get("reading t")
+    assert calls == [] and running(lazy) is None
