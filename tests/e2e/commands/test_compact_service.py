@@ -130,7 +130,14 @@ def test_service_compacts_on_schedule_while_commits_arrive(spark, database, tmp_
         assert rows["a"]["tombstones_removed_total"] == removed_a, rows["a"]
         assert rows["b"]["tombstones_removed"] == 0 and rows["b"]["tombstones_removed_total"] == 0, rows["b"]
         table = Proc(
-            "status", "--config", config, "--clickhouse", f"chdb://{data}", env=env, cwd=str(tmp_path)
+            "status",
+            "--config",
+            config,
+            "--clickhouse",
+            f"chdb://{data}",
+            "--wide",
+            env=env,
+            cwd=str(tmp_path),
         )
         assert table.wait() == 0 and "compacted" in table.stdout.splitlines()[0], table.stdout
     finally:

@@ -136,7 +136,7 @@ def test_tables_named_through_a_hive_metastore(spark, tmp_path):
     )
     assert row["versions_behind"] == 0 and row["error"] is None, row
     table = _cdc2ch(
-        "status", "--clickhouse", dsn, "--target", "cdc2ch.orders", cwd=tmp_path, env=nojvm
+        "status", "--clickhouse", dsn, "--target", "cdc2ch.orders", "--wide", cwd=tmp_path, env=nojvm
     ).stdout
     header, line = table.splitlines()
     assert header.split()[-2:] == ["source", "location"] and line.split()[-2:] == [row["source"], location]

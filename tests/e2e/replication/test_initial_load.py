@@ -76,7 +76,7 @@ def test_a_late_change_feed_begins_with_a_snapshot_then_follows_the_changes(
     row = _status(cli, target)
     assert row["initial_load"] == f"snapshot at version {loaded_at}"
     assert f"enabled at version {enabled_at}" in row["initial_reason"]
-    assert f"snapshot at version {loaded_at}" in cli("status", "--target", str(target)).stdout
+    assert f"snapshot at version {loaded_at}" in cli("status", "--target", str(target), "--wide").stdout
 
 
 def test_a_long_history_of_overwrites_begins_with_a_snapshot(spark, sink, cli, database, tmp_path):
