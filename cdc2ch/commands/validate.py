@@ -81,7 +81,7 @@ def _duplicates(source, cfg: RunConfig, version: int):
 
 def check(configs: list[RunConfig], spark) -> list[Finding]:
     """ClickHouse reachable, then each pipeline's table, keys, change data feed, offset and options."""
-    from cdc2ch.replication.pipeline import Replicator
+    from cdc2ch.replication.pipeline import Replicator, fed_versions
 
     dsn = configs[0].clickhouse_dsn
     findings: list[Finding] = []
@@ -105,9 +105,19 @@ def check(configs: list[RunConfig], spark) -> list[Finding]:
                 source = designed_source(open_source(spark, cfg.table), cfg.design)
                 inputs = Replicator(cfg, source, sink).check_inputs()
                 snapshot = inputs.initial is not None and inputs.initial.load == initial.SNAPSHOT
+                commits = []
                 if not snapshot:  # the commits `run` checks before its first read (a snapshot replays none)
                     commits = source.commits(inputs.start, inputs.latest)
-                    plan.check_commits(inputs.start, commits, source.uri, cfg.primary_key, str(cfg.target))
+                    plan.check_commits(
+                        inputs.start, commits, source.uri, cfg.primary_key, str(cfg.target), cfg.changes_from
+                    )
+                origins = plan.origins_text(
+                    cfg.changes_from,
+                    fed_versions(cfg, source, inputs.start, commits),
+                    inputs.latest + 1 if snapshot else inputs.start,
+                    inputs.latest,
+                    plan.records_feed(source.properties()),
+                )
                 duplicates = _duplicates(source, cfg, inputs.latest)
             except Cdc2chError as exc:
                 findings.append(Finding(cfg.pipeline, False, f"{cfg.table} -> {cfg.target}: {exc}"))
@@ -129,7 +139,7 @@ def check(configs: list[RunConfig], spark) -> list[Finding]:
                     cfg.pipeline,
                     True,
                     f"{cfg.table} -> {cfg.target}: {found}latest version {latest}, {where}key "
-                    f"{','.join(cfg.primary_key)}{_design_text(cfg)}, writer {inputs.writer}"
+                    f"{','.join(cfg.primary_key)}{_design_text(cfg)}, writer {inputs.writer}, {origins}"
                     f"{initial_text(inputs.initial)}",
                 )
             )

@@ -17,6 +17,7 @@ from cdc2ch.fleet import patterns
 from cdc2ch.fleet.patterns import Match, Pattern
 from cdc2ch.fleet.serviceports import TableListing
 from cdc2ch.model import schema
+from cdc2ch.model.changeset import FEED
 from cdc2ch.model.config import RunConfig, TargetName
 from cdc2ch.model.design import names
 from cdc2ch.model.tableref import DELTA_LOG, display_name, is_local, normalize_uri
@@ -142,7 +143,7 @@ def unfit(opened: Callable[[], Any], cfg: RunConfig) -> str | None:
     Change Data Feed, key columns missing."""
     try:
         source = opened()
-        if not source.cdf_enabled():
+        if (cfg.changes_from == FEED or not source.derives) and not source.cdf_enabled():
             return str(plan.cdf_disabled_error(source.uri))
         view = designed_source(source, cfg.design)
         schema.column_types(view.schema_at(view.latest().version), cfg.design)

@@ -1,7 +1,8 @@
 """Delta versions as they cross the layers. A `Commit`: one version as replication needs it (its time,
 operation, an upper bound of the change rows it yields, its file actions where the log names them), made by
 every source, from which the loop plans its ranges. `Changes`: the change rows of a range of whole versions,
-made by a source and read by a writer. `RangeResult`: what writing a range did."""
+made by a source and read by a writer, from the table's change data feed or derived from its log (`FEED`,
+`LOG`). `RangeResult`: what writing a range did."""
 
 from __future__ import annotations
 
@@ -12,6 +13,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+
+# Where a range's change rows come from: the Change Data Feed the table records (its change files, and its
+# data files where a commit wrote none), or derived from the data files each commit adds and removes, with
+# their deletion vectors (a table that records no feed). The loop chooses per range (replication/plan.py).
+FEED, LOG = "cdf", "log"
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,7 @@ class Changes(Protocol):
     uri: str  # the table's identity (for messages)
     location: str  # where its files are (what a reader that reads files itself opens)
     schema: dict[str, Any]  # Spark JSON schema of the rows: user columns and CDF columns
+    origin: str  # FEED or LOG
 
     def arrow_rows(self, immutable_keys: bool) -> pa.Table:
         """The rows in the target layout (contract.WRITTEN_META after the user columns), read into this

@@ -32,6 +32,8 @@ READERS = ("spark", "clickhouse", "auto")
 WRITERS = ("auto", "driver", "executors")
 SCHEMA_CHANGES = ("fail", "resync", "follow")  # follow: renames and drops in place (renames.py)
 INITIAL_LOADS = ("auto", "snapshot", "changes")  # how a new pipeline begins (replication/startup/initial.py)
+# where a range's changes come from (replication/origin.py): the change data feed, the log's file actions
+CHANGES_FROM = ("auto", "cdf", "log")
 
 
 def default_data_dir() -> Path:
@@ -167,6 +169,7 @@ class RunConfig:
     on_schema_change: str = "fail"
     writer: str = "auto"
     initial_load: str = "auto"
+    changes_from: str = "auto"
     # snapshot only
     snapshot_version: int | None = None
     reader: str = "spark"
@@ -215,6 +218,7 @@ class RunConfig:
             ("on_schema_change", SCHEMA_CHANGES),
             ("writer", WRITERS),
             ("initial_load", INITIAL_LOADS),
+            ("changes_from", CHANGES_FROM),
         ):
             value = getattr(self, name)
             if value not in choices:

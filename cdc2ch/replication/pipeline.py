@@ -11,13 +11,14 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable
-from functools import partial
 from typing import Any, cast
 
 from cdc2ch.base import phases
+from cdc2ch.base.errors import SourceError
 from cdc2ch.base.log import get_logger
 from cdc2ch.base.phases import Phases
 from cdc2ch.base.stop import Stopped
+from cdc2ch.model.changeset import Changes, Commit
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.records import PipelineState
 from cdc2ch.replication import plan, readers
@@ -141,7 +142,9 @@ class Replicator:
         commits = self.source.commits(start, latest)
         if not commits:
             return state, False
-        plan.check_commits(start, commits, self.source.uri, cfg.primary_key, str(cfg.target))
+        plan.check_commits(
+            start, commits, self.source.uri, cfg.primary_key, str(cfg.target), cfg.changes_from
+        )
         if state.interrupted_range:
             self.log.info(
                 "resuming_interrupted_range", start=state.interrupted_range[0], end=state.interrupted_range[1]
@@ -158,7 +161,8 @@ class Replicator:
         # A long catch-up shows how it goes.
         total, long = sum(c.estimated_rows for c in commits), len(ranges) > 1
         broken, gave_way = None, False
-        read = partial(self.source.changes, key=cfg.identity.columns)  # the pre-images it may leave out
+        read = range_reads(cfg, self.source, start, commits)
+
         ahead = self.ports.on_other_threads
         with (
             Progress(f"catch-up {cfg.pipeline}", total, len(ranges), unit="range", shown=long) as progress,
@@ -296,3 +300,28 @@ def timed(
             metrics.snapshot_ended()
 
     return load
+
+
+def range_reads(
+    cfg: RunConfig, source: ChangeSource, start: int, commits: list[Commit]
+) -> Callable[[int, int], Changes]:
+    """Opens a range of `commits` (from `start` on): from the feed or the log (plan.origin), told the key
+    columns (the pre-images a feed read may leave out)."""
+    fed = fed_versions(cfg, source, start, commits)
+
+    def read(s: int, e: int) -> Changes:
+        return source.changes(s, e, key=cfg.identity.columns, origin=plan.origin(cfg.changes_from, fed, s, e))
+
+    return read
+
+
+def fed_versions(cfg: RunConfig, source: ChangeSource, start: int, commits: list[Commit]) -> frozenset[int]:
+    """The versions among `commits` (from `start` on) whose changes the table's change data feed records, where
+    --changes-from auto chooses per range (plan.origin)."""
+    if cfg.changes_from != "auto":
+        return frozenset()  # (the option decides every range)
+    try:
+        before = start > 0 and plan.records_feed(source.properties(start - 1))
+    except SourceError:  # a version the log no longer holds: as the table is now
+        before = plan.records_feed(source.properties())
+    return plan.feed_versions(before, commits)

@@ -12,7 +12,7 @@ from typing import Any
 
 from cdc2ch.base.errors import ConfigError, SourceError, StateError, summarise
 from cdc2ch.model import schema
-from cdc2ch.model.changeset import Commit
+from cdc2ch.model.changeset import FEED, LOG, Commit
 from cdc2ch.model.records import PipelineState
 
 MAX_VERSIONS_PER_READ = 1000
@@ -160,13 +160,67 @@ def cdf_enabled_at(commits: list[Commit]) -> int | None:
     return since
 
 
+def records_feed(properties: Mapping[str, Any]) -> bool:
+    """Whether table properties make Delta record a change data feed."""
+    return str(properties.get("delta.enableChangeDataFeed", "")).lower() == "true"
+
+
+def feed_versions(recorded_before: bool, commits: list[Commit]) -> frozenset[int]:
+    """The versions among `commits` whose changes the Change Data Feed records: those from a metaData action
+    that sets delta.enableChangeDataFeed to true up to one that does not. `recorded_before`: whether the
+    version before the first commit records it (what the table's properties said there)."""
+    on, found = recorded_before, set()
+    for commit in commits:
+        if commit.properties is not None:
+            on = records_feed(commit.properties)
+        if on:
+            found.add(commit.version)
+    return frozenset(found)
+
+
+def origin(changes_from: str, fed: Collection[int], start: int, end: int) -> str:
+    """Where the changes of versions [start, end] come from (model/changeset.py): what --changes-from forces,
+    else (auto) the feed when it records every version of the range, the log otherwise. A range never spans
+    a metaData commit (schema_breaks), so the feed covers all of it or none."""
+    if changes_from in (FEED, LOG):
+        return changes_from
+    return FEED if all(v in fed for v in range(start, end + 1)) else LOG
+
+
+def origins_text(changes_from: str, fed: Collection[int], start: int, latest: int, fed_now: bool) -> str:
+    """Where the changes of versions [start, latest] come from, and why (what `validate` shows); `fed_now`:
+    whether the latest version records a feed (what decides once the range is empty)."""
+    if changes_from == FEED:
+        return "changes from the change data feed (--changes-from cdf)"
+    if changes_from == LOG:
+        return "changes derived from the Delta log's file actions (--changes-from log)"
+    versions = range(start, latest + 1)
+    logged = [v for v in versions if v not in fed]
+    if not versions:
+        logged = [] if fed_now else [start]
+    if not logged:
+        return "changes from the change data feed (the table records one)"
+    if len(logged) == len(versions) or not versions:
+        return "changes derived from the Delta log's file actions (the table records no change data feed)"
+    first_fed = min(v for v in versions if v in fed)
+    return (
+        f"changes derived from the Delta log's file actions up to version {first_fed - 1} and from the change "
+        f"data feed from version {first_fed} on (when it was enabled)"
+    )
+
+
 def check_commits(
-    start: int, commits: list[Commit], uri: str, primary_key: tuple[str, ...], target: str
+    start: int,
+    commits: list[Commit],
+    uri: str,
+    primary_key: tuple[str, ...],
+    target: str,
+    changes_from: str = FEED,
 ) -> None:
-    """Refuse to replicate `commits` (from `start` on) when some of them have no change data: the feed was
-    switched on after `start`, or log retention removed versions."""
+    """Refuse to replicate `commits` (from `start` on) when some of them cannot be read: the feed was
+    switched on after `start` (where only the feed may be read), or log retention removed versions."""
     since = cdf_enabled_at(commits)
-    if since is not None and since > start:
+    if changes_from == FEED and since is not None and since > start:
         raise cdf_gap_error(since, start, uri, primary_key, target)
     missing = missing_versions(start, commits)
     if missing:
@@ -332,6 +386,14 @@ def cdf_gap_error(since: int, start: int, uri: str, primary_key: tuple[str, ...]
         f"change data, so replication cannot start at {start}. Load the table first with "
         f"`cdc2ch snapshot --table {uri} --primary-key {','.join(primary_key)} --target {target} "
         f"--version {since}` (or a later version); `cdc2ch run` then continues after the snapshot."
+    )
+
+
+def cannot_derive_error(uri: str) -> ConfigError:
+    return ConfigError(
+        f"--changes-from log derives changes from the data files each commit of a Delta log adds and removes, "
+        f"and {uri} reaches this process without its log (a Delta Sharing share serves its change data feed "
+        f"only). Use --changes-from auto or cdf for it."
     )
 
 

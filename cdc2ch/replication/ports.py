@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from cdc2ch.base import phases
-from cdc2ch.model.changeset import Changes, Commit, RangeResult
+from cdc2ch.model.changeset import FEED, Changes, Commit, RangeResult
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.design import TableDesign
 from cdc2ch.model.records import PipelineState
@@ -107,8 +107,8 @@ class TableDescription(Protocol):
     def cdf_enabled(self) -> bool:
         """Whether the latest version records changes (for Delta: delta.enableChangeDataFeed)."""
 
-    def properties(self) -> dict[str, str]:
-        """The table properties of the latest version. Read-only."""
+    def properties(self, version: int | None = None) -> dict[str, str]:
+        """The table properties of `version` (default: the latest). Read-only."""
 
     def protocol(self) -> dict[str, Any]:
         """The latest version's protocol (minReaderVersion, minWriterVersion, readerFeatures,
@@ -125,11 +125,12 @@ class TableDescription(Protocol):
 class RowReads(Protocol):
     """The table's rows: the changes of a range of versions, or the whole table at one."""
 
-    def changes(self, start: int, end: int, key: tuple[str, ...] = ()) -> Changes:
-        """The changes of whole versions start..end (a version is never split). Reading the result twice
-        yields the same rows, so a replayed range writes the same batches. Raises SourceError with advice
-        when the changes are not (or no longer) available. `key`, the columns that identify a row, lets a
-        source leave out the update pre-images another row of their key outranks in their commit."""
+    def changes(self, start: int, end: int, key: tuple[str, ...] = (), origin: str = FEED) -> Changes:
+        """The changes of whole versions start..end (a version is never split), from the change data feed or
+        derived from the log (`origin`, model/changeset.py; LOG only where `derives`). Reading the result
+        twice yields the same rows, so a replayed range writes the same batches. Raises SourceError with
+        advice when the changes are not (or no longer) available. `key`, the columns that identify a row,
+        lets a source leave out the update pre-images another row of their key outranks in their commit."""
 
     def warm_up(self, immutable_keys: bool) -> float | None:
         """Pay a first read's start-up cost now; the seconds spent, or None. Best effort, never raises."""
@@ -154,6 +155,7 @@ class ChangeSource(VersionHistory, TableDescription, RowReads, Protocol):
     uri: str  # the table's identity, recorded with the offset: its catalog name or its path
     location: str  # where its files are, recorded too (a name's location may change)
     streams: bool  # its Changes' arrow_chunks yields while the read runs, holding at most held_rows in memory
+    derives: bool  # it derives changes from its log's file actions (origin LOG) where no feed records them
 
 
 class RangeWriter(Protocol):

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from cdc2ch.model.changeset import FEED
 from cdc2ch.model.design import TableDesign
 
 if TYPE_CHECKING:
@@ -57,10 +58,12 @@ class DesignedSource:
         """The schema at `version` in the target's columns, the design's options checked against it."""
         return self.design.checked_schema(self.source.schema_at(version), self.source.uri)
 
-    def changes(self, start: int, end: int, key: tuple[str, ...] = ()) -> "DesignedChanges":
+    def changes(
+        self, start: int, end: int, key: tuple[str, ...] = (), origin: str = FEED
+    ) -> "DesignedChanges":
         """`key` in the target's columns, passed on in the source's."""
         key = tuple(self.design.source_name(c) for c in key)
-        return DesignedChanges(self.source.changes(start, end, key), self.design)
+        return DesignedChanges(self.source.changes(start, end, key, origin), self.design)
 
     def snapshot(self, version: int) -> DataFrame:
         return spark(self.source.snapshot(version), self.design)
@@ -81,11 +84,12 @@ class DesignedChanges:
 
     def __init__(self, changes: Changes, design: TableDesign) -> None:
         self.changes, self.design = changes, design
-        self.start, self.end, self.uri, self.location = (
+        self.start, self.end, self.uri, self.location, self.origin = (
             changes.start,
             changes.end,
             changes.uri,
             changes.location,
+            changes.origin,
         )
         self.schema = design.project_schema(changes.schema)
 

@@ -80,7 +80,7 @@ class Prefetched:
         self._rows: Future[pa.Table] | None = rows
         self.changes, self._immutable = changes, immutable_keys
         self.start, self.end, self.uri = changes.start, changes.end, changes.uri
-        self.location, self.schema = changes.location, changes.schema
+        self.location, self.schema, self.origin = changes.location, changes.schema, changes.origin
 
     def arrow_rows(self, immutable_keys: bool) -> pa.Table:
         rows, self._rows = self._rows, None  # taken once: the writer holds them, not this object

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from cdc2ch.base.errors import LockedError, SourceError
 from cdc2ch.model import contract, schema
-from cdc2ch.model.changeset import Commit, RangeResult
+from cdc2ch.model.changeset import FEED, LOG, Commit, RangeResult
 from cdc2ch.model.config import RunConfig, TargetName
 from cdc2ch.model.identity import Identity
 from cdc2ch.model.records import PipelineState
@@ -114,11 +114,13 @@ class FakeSource:
     """The ChangeSource port over a FakeTable."""
 
     streams = False
+    derives = True
 
     def __init__(self, table: FakeTable, uri: str = "/lake/t"):
         self.table, self.uri, self.location = table, uri, uri
         self.reads: list[tuple[int, int]] = []
         self.keys: set[tuple[str, ...]] = set()  # the keys its reads were told identify a row
+        self.origins: list[tuple[int, int, str]] = []  # (start, end, origin) of each read
 
     def latest(self) -> Commit:
         return self.table.versions[-1]["commit"]
@@ -150,8 +152,13 @@ class FakeSource:
     def protocol(self) -> dict:
         return dict(self.table.protocol)
 
-    def properties(self) -> dict[str, str]:
-        return {"delta.enableChangeDataFeed": str(self.table.cdf).lower()}
+    def properties(self, version: int | None = None) -> dict[str, str]:
+        """The last metaData's properties up to `version`, else the table's feed setting."""
+        found = {"delta.enableChangeDataFeed": str(self.table.cdf).lower()}
+        for v in self.table.versions[: None if version is None else version + 1]:
+            if v["commit"].properties is not None:
+                found = dict(v["commit"].properties)
+        return found
 
     def schema_at(self, version: int) -> dict:
         return spark_schema(self.table.versions[version]["schema"])
@@ -159,11 +166,28 @@ class FakeSource:
     def mapped_schema(self, version: int) -> dict | None:
         return None  # no column mapping: renames stay breaking
 
-    def changes(self, start: int, end: int, key: tuple[str, ...] = ()) -> FakeChanges:
+    def changes(self, start: int, end: int, key: tuple[str, ...] = (), origin: str = FEED) -> FakeChanges:
         self.reads.append((start, end))
         self.keys.add(key)
-        rows = [r for v in range(start, end + 1) for r in self.table.versions[v]["changes"]]
-        return FakeChanges(start, end, self.uri, self.table.versions[end]["schema"], rows)
+        self.origins.append((start, end, origin))
+        if origin == LOG:
+            rows = [r for v in range(start, end + 1) for r in self._derived(v)]
+        else:
+            rows = [r for v in range(start, end + 1) for r in self.table.versions[v]["changes"]]
+        return FakeChanges(start, end, self.uri, self.table.versions[end]["schema"], rows, origin)
+
+    def _derived(self, version: int) -> list[dict]:
+        """What the log yields for `version`: each changed or removed row of the version before as a delete,
+        each new or changed row as an insert (as if every touched row's file were rewritten)."""
+        before = self.table.versions[version - 1]["rows"] if version else {}
+        after = self.table.versions[version]["rows"]
+        meta = {
+            "_commit_version": version,
+            "_commit_timestamp": self.table.versions[version]["commit"].timestamp,
+        }
+        gone = [{**r, "_change_type": "delete", **meta} for k, r in before.items() if after.get(k) != r]
+        new = [{**r, "_change_type": "insert", **meta} for k, r in after.items() if before.get(k) != r]
+        return gone + new
 
     def warm_up(self, immutable_keys: bool) -> float | None:
         return 0.0
@@ -173,8 +197,11 @@ class FakeSource:
 
 
 class FakeChanges:
-    def __init__(self, start: int, end: int, uri: str, columns: dict[str, str], rows: list[dict]):
+    def __init__(
+        self, start: int, end: int, uri: str, columns: dict[str, str], rows: list[dict], origin: str = FEED
+    ):
         self.start, self.end, self.uri, self.columns, self.rows = start, end, uri, columns, rows
+        self.origin = origin
         self.location = uri
         self.schema = spark_schema(columns)
 

@@ -16,6 +16,7 @@ import click
 
 from cdc2ch.base.errors import ConfigError
 from cdc2ch.model.config import (
+    CHANGES_FROM,
     INITIAL_LOADS,
     READERS,
     SCHEMA_CHANGES,
@@ -258,6 +259,13 @@ CATALOGUE: tuple[Option, ...] = (
            "the change feed. changes: replay the change feed from version 0 (refused where it cannot). auto: a "
            "snapshot where the feed cannot replay the whole history or would write over twice the rows the "
            "table holds (and a million more), else changes. --from-version/--from-timestamp mean changes.",
+           group=START),
+    Option("changes-from", RUN, PIPELINE, choices=CHANGES_FROM, default=_DEFAULT["changes_from"],
+           show_default=True,
+           help="Where each range's changes come from. cdf: the table's Change Data Feed (refused where it was "
+           "not recorded). log: derived from the data files each commit of the Delta log adds and removes, "
+           "with their deletion vectors: for tables without a feed. auto: the feed for the versions it covers, "
+           "the log for the others (before the feed was enabled, or a table without one).",
            group=START),
     Option("reset", {"snapshot"}, PIPELINE, flag=True,
            help="Point the pipeline at this snapshot's version even if its stored offset is further on or "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from cdc2ch.base.errors import LockedError, StateError, summarise
 from cdc2ch.base.log import Logger
+from cdc2ch.model.changeset import FEED
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.records import PipelineState
 from cdc2ch.replication import plan
@@ -55,7 +56,8 @@ class Bootstrap:
         gone = found.first_gone if found is not None else None
         if gone is not None and self.source.file_exists(gone[1]) is not False:
             gone = None  # still there (or the source cannot tell): nothing a replay reads is gone
-        return initial.Facts(commits, found, gone)
+        derives = self.cfg.changes_from != FEED and self.source.derives
+        return initial.Facts(commits, found, gone, derives=derives)
 
     def _interrupted(self, latest: int) -> int | None:
         """The version of a snapshot of this pipeline begun and not finished, when it can be resumed: its

@@ -4,9 +4,10 @@ Pure: bootstrap.py gathers the facts (the Delta log's commits, one file looked u
 snapshot) and acts on the answer. Only a new pipeline (no stored offset) is decided for; one that has an
 offset resumes after it, as ever.
 
-`--initial-load auto` (the default) starts with a snapshot of the latest version when the change feed cannot
-replay the whole history — versions the log no longer holds, a Change Data Feed enabled after version 0,
-files a replay reads that VACUUM removed — or when the replay costs clearly more than a snapshot:
+`--initial-load auto` (the default) starts with a snapshot of the latest version when the changes cannot be
+replayed from version 0 — versions the log no longer holds, a Change Data Feed enabled after version 0 where
+only the feed may be read (`--changes-from cdf`, or a share), files a replay reads that VACUUM removed — or
+when the replay costs clearly more than a snapshot:
 
 - more than REPLAY_RATIO (2) times the rows the table holds now. A change row and a snapshot row cost about
   the same to move (Benchmarks, 2 cores, Spark reader: the change feed 368,000–479,000 rows/s, a snapshot
@@ -57,6 +58,7 @@ class Facts:
     replay: Replay | None = None  # what replaying them reads and yields (None: the log cannot say)
     gone: tuple[int, str] | None = None  # (version, file) a replay reads that storage no longer has
     interrupted: int | None = None
+    derives: bool = False  # versions the feed does not record are derived from the log (--changes-from)
 
 
 def decide(mode: str, requested: int | None, start: int, latest: int, facts: Facts) -> Choice:
@@ -90,7 +92,7 @@ def cannot_replay(start: int, facts: Facts) -> str | None:
     if missing:
         return f"versions {missing[0]}..{missing[-1]} are no longer in the Delta log (log retention removed them)"
     since = cdf_since(commits)
-    if since is not None and since > start:
+    if since is not None and since > start and not facts.derives:
         return f"the Change Data Feed was enabled at version {since}; versions before it have no change data"
     if facts.gone is not None:
         version, path = facts.gone

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cdc2ch.model import schema
+from cdc2ch.model.changeset import FEED, LOG
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.records import PipelineState
 from cdc2ch.replication import follow, plan, readers
@@ -30,7 +31,9 @@ def check_inputs(cfg: RunConfig, source: ChangeSource, ports: Ports, bootstrap: 
     """Check table, keys, change data feed, offsets and options, writing nothing (what `validate` runs)."""
     uri = source.uri
     latest = source.latest().version
-    if not source.cdf_enabled():
+    if cfg.changes_from == LOG and not source.derives:
+        raise plan.cannot_derive_error(uri)
+    if (cfg.changes_from == FEED or not source.derives) and not source.cdf_enabled():
         raise plan.cdf_disabled_error(uri)
     requested = source.version_at(cfg.from_timestamp) if cfg.from_timestamp else cfg.from_version
     stored = ports.store.load(cfg.pipeline)

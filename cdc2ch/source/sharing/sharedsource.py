@@ -18,7 +18,7 @@ import pyarrow as pa
 from cdc2ch.base import phases, retry
 from cdc2ch.base.errors import CHANGE_FEED, SourceError, error_text, range_out_of_memory, summarise
 from cdc2ch.model import contract
-from cdc2ch.model.changeset import Commit
+from cdc2ch.model.changeset import FEED, Commit
 from cdc2ch.model.tableref import parse_table
 from cdc2ch.source.deltalog.commitlog import estimate_rows
 from cdc2ch.source.sharing import sharefiles
@@ -49,6 +49,7 @@ class SharedSource:
     where nothing is read (status)."""
 
     streams = False  # a range is read whole: its files' URLs may expire and be asked for again
+    derives = False  # its changes come from the share's change data feed only
 
     def __init__(self, spark, table: str, log=None):
         ref = parse_table(table)
@@ -191,7 +192,7 @@ class SharedSource:
     def table_id(self) -> str:
         return str(self._metadata()[1].get("id") or "")
 
-    def properties(self) -> dict[str, str]:
+    def properties(self, version: int | None = None) -> dict[str, str]:  # (the latest: what a share serves)
         return {str(k): str(v) for k, v in (self._metadata()[1].get("configuration") or {}).items()}
 
     def protocol(self) -> dict:
@@ -223,7 +224,10 @@ class SharedSource:
         check_served(self.uri, lines)
 
     # -- rows -----------------------------------------------------------------------------------------
-    def changes(self, start: int, end: int, key: tuple[str, ...] = ()) -> SharedChanges:
+    def changes(self, start: int, end: int, key: tuple[str, ...] = (), origin: str = FEED) -> SharedChanges:
+        if origin != FEED:  # (a share serves its change data feed; `derives` is False)
+            why = "they were asked for from the log's file actions, which a share does not serve"
+            raise NoHistory(no_history_advice(self.uri, f"versions {start}..{end}", why))
         return SharedChanges(self, start, end)  # every pre-image: the writers leave out the outranked ones
 
     def warm_up(self, immutable_keys: bool) -> float | None:
@@ -281,7 +285,7 @@ class SharedChanges:
 
     def __init__(self, source: SharedSource, start: int, end: int):
         self.source, self.start, self.end = source, start, end
-        self.uri, self.location = source.uri, source.location
+        self.uri, self.location, self.origin = source.uri, source.location, FEED
         self._lines = source._lines(start, end)
         self.schema = {
             "type": "struct",

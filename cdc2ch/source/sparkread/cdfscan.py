@@ -58,13 +58,21 @@ class StateSnapshots:
                 self._low = self._high = version
 
 
-def scanned_changes(spark, location: str, start: int, end: int, snapshots: StateSnapshots | None = None):
+def scanned_changes(
+    spark, location: str, start: int, end: int, snapshots: StateSnapshots | None = None, coarse: bool = False
+):
     """The same change feed as Delta's documented read, built by the function that read calls
     (CDCReader.changesToBatchDF, with the schema of version `end`), without the relation that read wraps it
     in: that relation hands Spark its rows one Row object at a time, where this frame scans the files
     directly (vectorized Parquet). The snapshot `snapshots` lends serves as both the end's and the start's
     (no Spark job); else the end's is built and kept. None when this Delta has no such function or refuses
-    the range: the documented read then plans it, and says what is wrong."""
+    the range: the documented read then plans it, and says what is wrong.
+
+    `coarse`: the changes derived from the log instead (FEED vs LOG, model/changeset.py): Delta's own
+    derivation for commits without change files, asked for every commit, whether the table records a feed
+    or not — the rows of each data file a commit adds are inserts, those of each it removes deletes, and a
+    file re-added with another deletion vector yields exactly the rows the two vectors differ by. The
+    documented read has no such option, so a failure is raised, not answered with None."""
     from pyspark.sql import DataFrame
 
     jvm, session = spark._jvm, spark._jsparkSession
@@ -76,12 +84,14 @@ def scanned_changes(spark, location: str, start: int, end: int, snapshots: State
         at_start = jvm.scala.Some(snapshot) if lent is not None else none
         cdc = jvm.org.apache.spark.sql.delta.commands.cdc.CDCReader
         frame = cdc.changesToBatchDF(
-            log, int(start), int(end), session, none, jvm.scala.Some(snapshot), False, at_start
+            log, int(start), int(end), session, none, jvm.scala.Some(snapshot), coarse, at_start
         )
         if lent is None and snapshots is not None:
             snapshots.keep(int(end), snapshot)
         return DataFrame(frame, spark)
     except Exception:
+        if coarse:
+            raise
         return None
 
 

@@ -19,7 +19,7 @@ from cdc2ch.base.errors import (
     summarise,
 )
 from cdc2ch.model import contract
-from cdc2ch.model.changeset import Commit
+from cdc2ch.model.changeset import FEED, LOG, Commit
 from cdc2ch.model.tableref import is_local, normalize_uri, parse_table
 from cdc2ch.source.deltalog.commitlog import DeltaLog, LogChanged
 from cdc2ch.source.deltalog.logfiles import TableLog
@@ -65,6 +65,7 @@ class DeltaSource:
     by Python, so Spark starts only when rows are read (or a name looked up, or storage only Spark reaches)."""
 
     streams = True  # its change feed reaches this process a Spark task's rows at a time (SparkChanges)
+    derives = True  # changes derived from the log's file actions where the table records no feed (LOG)
 
     def __init__(self, spark, table: str):
         self._spark = spark
@@ -209,9 +210,9 @@ class DeltaSource:
     def cdf_enabled(self) -> bool:
         return self.properties().get("delta.enableChangeDataFeed", "false").lower() == "true"
 
-    def properties(self) -> dict[str, str]:
-        """The table properties of the latest version."""
-        return self._metadata().properties()
+    def properties(self, version: int | None = None) -> dict[str, str]:
+        """The table properties of `version` (default: the latest)."""
+        return self._metadata().properties(version)
 
     def protocol(self) -> dict:
         """The latest version's protocol: minReaderVersion, minWriterVersion, readerFeatures and
@@ -224,19 +225,25 @@ class DeltaSource:
         return self._metadata().table_id()
 
     # -- data -------------------------------------------------------------------------------------
-    def changes(self, start: int, end: int, key: tuple[str, ...] = ()) -> SparkChanges:
-        """The Change Data Feed for versions [start, end] (lazy; the schema is that of version `end`). Where
-        Python reads the log, the read is planned only when its rows are read: a reader that reads the files
-        itself (--reader clickhouse) starts no JVM. `key`: the columns that identify a row, where the caller knows
-        them: a local table's read then leaves out the pre-images no target row needs (preimages.py)."""
+    def changes(self, start: int, end: int, key: tuple[str, ...] = (), origin: str = FEED) -> SparkChanges:
+        """The changes of versions [start, end] (lazy; the schema is that of version `end`), from the Change
+        Data Feed or derived from the log (`origin`). Where Python reads the log, the read is planned only
+        when its rows are read: a reader that reads the files itself (--reader clickhouse) starts no JVM.
+        `key`: the columns that identify a row, where the caller knows them: a local table's feed read then
+        leaves out the pre-images no target row needs (preimages.py)."""
         self._check()
-        changes = SparkChanges(self, start, end, key if self.local else ())
+        changes = SparkChanges(self, start, end, key if self.local else (), origin)
         if not self.logged_by_python():
             _ = changes.frame  # planned now, as Delta checks the range then
         return changes
 
-    def _plan_changes(self, start: int, end: int):
-        spark = session_of(self._spark, f"reading the change feed of {self.uri} through Spark")
+    def _plan_changes(self, start: int, end: int, origin: str = FEED):
+        spark = session_of(self._spark, f"reading the changes of {self.uri} through Spark")
+        if origin == LOG:
+            try:
+                return _scanned_changes(spark, self.location, start, end, self._snapshots, coarse=True)
+            except Exception as exc:
+                raise self.translate(exc, CHANGE_FEED, start, end) from exc
         frame = _scanned_changes(spark, self.location, start, end, self._snapshots)
         if frame is not None:
             return frame
@@ -263,7 +270,9 @@ class DeltaSource:
         t0 = time.monotonic()
         try:
             latest = self.latest_version()
-            contract.arrow_rows(self.changes(latest, latest).feed(immutable_keys).limit(1).toArrow())
+            origin = FEED if self.cdf_enabled() else LOG
+            rows = self.changes(latest, latest, origin=origin).feed(immutable_keys)
+            contract.arrow_rows(rows.limit(1).toArrow())
         except Exception:
             return None
         return time.monotonic() - t0

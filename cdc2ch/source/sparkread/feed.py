@@ -1,5 +1,6 @@
-"""A version range of the Change Data Feed read through Spark: planned on first use, the pre-images no target
-row needs left out of the scan, brought to this process as Arrow whole or a Spark batch at a time."""
+"""A version range's changes read through Spark, from the Change Data Feed or derived from the log: planned on
+first use, the pre-images no target row needs left out of the scan, brought to this process as Arrow whole or a
+Spark batch at a time."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from cdc2ch.base import phases
 from cdc2ch.base.errors import CHANGE_FEED
 from cdc2ch.base.log import get_logger
 from cdc2ch.model import contract
+from cdc2ch.model.changeset import FEED, LOG
 from cdc2ch.source.deltalog import preimages
 from cdc2ch.source.deltalog.logstate import cdf_schema
 from cdc2ch.source.spark.threads import arrow_batches
@@ -26,10 +28,10 @@ log = get_logger("cdc2ch.source")
 
 
 class SparkChanges:
-    """A version range of the Change Data Feed, read through Spark (the Changes port)."""
+    """A version range's changes, read through Spark (the Changes port)."""
 
-    def __init__(self, source, start: int, end: int, key: tuple[str, ...] = ()):
-        self.source, self.start, self.end, self.key = source, start, end, key
+    def __init__(self, source, start: int, end: int, key: tuple[str, ...] = (), origin: str = FEED):
+        self.source, self.start, self.end, self.key, self.origin = source, start, end, key, origin
         self.uri, self.location = source.uri, source.location
         self._frame: DataFrame | None = None
         self._schema: dict[str, Any] | None = None
@@ -39,7 +41,7 @@ class SparkChanges:
         """The Spark read, planned on first use (starting Spark if need be)."""
         if self._frame is None:
             with phases.timed("plan"):  # (a JVM started for it counts as its own phase)
-                self._frame = self.source._plan_changes(self.start, self.end)
+                self._frame = self.source._plan_changes(self.start, self.end, self.origin)
         return self._frame
 
     @property
@@ -66,7 +68,7 @@ class SparkChanges:
         """The planned frame, whether it leaves out every pre-image, and else the versions whose pre-images it
         need not read (preimages.left_out), told from their change files on another thread while Spark plans
         (and starts, the first time)."""
-        if immutable_keys or not self.key:
+        if immutable_keys or not self.key or self.origin == LOG:  # (changes from the log have no pre-images)
             return self.frame, immutable_keys, frozenset()
         with ThreadPoolExecutor(1, thread_name_prefix="cdc2ch-preimages") as pool:
             told = pool.submit(self._needless)

@@ -25,8 +25,8 @@ class TableMetadata(Protocol):
     def mapped_schema(self, version: int) -> dict[str, Any] | None:
         """The schema as of `version` with its column mapping metadata, or None when it cannot tell."""
 
-    def properties(self) -> dict[str, str]:
-        """The table properties of the latest version."""
+    def properties(self, version: int | None = None) -> dict[str, str]:
+        """The table properties of `version` (default: the latest)."""
 
     def protocol(self) -> dict[str, Any]:
         """The latest protocol: minReaderVersion, minWriterVersion, readerFeatures, writerFeatures."""
@@ -62,8 +62,8 @@ class LogMetadata:
     def mapped_schema(self, version: int) -> dict[str, Any] | None:
         return self.state(version).mapped_schema
 
-    def properties(self) -> dict[str, str]:
-        return self.state().properties
+    def properties(self, version: int | None = None) -> dict[str, str]:
+        return self.state(version).properties
 
     def protocol(self) -> dict[str, Any]:
         return self.state().features()
@@ -121,8 +121,12 @@ class JvmMetadata:
         except Exception:  # this Delta release's internal signature differs
             return None
 
-    def properties(self) -> dict[str, str]:
+    def properties(self, version: int | None = None) -> dict[str, str]:
         try:
+            if version is not None:
+                none = self._spark()._jvm.scala.Option.empty()
+                found = delta_log(self._spark(), self.location).getSnapshotAt(int(version), none, none, False)
+                return dict(self._as_java()(found.metadata().configuration()))
             return dict(self._as_java()(self._jvm_snapshot().metadata().configuration()))
         except Exception:  # another Delta release with another internal signature: the documented way
             return dict(self._detail()["properties"] or {})

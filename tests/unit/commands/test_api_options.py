@@ -58,7 +58,10 @@ def test_defaults_and_conversions_are_the_command_lines():
 @pytest.mark.parametrize(
     "keywords, message",
     [
-        ({"batchsize": 1}, r"cdc2ch.replicate\(\) has no option 'batchsize'\. .*batch_size, clickhouse,"),
+        (
+            {"batchsize": 1},
+            r"cdc2ch.replicate\(\) has no option 'batchsize'\. .*batch_size, changes_from, clickhouse,",
+        ),
         ({"spark_conf": ["a=b"]}, "uses your SparkSession as it is"),
         ({"metrics_port": 9464}, "is for `cdc2ch run`"),
         ({"batch_size": "many"}, r"replicate\(batch_size='many'\): 'many' is not a valid integer"),

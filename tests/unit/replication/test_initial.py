@@ -175,8 +175,8 @@ def late_cdf() -> FakeTable:
     return t
 
 
-def test_a_late_feed_begins_with_a_snapshot_of_the_latest_version_then_follows_the_changes():
-    h = Harness(late_cdf())
+def test_a_late_feed_read_as_the_only_source_begins_with_a_snapshot_then_follows_the_changes():
+    h = Harness(late_cdf(), changes_from="cdf")
     state = h.run()
     assert h.snapshots == [3] and state.committed_version == 3 and h.final() == h.expected()
     assert (state.initial_load, state.initial_reason) == (
@@ -192,7 +192,7 @@ def test_a_late_feed_begins_with_a_snapshot_of_the_latest_version_then_follows_t
 
 
 def test_changes_refuses_a_late_feed_as_before_and_writes_nothing():
-    h = Harness(late_cdf(), initial_load="changes")
+    h = Harness(late_cdf(), initial_load="changes", changes_from="cdf")
     with pytest.raises(SourceError, match="was enabled at version 2"):
         h.run()
     assert h.db.tables == {} and h.store.states == {} and h.snapshots == []
@@ -241,7 +241,7 @@ def test_an_existing_offset_is_resumed_whatever_the_mode():
 
 
 def test_a_stopped_or_killed_initial_snapshot_is_resumed_at_its_version_by_the_next_run():
-    h = Harness(late_cdf())
+    h = Harness(late_cdf(), changes_from="cdf")
     loads, load = [], h._load_snapshot
 
     def load_snapshot(cfg, version, comment):

@@ -105,7 +105,7 @@ def test_new_commits_after_a_run_are_picked_up_and_deletes_win():
 
 
 def test_bad_inputs_write_nothing():
-    h = Harness(FakeTable(cdf=False))
+    h = Harness(FakeTable(cdf=False), changes_from="cdf")
     with pytest.raises(SourceError, match="The Change Data Feed is not enabled"):
         h.run()
     h = Harness(history())

@@ -26,7 +26,7 @@ def test_the_next_range_is_read_during_a_write_only_when_both_are_within_the_bou
     reading = {v: threading.Event() for v in range(5)}
     opened, write, read = h.source.changes, h.writer.write, FakeChanges.arrow_rows
 
-    def changes(s, e, key=()):
+    def changes(s, e, key=(), origin="cdf"):
         events.append(("open", s, on_helper()))
         return opened(s, e)
 
@@ -84,7 +84,7 @@ def test_a_range_that_fails_to_plan_ahead_fails_when_the_loop_reaches_it(monkeyp
     h.writer.collects = ahead
     opened = h.source.changes
 
-    def changes(s, e, key=()):
+    def changes(s, e, key=(), origin="cdf"):
         if s == 4:
             raise SourceError("version 4 is gone")
         return opened(s, e)

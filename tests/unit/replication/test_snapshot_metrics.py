@@ -37,7 +37,7 @@ def _watching(h: Harness, metrics: Metrics, fail: bool = False) -> list[float | 
 
 def test_an_initial_load_is_seen_running_and_no_longer_once_it_is_done():
     metrics = Metrics()
-    h = Harness(late_cdf())
+    h = Harness(late_cdf(), changes_from="cdf")
     seen = _watching(h, metrics)
     before = time.time()
     h.replicator(metrics=metrics.pipeline("p")).run()
@@ -48,7 +48,7 @@ def test_an_initial_load_is_seen_running_and_no_longer_once_it_is_done():
 
 def test_a_failing_snapshot_leaves_no_running_one_behind():
     metrics = Metrics()
-    h = Harness(late_cdf())
+    h = Harness(late_cdf(), changes_from="cdf")
     seen = _watching(h, metrics, fail=True)
     with pytest.raises(Boom):
         h.replicator(metrics=metrics.pipeline("p")).run()

@@ -1,0 +1,117 @@
+"""Tables without a change data feed, replicated from their log (--changes-from auto): Spark writes a history
+with deletion vectors, row tracking and column mapping (a rename among it) on a table that records no feed and
+on a twin that does; after every commit `run --once` replicates each, and FINAL equals the Delta table, the
+twin's FINAL too. A feed enabled late is read from the log before it and from the feed after it."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdc2ch.model.config import TargetName
+from tests.support.helpers import assert_rows_equal, clickhouse_rows, delta_rows
+
+FEATURES = (
+    "delta.enableDeletionVectors = true, delta.enableRowTracking = true, delta.columnMapping.mode = 'name'"
+)
+
+
+def _history(t: str) -> list[str]:
+    """One commit each: appends, DELETE and UPDATE through deletion vectors, a MERGE that updates, deletes and
+    inserts, a key change, a rename, a delete and re-insert of the same keys in one commit (replaceWhere),
+    OPTIMIZE (no data change), a copy-on-write UPDATE once deletion vectors are off, and an overwrite."""
+    return [
+        f"INSERT INTO {t} SELECT id, concat('v', id), id % 3 FROM range(30)",
+        f"INSERT INTO {t} SELECT id, concat('w', id), id % 3 FROM range(30, 40)",
+        f"DELETE FROM {t} WHERE id % 7 = 0",
+        f"UPDATE {t} SET v = 'upd' WHERE id % 5 = 1",
+        f"MERGE INTO {t} d USING (SELECT id, 'm' AS v, 2L AS g FROM range(35, 45)) s ON d.id = s.id "
+        "WHEN MATCHED AND s.id = 36 THEN DELETE WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *",
+        f"UPDATE {t} SET id = id + 100 WHERE id IN (2, 3)",  # a key change: 2 and 3 must go
+        f"ALTER TABLE {t} RENAME COLUMN v TO label",
+        f"INSERT INTO {t} REPLACE WHERE g = 1 SELECT id, 'again', g FROM {t} WHERE g = 1",
+        f"OPTIMIZE {t}",
+        f"ALTER TABLE {t} SET TBLPROPERTIES (delta.enableDeletionVectors = false)",
+        f"UPDATE {t} SET label = 'cow' WHERE id % 4 = 0",  # copy-on-write: whole files rewritten
+        f"INSERT OVERWRITE {t} SELECT * FROM {t} WHERE id < 20",
+    ]
+
+
+def _final_equals_delta(spark, sink, path: str, target: TargetName) -> None:
+    columns = spark.read.format("delta").load(path).columns
+    version = spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").collect()[0]["version"]
+    assert_rows_equal(
+        delta_rows(spark, path, version, columns),
+        clickhouse_rows(sink, target, columns),
+        f"{target} at {version}",
+    )
+
+
+def test_a_spark_history_without_a_feed_replicates_from_the_log_as_its_twin_does_from_the_feed(
+    spark, sink, cli, tmp_path
+):
+    tables = {
+        "log": (str(tmp_path / "nofeed"), ""),
+        "cdf": (str(tmp_path / "feed"), "delta.enableChangeDataFeed = true, "),
+    }
+    targets = {kind: TargetName("from_log", kind) for kind in tables}
+    for path, feed in tables.values():
+        spark.sql(
+            f"CREATE TABLE delta.`{path}` (id BIGINT, v STRING, g BIGINT) USING delta "
+            f"TBLPROPERTIES ({feed}{FEATURES})"
+        )
+    histories = {kind: _history(f"delta.`{path}`") for kind, (path, _) in tables.items()}
+    log_path, log_target = tables["log"][0], targets["log"]
+    for step in range(len(histories["log"])):  # the table without a feed: replicated after every commit
+        spark.sql(histories["log"][step])
+        result = cli.replicate(
+            "run",
+            log_path,
+            str(log_target),
+            "--once",
+            "--max-rows-per-read",
+            "40",
+            "--on-schema-change",
+            "follow",
+        )
+        if step == 0:
+            initial = cli.events(result, "initial_load")[0]
+            assert (initial["choice"], initial["version"]) == ("changes", 0)
+        _final_equals_delta(spark, sink, log_path, log_target)
+    feed_path = tables["cdf"][0]  # its twin with a feed: the whole history at once, in ranges
+    for statement in histories["cdf"]:
+        spark.sql(statement)
+    cli.replicate("run", feed_path, str(targets["cdf"]), "--once", "--max-rows-per-read", "40",
+                  "--initial-load", "changes", "--on-schema-change", "follow")  # fmt: skip
+    _final_equals_delta(spark, sink, feed_path, targets["cdf"])
+    columns = spark.read.format("delta").load(log_path).columns
+    assert_rows_equal(
+        clickhouse_rows(sink, targets["cdf"], columns), clickhouse_rows(sink, log_target, columns), "twins"
+    )
+    # The feed would have refused it: the option forces the feed, and says what to do.
+    result = cli.replicate(
+        "run", tables["log"][0], "from_log.forced", "--once", "--changes-from", "cdf", expect=1
+    )
+    assert "The Change Data Feed is not enabled" in result.stderr
+
+
+@pytest.mark.parametrize("reader", ["spark"])
+def test_a_feed_enabled_late_is_read_from_the_log_before_it_and_from_the_feed_after(
+    spark, sink, cli, tmp_path, reader
+):
+    path = str(tmp_path / "late")
+    t = f"delta.`{path}`"
+    spark.sql(f"CREATE TABLE {t} (id BIGINT, v STRING, g BIGINT) USING delta")
+    spark.sql(f"INSERT INTO {t} SELECT id, concat('v', id), id % 3 FROM range(20)")
+    spark.sql(f"UPDATE {t} SET v = 'before' WHERE id < 5")
+    spark.sql(f"ALTER TABLE {t} SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")
+    spark.sql(f"DELETE FROM {t} WHERE id = 7")
+    spark.sql(f"UPDATE {t} SET v = 'after' WHERE id > 15")
+    target = TargetName("from_log", f"late_{reader}")
+    validated = cli("validate", "--table", path, "--primary-key", "id", "--target", str(target))
+    assert (
+        "changes derived from the Delta log's file actions up to version 2 and from the change data feed from "
+        "version 3 on" in validated.stdout
+    )
+    result = cli.replicate("run", path, str(target), "--once", "--reader", reader)
+    assert cli.events(result, "initial_load")[0]["choice"] == "changes"  # not a snapshot, as before
+    _final_equals_delta(spark, sink, path, target)
