@@ -92,24 +92,25 @@ def _rows(spark, start: int, count: int, salt: int = 0):
     )
 
 
-def _create(spark, path: str) -> None:
-    spark.sql(
-        f"CREATE TABLE delta.`{path}` ({COLUMNS}) USING delta TBLPROPERTIES (delta.enableChangeDataFeed = true)"
-    )
+FEED = "delta.enableChangeDataFeed = true"
 
 
-def build_w1(spark, path: str, rows: int, versions: int) -> int:
+def _create(spark, path: str, properties: str = FEED) -> None:
+    spark.sql(f"CREATE TABLE delta.`{path}` ({COLUMNS}) USING delta TBLPROPERTIES ({properties})")
+
+
+def build_w1(spark, path: str, rows: int, versions: int, properties: str = FEED) -> int:
     """Appends only; returns the first version of the backlog."""
-    _create(spark, path)
+    _create(spark, path, properties)
     per = rows // versions
     for v in range(versions):
         _rows(spark, v * per, per, v).write.format("delta").mode("append").save(path)
     return 1
 
 
-def build_w2(spark, path: str, rows: int, versions: int) -> int:
+def build_w2(spark, path: str, rows: int, versions: int, properties: str = FEED) -> int:
     """A loaded table, then MERGEs each touching ~6%: updates, deletes and inserts."""
-    _create(spark, path)
+    _create(spark, path, properties)
     _rows(spark, 0, rows).write.format("delta").mode("append").save(path)
     touched = int(rows * 0.06)
     for v in range(versions):
@@ -141,11 +142,11 @@ def _merge(spark, path: str, src) -> None:
     )
 
 
-def build_w5(spark, path: str, rows: int, versions: int) -> int:
+def build_w5(spark, path: str, rows: int, versions: int, properties: str = FEED) -> int:
     """A large dimension table, then MERGEs each changing 1% of its rows (updates, a tenth of them
     deletes). The table is written in files of ~500k rows ordered by id and each
     MERGE touches a band of ids, as a table clustered by key would see: a MERGE rewrites a few files."""
-    _create(spark, path)
+    _create(spark, path, properties)
     spark.range(0, rows, 1, max(4, rows // 500_000)).selectExpr(
         "id", "cast(id % 1000 AS INT) AS tenant", "concat('name-', id) AS name", "rand(0) * 1000 AS amount",
         "timestamp_micros(id * 1000) AS at",

@@ -159,8 +159,10 @@ def status(**_):
                       has not run yet
     --wide adds       last_success (its last successful turn), verified (the last `cdc2ch verify`: ok or
                       DIFFERS, and when), compacted (the last compaction: when, and the tombstones it
-                      removed), paused, initial_load (how it began: snapshot or changes), source and
-                      location (a catalog table's name and where it was found), error
+                      removed), paused, initial_load (how it began: snapshot or changes), changes (where
+                      its last range's changes came from: cdf, the table's change data feed; log, derived
+                      from the data files its commits add and remove), source and location (a catalog
+                      table's name and where it was found), error
     """
     app.status(_current())
 

@@ -35,6 +35,8 @@ class PipelineState:
     # recorded (pipelines started before this was).
     initial_load: str = ""
     initial_reason: str = ""
+    # Where the last committed range's changes came from (model/changeset.py: cdc or log); "" where not recorded.
+    changes_from: str = ""
 
     @property
     def recorded_location(self) -> str:

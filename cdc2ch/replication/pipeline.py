@@ -197,12 +197,15 @@ class Replicator:
                 if change.breaking:  # resync (or refuse) once no read runs any more
                     broken = (breaks.get(s), s, e, change)
                     break
+                origin = changes.origin
                 state, result = self.steps.write_range(state, changes, writer, estimates[i])
                 del changes  # its rows are written: give their share of the budget back
                 leases.done(i)
                 if not result.committed:
                     break
-                state = self.state = self.steps.commit_range(state, result)
+                state = self.state = self.steps.commit_range(
+                    dataclasses.replace(state, changes_from=origin), result
+                )
                 newest = commits[-1]
                 self.metrics.lag(
                     e, newest.version, (newest.timestamp - by_version[e].timestamp).total_seconds()

@@ -49,6 +49,7 @@ _STATE_FIELDS = (
     "table_id",
     "initial_load",
     "initial_reason",
+    "changes_from",
 )
 _COLUMNS = "pipeline, source, target, committed_version, pending_version, rows_written, updated_at"
 
@@ -59,6 +60,7 @@ ADDED_STATE_COLUMNS = {
     "table_id": "String DEFAULT ''",
     "initial_load": "String DEFAULT ''",
     "initial_reason": "String DEFAULT ''",
+    "changes_from": "String DEFAULT ''",
 }
 
 
@@ -204,7 +206,7 @@ class StateStore:
 
 
 def _state(row: tuple) -> PipelineState:
-    pipeline, source, target, version, pending, rows, updated, location, table_id, initial, why = row
+    pipeline, source, target, version, pending, rows, updated, location, table_id, initial, why, origin = row
     return PipelineState(
         pipeline,
         source,
@@ -217,6 +219,7 @@ def _state(row: tuple) -> PipelineState:
         table_id or "",
         initial or "",
         why or "",
+        origin or "",
     )
 
 

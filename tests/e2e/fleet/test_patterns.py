@@ -1,5 +1,6 @@
-"""A pattern in --table replicates every table it matches (Spark and delta-rs tables, mixed keys), reports
-and skips the ones it cannot follow with nothing written for them, and lists them in `validate`."""
+"""A pattern in --table replicates every table it matches (Spark and delta-rs tables, mixed keys, with a change
+data feed, without one and with one enabled late), reports and skips the ones it cannot follow with nothing
+written for them, and lists them in `validate`."""
 
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ def _spark_table(spark, path: str, columns: str = "id BIGINT, name STRING", rows
 # ones, so that one pattern serves ~30 tables side by side.
 RS_TABLES = [f"rs_{i:02d}" for i in range(14)]
 SPARK_TABLES = [f"sp_{i:02d}" for i in range(6)]
-GOOD = ["a", "b", "multi", "late", *RS_TABLES, *SPARK_TABLES]
-BAD = {"plain": "not a Delta table", "nocdf": "Change Data Feed is not enabled", "nokey": "'id' are not"}
+GOOD = ["a", "b", "multi", "late", "nocdf", *RS_TABLES, *SPARK_TABLES]
+BAD = {"plain": "not a Delta table", "nokey": "'id' are not"}
 TWO_COLUMN_KEYS = ("multi", "rs_01", "rs_02")  # given `tenant,id` by --primary-keys
 
 
@@ -52,8 +53,8 @@ def _rs_table(path: str, number: int) -> None:
 
 def _lake(spark, root) -> dict[str, str]:
     """A directory of ~30 tables: good ones by Spark and delta-rs with mixed keys, one whose Change Data Feed
-    was switched on after its first rows (an initial load by snapshot), and three that cannot be followed
-    (not Delta, no Change Data Feed, no `id` column; no key at all is covered by the unit layer)."""
+    was switched on after its first rows (read from the log before it), one without a feed (read from the log),
+    and two that cannot be followed (not Delta, no `id` column; no key at all is covered by the unit layer)."""
     paths = {name: str(root / name) for name in (*GOOD, *BAD)}
     for name in ("a", "b", *SPARK_TABLES):
         _spark_table(spark, paths[name], rows=3 + len(name))
@@ -89,7 +90,17 @@ def test_a_storage_pattern_replicates_what_it_can_and_reports_the_rest(spark, cl
     for name in GOOD:
         assert f"{paths[name]} -> {database}.sales_{name}" in checked
     assert checked.count("key tenant,id") == len(TWO_COLUMN_KEYS)
-    assert "initial load needed: a snapshot of version" in checked  # the late table
+    assert "initial load needed: a snapshot" not in checked  # the late table's history is read from its log
+    by_table = {line.split(" -> ")[0].split()[-1]: line for line in checked.splitlines() if " -> " in line}
+    assert (
+        "derived from the Delta log's file actions (the table records no change data feed)"
+        in by_table[paths["nocdf"]]
+    )
+    assert (
+        "log's file actions up to version 1 and from the change data feed from version 2 on"
+        in by_table[paths["late"]]
+    )
+    assert "changes from the change data feed (the table records one)" in by_table[paths["a"]]
     warned = [line for line in checked.splitlines() if line.startswith("WARN")]
     assert len(warned) == len(BAD) and not any(line.startswith("FAIL") for line in checked.splitlines())
     for name, why in BAD.items():
@@ -109,8 +120,7 @@ def test_a_storage_pattern_replicates_what_it_can_and_reports_the_rest(spark, cl
     result = cli("run", *args, "--once")
     skipped = {e["table"]: e["reason"] for e in cli.events(result, "table_skipped")}
     assert sorted(skipped) == sorted(paths[n] for n in BAD)
-    (late,) = [e for e in cli.events(result, "initial_load") if e.get("choice") == "snapshot"]
-    assert "enabled at version" in late["reason"], late
+    assert {e["choice"] for e in cli.events(result, "initial_load")} == {"changes"}
     for name in GOOD:
         assert_replicated(spark, sink, paths[name], TargetName(database, f"sales_{name}"))
     tables = sink.query_rows(f"SELECT name, engine FROM system.tables WHERE database = '{database}'")
@@ -140,12 +150,13 @@ def test_a_storage_pattern_replicates_what_it_can_and_reports_the_rest(spark, cl
     # `verify` over the pattern finds every good table equal to Delta.
     spark.sql(f"INSERT INTO delta.`{paths['b']}` VALUES (100, 'new')")
     spark.sql(f"UPDATE delta.`{paths['late']}` SET name = 'later' WHERE id = 1")
+    spark.sql(f"UPDATE delta.`{paths['nocdf']}` SET id = 10 WHERE id = 1")  # a key change, from the log
     write_deltalake(
         paths["rs_04"], pa.table({"id": pa.array([100], pa.int64()), "name": ["new"]}), mode="append"
     )
     DeltaTable(paths["rs_05"]).update({"name": "'updated'"}, predicate="id = 1")
     cli("run", *args, "--once")
-    for name in ("b", "late", "rs_04", "rs_05"):
+    for name in ("b", "late", "nocdf", "rs_04", "rs_05"):
         assert_replicated(spark, sink, paths[name], TargetName(database, f"sales_{name}"))
     verified = json.loads(cli("verify", *args, "--json").stdout)
     assert sorted(r["pipeline"] for r in verified if r["ok"]) == sorted(f"{database}.sales_{n}" for n in GOOD)
