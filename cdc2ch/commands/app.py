@@ -358,7 +358,7 @@ def compact(invocation: Invocation) -> None:
     """`cdc2ch compact`: drop old tombstones and superseded versions of one target table."""
     from cdc2ch.clickhouse.connection.dsn import connect
     from cdc2ch.clickhouse.tables import compaction
-    from cdc2ch.commands.status import target_of
+    from cdc2ch.commands.recorded import target_of
 
     v = invocation.values
     older_than, as_json = v["older_than"], v["as_json"]

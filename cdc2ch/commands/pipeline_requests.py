@@ -19,13 +19,7 @@ from cdc2ch.clickhouse.serving import requestroute
 from cdc2ch.clickhouse.serving.requestroute import Ask
 from cdc2ch.clickhouse.state.control import ControlStore
 from cdc2ch.clickhouse.state.lock import holders
-from cdc2ch.clickhouse.state.statestore import (
-    HEALTH_TABLE,
-    STATE_TABLE,
-    HealthStore,
-    StateStore,
-    state_tables,
-)
+from cdc2ch.commands.recorded import target_of
 from cdc2ch.model.config import TargetName
 from cdc2ch.model.records import PAUSE, RESUME, RESYNC
 
@@ -94,7 +88,7 @@ def record(sink: Sink, ask: Ask, serving: bool = False) -> str:
     """Record `ask` in the control table of the pipeline's database: what `request` does on a target it
     writes, and what a `run --serve` does with a request that comes to it (`serving`: this process runs the
     service). The sentence saying what happens next."""
-    database = _database_of(sink, ask.pipeline, {ask.database} if ask.database else None)
+    database = target_of(sink, ask.pipeline, {ask.database} if ask.database else None).database
     claims = holders(sink, database, ask.pipeline)
     runs = Runs.NOW if claims else Runs.NOTHING if sink.one_process and not serving else Runs.UNCLAIMED
     try:
@@ -112,29 +106,4 @@ def record(sink: Sink, ask: Ask, serving: bool = False) -> str:
     holder = f"{claims[0].holder}, pid {claims[0].pid} on host {claims[0].host}" if claims else ""
     return (
         f"Pipeline {ask.pipeline} ({database}) {DONE[ask.action, runs].format(p=ask.pipeline, holder=holder)}"
-    )
-
-
-def _database_of(sink: Sink, pipeline: str, within: set[str] | None) -> str:
-    """The database (of `within`, None: any) holding the pipeline's records (its offset or its health)."""
-    found = []
-    for db, tables in state_tables(sink, within).items():
-        names = set()
-        if STATE_TABLE in tables:
-            names |= {s.pipeline for s in StateStore(sink, db).load_all(tables[STATE_TABLE])}
-        if HEALTH_TABLE in tables:
-            names |= set(HealthStore(sink, db).load_all(exists=True))
-        if pipeline in names:
-            found.append(db)
-    if len(found) == 1:
-        return found[0]
-    if not found:
-        raise ConfigError(
-            f"No pipeline named {pipeline!r} has a record in ClickHouse at {sink.display} (a pipeline has one "
-            f"from its first run). `cdc2ch status` lists the pipelines there by name. Nothing was changed."
-        )
-    raise ConfigError(
-        f"Pipelines named {pipeline!r} have records in several databases of ClickHouse at {sink.display}: "
-        f"{', '.join(found)}. Add --target with the database.table of the one you mean (`cdc2ch status` shows "
-        f"each pipeline's target). Nothing was changed."
     )

@@ -117,20 +117,6 @@ def collect(
     return [r for r in rows if select(r)]
 
 
-def target_of(sink: Sink, pipeline: str) -> TargetName:
-    """The target of the pipeline of that name, from its records in ClickHouse."""
-    found = [rec for (_, name), rec in _records(sink, None)[0].items() if name == pipeline]
-    if len(found) != 1:
-        raise ConfigError(
-            f"No pipeline named {pipeline!r} has a record in ClickHouse at {sink.display}: `cdc2ch status` lists "
-            f"the pipelines there by name (or give --target database.table)."
-            if not found
-            else f"Pipelines named {pipeline!r} have records in {len(found)} databases of ClickHouse at "
-            f"{sink.display}: give --target database.table of the one you mean (`cdc2ch status` shows them)."
-        )
-    return TargetName.parse((found[0][0] or found[0][1]).target)
-
-
 def _records(sink: Sink, databases: set[str] | None) -> tuple[dict, dict, dict, dict]:
     """({(database, pipeline): [offset, health]}, {(database, pipeline): last verify}, {(database, target):
     last compaction}, {(database, pipeline): latest pause/resume/resync request}) of every pipeline in
