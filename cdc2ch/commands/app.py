@@ -332,7 +332,7 @@ def status(invocation: Invocation) -> None:
     merged = merge(invocation, file)
     process = process_options(merged[0], [m.get("table") for m in merged])  # the same in every pipeline
     start_logging(process)
-    listed = file_pipelines(invocation)  # a pattern's tables, as `run` names their pipelines
+    listed = file_pipelines(invocation, file)  # a pattern's tables, as `run` names their pipelines
     with connect(process.clickhouse_dsn, create=False, reader=True) as sink:
         rows = report.collect(
             sink, lazy_session(process.spark), TargetName.parse(target) if target else None, listed, select

@@ -13,7 +13,7 @@ from cdc2ch.base import log as logsetup
 from cdc2ch.base.errors import ConfigError
 from cdc2ch.base.log import get_logger
 from cdc2ch.commands.invocation.options import Invocation, load_config, merge, resolve
-from cdc2ch.model.config import ProcessOptions, RunConfig, TargetName
+from cdc2ch.model.config import ConfigFile, ProcessOptions, RunConfig, TargetName
 
 log = get_logger("cdc2ch")
 
@@ -47,13 +47,17 @@ def configured(
 
 
 def pipelines(
-    invocation: Invocation, stop: threading.Event | None = None, log_skipped: bool = True
+    invocation: Invocation,
+    stop: threading.Event | None = None,
+    log_skipped: bool = True,
+    file: ConfigFile | None = None,
 ) -> Listed:
     """The invocation's pipelines, each --table pattern listed now (Spark's start given up on `stop`).
-    `log_skipped`: log each table a pattern skips (a command that lists them itself does not)."""
+    `log_skipped`: log each table a pattern skips (a command that lists them itself does not). `file`: its
+    --config file, when the caller has loaded it already."""
     from cdc2ch.source.spark.session import lazy_session
 
-    items, process = resolve(invocation, load_config(invocation))
+    items, process = resolve(invocation, file or load_config(invocation))
     if all(isinstance(item, RunConfig) for item in items):
         return Listed([item for item in items if isinstance(item, RunConfig)], process, [], None)
     start_logging(process)
@@ -75,16 +79,20 @@ def pipelines(
 _SHARED = ("config_path", "clickhouse_dsn", "spark_conf", "spark_master", "log_format", "log_level")
 
 
-def file_pipelines(invocation: Invocation) -> list[tuple[str, TargetName]] | None:
+def file_pipelines(
+    invocation: Invocation, file: ConfigFile | None = None
+) -> list[tuple[str, TargetName]] | None:
     """(name, target) of each pipeline of the invocation's --config file as `run` names them, each pattern's
-    tables listed now (a table it skips too, under the name `run` reports it by); None without a file."""
+    tables listed now (a table it skips too, under the name `run` reports it by); None without a file.
+    `file`: that file, when the caller has loaded it already."""
     if not invocation.values.get("config_path"):
         return None
     from cdc2ch.commands.invocation.catalogue import options_of
 
     values = {o.param: o.default for o in options_of("run") if not callable(o.default)}
     values.update({k: v for k, v in invocation.values.items() if k in _SHARED}, once=True)
-    listed = pipelines(Invocation("run", values, invocation.explicit & set(_SHARED)), log_skipped=False)
+    run = Invocation("run", values, invocation.explicit & set(_SHARED))
+    listed = pipelines(run, log_skipped=False, file=file)
     skipped = [(str(s.target), s.target) for s in listed.skipped if s.target is not None]
     return [(c.pipeline, c.target) for c in listed.configs] + skipped
 

@@ -92,3 +92,21 @@ def test_the_readme_lists_the_options_each_command_takes_as_the_commands_declare
     query = main.commands["query"]
     trimmed = click.Command("query", params=[p for p in query.params if p.name != "config_path"])
     assert replaced(readme, click.Group(commands={**main.commands, "query": trimmed})) != readme
+
+
+def test_status_reads_its_config_file_once(config, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from cdc2ch.model.config import ConfigFile
+
+    loads, load = [], ConfigFile.load.__func__  # type: ignore[attr-defined]
+
+    def counted(cls, *args):
+        loads.append(args[0])
+        return load(cls, *args)
+
+    monkeypatch.setattr(ConfigFile, "load", classmethod(counted))
+    nowhere = f"chdb://{tmp_path / 'nowhere'}"  # ends the command once the file has been read
+    result = CliRunner().invoke(main, ["status", "--config", config, "--clickhouse", nowhere])
+    assert result.exit_code != 0 and "nowhere" in result.output, result.output
+    assert loads == [config]  # before: the file was read for the options, then again for its pipelines
