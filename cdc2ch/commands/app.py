@@ -377,7 +377,7 @@ def lifecycle(invocation: Invocation) -> None:
 
     v = invocation.values
     pipeline, target = v["pipeline_name"], v.get("target")
-    listed = file_pipelines(invocation) if not target else None
+    listed = file_pipelines(invocation, named=pipeline) if not target else None
     if listed:  # the file's pipeline of that name says where it is; another is looked for in ClickHouse
         target = next((str(t) for name, t in listed if name == pipeline), None)
     click.echo(request(invocation.command, pipeline, v.get("reason"), target, clickhouse_of(invocation)))

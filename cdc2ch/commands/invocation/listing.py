@@ -80,11 +80,12 @@ _SHARED = ("config_path", "clickhouse_dsn", "spark_conf", "spark_master", "log_f
 
 
 def file_pipelines(
-    invocation: Invocation, file: ConfigFile | None = None
+    invocation: Invocation, file: ConfigFile | None = None, named: str | None = None
 ) -> list[tuple[str, TargetName]] | None:
     """(name, target) of each pipeline of the invocation's --config file as `run` names them, each pattern's
     tables listed now (a table it skips too, under the name `run` reports it by); None without a file.
-    `file`: that file, when the caller has loaded it already."""
+    `file`: that file, when the caller has loaded it already. `named`: the one pipeline wanted; an entry of
+    that name without a pattern is the answer, and no pattern is listed."""
     if not invocation.values.get("config_path"):
         return None
     from cdc2ch.commands.invocation.catalogue import options_of
@@ -92,6 +93,11 @@ def file_pipelines(
     values = {o.param: o.default for o in options_of("run") if not callable(o.default)}
     values.update({k: v for k, v in invocation.values.items() if k in _SHARED}, once=True)
     run = Invocation("run", values, invocation.explicit & set(_SHARED))
+    file = file or load_config(run)
+    if named is not None:
+        entries = [c for c in resolve(run, file)[0] if isinstance(c, RunConfig) and c.pipeline == named]
+        if entries:
+            return [(c.pipeline, c.target) for c in entries]
     listed = pipelines(run, log_skipped=False, file=file)
     skipped = [(str(s.target), s.target) for s in listed.skipped if s.target is not None]
     return [(c.pipeline, c.target) for c in listed.configs] + skipped
@@ -157,7 +163,7 @@ def compact_targets(invocation: Invocation) -> list[TargetName] | None:
         )
     if target:
         return [TargetName.parse(target)]
-    listed = file_pipelines(invocation)
+    listed = file_pipelines(invocation, named=pipeline)
     if listed is None:
         if pipeline:
             return None

@@ -110,3 +110,32 @@ def test_status_reads_its_config_file_once(config, tmp_path, monkeypatch):
     result = CliRunner().invoke(main, ["status", "--config", config, "--clickhouse", nowhere])
     assert result.exit_code != 0 and "nowhere" in result.output, result.output
     assert loads == [config]  # before: the file was read for the options, then again for its pipelines
+
+
+def test_a_plain_entry_of_the_file_is_found_without_listing_the_patterns(tmp_path, capsys):
+    """pause, resume, resync and compact name one pipeline: an entry of that name is the answer, and the
+    file's patterns (a listing of storage or a catalog, maybe Spark's start) are listed only for another."""
+    from cdc2ch.base import log
+    from cdc2ch.commands.invocation.listing import file_pipelines
+
+    (tmp_path / "lake").mkdir()
+    path = tmp_path / "cdc2ch.toml"
+    path.write_text(
+        f'[[pipelines]]\nname = "orders"\ntable = "{tmp_path}/orders"\nprimary-key = "id"\n'
+        f'target = "sales.orders"\n'
+        f'[[pipelines]]\ntable = "{tmp_path}/lake/*"\nprimary-key = "id"\ntarget = "sales.{{table}}"\n'
+    )
+    orders = [("orders", TargetName("sales", "orders"))]
+    try:
+        log.configure("console")  # onto capsys's stream
+        capsys.readouterr()
+        assert file_pipelines(_invocation("pause", "--config", str(path)), named="orders") == orders
+        assert compact_targets(_invocation("compact", "--config", str(path), "--pipeline", "orders")) == [
+            TargetName("sales", "orders")
+        ]
+        assert "pattern_listed" not in capsys.readouterr().err  # before: listed for each
+        assert file_pipelines(_invocation("pause", "--config", str(path)), named="sales.items") == orders
+        assert "pattern_listed" in capsys.readouterr().err  # another name: the patterns are listed
+    finally:
+        with capsys.disabled():
+            log.configure("console")
