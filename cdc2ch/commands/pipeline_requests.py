@@ -9,6 +9,7 @@ database itself), or none holding a claim on it now (a service may hold it pause
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import Enum
 
 from cdc2ch.base.errors import ConfigError, SinkError
@@ -18,7 +19,8 @@ from cdc2ch.clickhouse.connection.transport import Sink
 from cdc2ch.clickhouse.serving import requestroute
 from cdc2ch.clickhouse.serving.requestroute import Ask
 from cdc2ch.clickhouse.state.control import ControlStore
-from cdc2ch.clickhouse.state.lock import holders
+from cdc2ch.clickhouse.state.lock import DEFAULT_TTL, Claim, holders
+from cdc2ch.commands.invocation.listing import Known
 from cdc2ch.commands.recorded import target_of
 from cdc2ch.model.config import TargetName
 from cdc2ch.model.records import PAUSE, RESUME, RESYNC
@@ -69,9 +71,16 @@ DONE = {
 }
 
 
-def request(action: str, pipeline: str, reason: str | None, target: str | None, clickhouse_dsn: str) -> str:
+def request(
+    action: str,
+    pipeline: str,
+    reason: str | None,
+    target: str | None,
+    clickhouse_dsn: str,
+    known: Known | None = None,
+) -> str:
     """Record the request; the sentence saying what happens next. `target`: the pipeline's target table, to
-    tell apart pipelines of one name in several databases."""
+    tell apart pipelines of one name in several databases; `known`: the pipeline as the config file names it."""
     from cdc2ch.base.processes import requester
     from cdc2ch.clickhouse.connection.dsn import connect
 
@@ -81,15 +90,17 @@ def request(action: str, pipeline: str, reason: str | None, target: str | None, 
     with connect(clickhouse_dsn, create=False, reader=True) as sink:
         if sink.task_client is not None and requestroute.takes_requests(sink.task_client):  # a `run --serve`
             return requestroute.send(sink.task_client, ask)
-        return record(sink, ask)
+        return record(sink, ask, known={known.name: known} if known else {})
 
 
-def record(sink: Sink, ask: Ask, serving: bool = False) -> str:
+def record(sink: Sink, ask: Ask, serving: bool = False, known: Mapping[str, Known] | None = None) -> str:
     """Record `ask` in the control table of the pipeline's database: what `request` does on a target it
     writes, and what a `run --serve` does with a request that comes to it (`serving`: this process runs the
-    service). The sentence saying what happens next."""
+    service). `known`: pipelines as a config file, or the service running them, knows them (their claims
+    count for their --lock-ttl). The sentence saying what happens next."""
     database = target_of(sink, ask.pipeline, {ask.database} if ask.database else None).database
-    claims = holders(sink, database, ask.pipeline)
+    ours = (known or {}).get(ask.pipeline)
+    claims = claims_of(sink, database, ask.pipeline, ours)
     runs = Runs.NOW if claims else Runs.NOTHING if sink.one_process and not serving else Runs.UNCLAIMED
     try:
         ControlStore(sink, database).request(ask.pipeline, ask.action, ask.reason, ask.by)
@@ -107,3 +118,10 @@ def record(sink: Sink, ask: Ask, serving: bool = False) -> str:
     return (
         f"Pipeline {ask.pipeline} ({database}) {DONE[ask.action, runs].format(p=ask.pipeline, holder=holder)}"
     )
+
+
+def claims_of(sink: Sink, database: str, pipeline: str, ours: Known | None) -> list[Claim]:
+    """The live claims on the pipeline of `database`: live for its --lock-ttl, where a config file or the
+    service running it says what that is (`ours`), else for the default."""
+    ttl = ours.lock_ttl if ours is not None and ours.target.database == database else DEFAULT_TTL
+    return holders(sink, database, pipeline, ttl)

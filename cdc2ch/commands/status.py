@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from cdc2ch.base.errors import Cdc2chError, ConfigError, SourceError, summarise
 from cdc2ch.base.log import get_logger
@@ -38,6 +39,9 @@ from cdc2ch.source.deltalog.commitlog import LogChanged
 from cdc2ch.source.deltalog.logfiles import python_log
 from cdc2ch.source.spark.lazysession import s3_settings
 from cdc2ch.source.storefaults import storage_error
+
+if TYPE_CHECKING:
+    from cdc2ch.commands.invocation.listing import Known
 
 log = get_logger("cdc2ch.status")
 
@@ -85,7 +89,7 @@ def collect(
     sink: Sink,
     spark_factory: Callable[[], object],
     target: TargetName | None = None,
-    pipelines: list[tuple[str, TargetName]] | None = None,
+    pipelines: list[Known] | None = None,
     select: Selection | None = None,
 ) -> list[dict]:
     """One dict per pipeline: every pipeline with a record in ClickHouse, or just `pipelines` (from a config
@@ -93,14 +97,14 @@ def collect(
     (its pattern and --failing apply before any Delta log is read)."""
     databases: set[str] | None
     if pipelines is not None:
-        databases = {t.database for _, t in pipelines}
+        databases = {k.target.database for k in pipelines}
     else:
         databases = {target.database} if target else None
     records, verified, compacted, requests = _records(sink, databases)
     if pipelines is not None:
-        wanted = [(t.database, name) for name, t in pipelines]
-        for key, (_, t) in zip(wanted, pipelines):
-            records.setdefault(key, [None, Health(key[1], "", str(t))])
+        wanted = [(k.target.database, k.name) for k in pipelines]
+        for key, k in zip(wanted, pipelines):
+            records.setdefault(key, [None, Health(k.name, "", str(k.target))])
         keys = wanted
     else:
         keys = sorted(records)

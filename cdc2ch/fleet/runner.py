@@ -157,6 +157,10 @@ class Runner:
             self.slots.append(slot)
             self.schedule.add(slot.cfg.pipeline)
 
+    def running(self) -> list[RunConfig]:
+        """The pipelines it runs now (those of new tables included, none of tables gone)."""
+        return [s.cfg for s in list(self.slots)]
+
     def run(self) -> list[Slot]:
         """Returns the pipelines whose last attempt failed."""
         schedule = self.schedule

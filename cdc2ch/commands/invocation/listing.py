@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
+from typing import NamedTuple
 
 from cdc2ch.base import log as logsetup
 from cdc2ch.base.errors import ConfigError
@@ -75,14 +76,26 @@ def pipelines(
     )
 
 
+class Known(NamedTuple):
+    """A pipeline as a config file (or the service running it) knows it, whether or not it has run yet."""
+
+    name: str
+    target: TargetName
+    lock_ttl: float = RunConfig.lock_ttl  # how long its claim counts after its last heartbeat
+
+    @classmethod
+    def of(cls, cfg: RunConfig) -> Known:
+        return cls(cfg.pipeline, cfg.target, cfg.lock_ttl)
+
+
 # The values of a command addressing pipelines that `run` reads the same way: where ClickHouse and Spark are.
 _SHARED = ("config_path", "clickhouse_dsn", "spark_conf", "spark_master", "log_format", "log_level")
 
 
 def file_pipelines(
     invocation: Invocation, file: ConfigFile | None = None, named: str | None = None
-) -> list[tuple[str, TargetName]] | None:
-    """(name, target) of each pipeline of the invocation's --config file as `run` names them, each pattern's
+) -> list[Known] | None:
+    """Each pipeline of the invocation's --config file as `run` names them, each pattern's
     tables listed now (a table it skips too, under the name `run` reports it by); None without a file.
     `file`: that file, when the caller has loaded it already. `named`: the one pipeline wanted; an entry of
     that name without a pattern is the answer, and no pattern is listed."""
@@ -97,10 +110,10 @@ def file_pipelines(
     if named is not None:
         entries = [c for c in resolve(run, file)[0] if isinstance(c, RunConfig) and c.pipeline == named]
         if entries:
-            return [(c.pipeline, c.target) for c in entries]
+            return [Known.of(c) for c in entries]
     listed = pipelines(run, log_skipped=False, file=file)
-    skipped = [(str(s.target), s.target) for s in listed.skipped if s.target is not None]
-    return [(c.pipeline, c.target) for c in listed.configs] + skipped
+    skipped = [Known(str(s.target), s.target) for s in listed.skipped if s.target is not None]  # no claim
+    return [Known.of(c) for c in listed.configs] + skipped
 
 
 def _expand(items: list, spark, reported: set[str] | None, running: frozenset[str] = frozenset()):
@@ -172,16 +185,16 @@ def compact_targets(invocation: Invocation) -> list[TargetName] | None:
             "shows it) or --config cdc2ch.toml (every pipeline's target)."
         )
     if pipeline is None:
-        return [t for _, t in listed]
+        return [k.target for k in listed]
     return [listed_target(listed, pipeline, v["config_path"])]
 
 
-def listed_target(listed: list[tuple[str, TargetName]], pipeline: str, path: str) -> TargetName:
-    for name, target in listed:
-        if name == pipeline:
-            return target
+def listed_target(listed: list[Known], pipeline: str, path: str) -> TargetName:
+    for known in listed:
+        if known.name == pipeline:
+            return known.target
     raise ConfigError(
-        f"--pipeline {pipeline!r} is not in {path}; its pipelines are: {', '.join(n for n, _ in listed)}."
+        f"--pipeline {pipeline!r} is not in {path}; its pipelines are: {', '.join(k.name for k in listed)}."
     )
 
 

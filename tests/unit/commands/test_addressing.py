@@ -116,7 +116,7 @@ def test_a_plain_entry_of_the_file_is_found_without_listing_the_patterns(tmp_pat
     """pause, resume, resync and compact name one pipeline: an entry of that name is the answer, and the
     file's patterns (a listing of storage or a catalog, maybe Spark's start) are listed only for another."""
     from cdc2ch.base import log
-    from cdc2ch.commands.invocation.listing import file_pipelines
+    from cdc2ch.commands.invocation.listing import Known, file_pipelines
 
     (tmp_path / "lake").mkdir()
     path = tmp_path / "cdc2ch.toml"
@@ -125,7 +125,7 @@ def test_a_plain_entry_of_the_file_is_found_without_listing_the_patterns(tmp_pat
         f'target = "sales.orders"\n'
         f'[[pipelines]]\ntable = "{tmp_path}/lake/*"\nprimary-key = "id"\ntarget = "sales.{{table}}"\n'
     )
-    orders = [("orders", TargetName("sales", "orders"))]
+    orders = [Known("orders", TargetName("sales", "orders"))]
     try:
         log.configure("console")  # onto capsys's stream
         capsys.readouterr()
