@@ -281,16 +281,10 @@ class Runner:
                     job = self.ports.pipeline(slot.cfg, self.stop, slot.metrics, self.budget)
                     if not self.once:  # end the turn between two ranges: another's turn, a pause, a resync
                         job.turn_over = partial(self._turn_over, slot.cfg)
+                    job.may_begin = partial(self.lifecycle.may_begin, slot.cfg)
                     job.start()
                     slot.job = job
                     self._warm_up(job)
-                    # Spark's start may have taken long: a pause asked for meanwhile (of a pipeline that never
-                    # ran, too) holds it before it writes anything.
-                    self.lifecycle.reread(slot.cfg)
-                    if self.lifecycle.holds(slot.cfg, slot.metrics):
-                        job.close()
-                        slot.job = None
-                        return StepOutcome(committed=False)
                 self.lifecycle.resync(slot.cfg, job)
                 turn = job.step()
         except Stopped:  # a stop while Spark started (or before a claim): the turn ends, nothing begun
