@@ -3,9 +3,11 @@ the service running it reads it within one poll (fleet/lifecycle.py); nothing re
 
 An embedded database held by a `cdc2ch run --serve` is reached through that service, which records the
 request itself (clickhouse/serving/requestroute.py: its data stays read-only to every client); any other
-target takes the request from this process. What it prints says what happens next, as things stand: a
-service running the pipeline (a live claim on it), none that can be (this process opened the embedded
-database itself), or none holding a claim on it now (a service may hold it paused)."""
+target takes the request from this process. A pipeline is found by its records, or, before it has any, where
+the config file names it or the service recording the request runs it. What it prints says what happens
+next, as things stand: a service running the pipeline (a live claim on it), the service recording it that
+runs it without a claim yet (starting), none that can be (this process opened the embedded database
+itself), or none holding a claim on it now (a service may hold it paused)."""
 
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ class Runs(Enum):
     """Who acts on a request, as far as can be told when it is recorded."""
 
     NOW = "a service runs the pipeline: a live claim on it"
+    STARTING = "the service recording it runs the pipeline, with no claim on it: not begun writing, or paused"
     UNCLAIMED = "no claim on it: nothing replicates it now, or a service holds it paused"
     NOTHING = "this process opened the embedded database, which a running service would hold"
 
@@ -45,6 +48,14 @@ DONE = {
     "one poll, and the others go on. `cdc2ch resume --pipeline {p}` lets it go on from its offset.",
     (RESUME, Runs.NOW): "resumed: the service running it ({holder}) goes on from its offset within one poll.",
     (RESYNC, Runs.NOW): f"to be rebuilt: within one poll the service running it ({{holder}}) {_REBUILD}.",
+    (PAUSE, Runs.STARTING): "paused: the service running it holds no claim on it now (it has not begun "
+    "writing it, Spark may be starting, or it is paused already), and writes nothing of it until "
+    "`cdc2ch resume --pipeline {p}`.",
+    (RESUME, Runs.STARTING): "resumed: the service running it holds no claim on it now; it begins or goes on "
+    "from its offset within one poll.",
+    (RESYNC, Runs.STARTING): "to be rebuilt: the service running it holds no claim on it now (it has not "
+    f"begun writing it, or it is paused), so the rebuild waits for its next turn with an offset; it then "
+    f"{_REBUILD}.",
     (PAUSE, Runs.UNCLAIMED): "paused: no process is replicating it now (none holds a claim on it); a service "
     "that runs it, or its next `cdc2ch run`, leaves it alone until `cdc2ch resume --pipeline {p}`.",
     (
@@ -98,10 +109,13 @@ def record(sink: Sink, ask: Ask, serving: bool = False, known: Mapping[str, Know
     writes, and what a `run --serve` does with a request that comes to it (`serving`: this process runs the
     service). `known`: pipelines as a config file, or the service running them, knows them (their claims
     count for their --lock-ttl). The sentence saying what happens next."""
-    database = target_of(sink, ask.pipeline, {ask.database} if ask.database else None).database
     ours = (known or {}).get(ask.pipeline)
+    if ours is not None and ask.database not in (None, ours.target.database):
+        ours = None  # another database's pipeline of that name
+    within = {ask.database} if ask.database else None
+    database = target_of(sink, ask.pipeline, within, ours.target if ours else None).database
     claims = claims_of(sink, database, ask.pipeline, ours)
-    runs = Runs.NOW if claims else Runs.NOTHING if sink.one_process and not serving else Runs.UNCLAIMED
+    runs = runs_of(bool(claims), serving and ours is not None, sink.one_process and not serving)
     try:
         ControlStore(sink, database).request(ask.pipeline, ask.action, ask.reason, ask.by)
     except SinkError as exc:
@@ -118,6 +132,16 @@ def record(sink: Sink, ask: Ask, serving: bool = False, known: Mapping[str, Know
     return (
         f"Pipeline {ask.pipeline} ({database}) {DONE[ask.action, runs].format(p=ask.pipeline, holder=holder)}"
     )
+
+
+def runs_of(claimed: bool, served: bool, opened: bool) -> Runs:
+    """Who acts on a request: `claimed`, a live claim on the pipeline; `served`, the service recording the
+    request runs it; `opened`, this command opened the embedded database itself (no service holds it)."""
+    if claimed:
+        return Runs.NOW
+    if served:
+        return Runs.STARTING
+    return Runs.NOTHING if opened else Runs.UNCLAIMED
 
 
 def claims_of(sink: Sink, database: str, pipeline: str, ours: Known | None) -> list[Claim]:

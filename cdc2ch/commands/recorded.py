@@ -18,9 +18,13 @@ from cdc2ch.clickhouse.state.statestore import (
 from cdc2ch.model.config import TargetName
 
 
-def target_of(sink: Sink, pipeline: str, within: Collection[str] | None = None) -> TargetName:
-    """The target of the pipeline of that name, from its records in the databases `within` (None: any)."""
-    return one_target(pipeline, recorded_targets(sink, pipeline, within), sink.display)
+def target_of(
+    sink: Sink, pipeline: str, within: Collection[str] | None = None, known: TargetName | None = None
+) -> TargetName:
+    """The target of the pipeline of that name, from its records in the databases `within` (None: any).
+    `known`: its target as a config file names it, or the service running it: a pipeline that has no record
+    yet (it has not committed anything) is there."""
+    return one_target(pipeline, recorded_targets(sink, pipeline, within), sink.display, known)
 
 
 def recorded_targets(sink: Sink, pipeline: str, within: Collection[str] | None) -> list[TargetName]:
@@ -40,9 +44,14 @@ def recorded_targets(sink: Sink, pipeline: str, within: Collection[str] | None) 
     return found
 
 
-def one_target(pipeline: str, found: list[TargetName], where: str) -> TargetName:
-    """The one of `found` (the targets of the pipeline's records, one per database); the refusal naming what
-    to do otherwise. `where`: the ClickHouse they were looked for in."""
+def one_target(
+    pipeline: str, found: list[TargetName], where: str, known: TargetName | None = None
+) -> TargetName:
+    """The one of `found` (the targets of the pipeline's records, one per database), that of the database
+    `known` names, or `known` itself when there is none; the refusal naming what to do otherwise. `where`:
+    the ClickHouse they were looked for in."""
+    if known is not None:
+        found = [t for t in found if t.database == known.database] or [known]
     if len(found) == 1:
         return found[0]
     if not found:

@@ -36,3 +36,16 @@ def test_a_claim_counts_for_the_pipeline_s_own_lock_ttl():
     assert not claims_of(sink, "sales", "orders", None)  # type: ignore[arg-type]  # unknown: the default, 60 s
     other = Known("orders", TargetName("crm", "orders"), lock_ttl=300.0)  # another database's pipeline
     assert not claims_of(sink, "sales", "orders", other)  # type: ignore[arg-type]
+
+
+def test_a_service_asked_about_a_pipeline_it_runs_unclaimed_says_it_is_starting():
+    from cdc2ch.commands.pipeline_requests import DONE, Runs, runs_of
+    from cdc2ch.model.records import PAUSE
+
+    assert runs_of(claimed=True, served=True, opened=False) is Runs.NOW
+    assert runs_of(claimed=False, served=True, opened=False) is Runs.STARTING  # before: "no process is
+    # replicating it now", while the service was starting it
+    assert runs_of(claimed=False, served=False, opened=False) is Runs.UNCLAIMED
+    assert runs_of(claimed=False, served=False, opened=True) is Runs.NOTHING
+    said = DONE[PAUSE, Runs.STARTING].format(p="sales.items", holder="")
+    assert said.startswith("paused: the service running it holds no claim on it now") and "resume" in said

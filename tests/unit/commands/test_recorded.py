@@ -25,3 +25,12 @@ def test_the_one_target_recorded_or_a_paragraph_saying_what_to_do():
     )
     with pytest.raises(ConfigError, match=r"records in several databases .*: sales, crm\. Add --target"):
         one_target("orders", [orders, TargetName("crm", "orders")], WHERE)
+
+
+def test_a_pipeline_with_no_record_yet_is_where_its_config_or_service_names_it():
+    """pause --config before the pipeline's first commit: the file (or the service running it) says where it
+    is; before, `No pipeline named 'sales.items' has a record`."""
+    items, elsewhere = TargetName("sales", "items"), TargetName("crm", "items")
+    assert one_target("sales.items", [], WHERE, known=items) == items
+    assert one_target("sales.items", [items, elsewhere], WHERE, known=items) == items  # its database's
+    assert one_target("sales.items", [elsewhere], WHERE, known=items) == items  # another's is not it
