@@ -18,6 +18,7 @@ from cdc2ch.clickhouse.connection.transport import Sink
 from cdc2ch.clickhouse.state.compactlog import CompactStore
 from cdc2ch.clickhouse.state.control import ControlStore
 from cdc2ch.clickhouse.state.layout import LAYOUT_TABLE, Layout
+from cdc2ch.clickhouse.state.lock import Claim, holders
 from cdc2ch.clickhouse.state.statestore import (
     COMPACT_TABLE,
     CONTROL_TABLE,
@@ -68,6 +69,7 @@ TABLE_COLUMNS = (
     ("error", "error"),
 )
 ERROR_CHARS_IN_TABLE = 160
+NOT_RUN = "has not run yet"
 # The default table: what a glance needs, in TABLE_WIDTH terminal columns (the last one, `state`, is cut).
 NARROW_COLUMNS = (
     ("pipeline", "pipeline"),
@@ -101,10 +103,12 @@ def collect(
     else:
         databases = {target.database} if target else None
     records, verified, compacted, requests = _records(sink, databases)
+    unrun: dict[tuple[str, str], Known] = {}  # a config's pipelines with no record yet
     if pipelines is not None:
         wanted = [(k.target.database, k.name) for k in pipelines]
         for key, k in zip(wanted, pipelines):
-            records.setdefault(key, [None, Health(k.name, "", str(k.target))])
+            if key not in records:
+                records[key], unrun[key] = [None, Health(k.name, "", str(k.target))], k
         keys = wanted
     else:
         keys = sorted(records)
@@ -112,6 +116,8 @@ def collect(
             keys = [k for k in keys if (records[k][0] or records[k][1]).target == str(target)]
     rows = [_row(*records[k]) for k in keys]
     for key, row in zip(keys, rows):
+        if key in unrun:  # claimed: a service is starting it (Spark, its first snapshot or range)
+            with_claims(row, holders(sink, key[0], key[1], unrun[key].lock_ttl))
         with_verify(row, verified.get(key))
         with_compaction(row, compacted.get((key[0], row["target"])))
         with_request(row, requests.get(key))
@@ -142,6 +148,16 @@ def _records(sink: Sink, databases: set[str] | None) -> tuple[dict, dict, dict, 
         if CONTROL_TABLE in tables:
             requests.update({(db, p): r for p, r in ControlStore(sink, db).load_all(exists=True).items()})
     return records, verified, compacted, requests
+
+
+def with_claims(row: dict, claims: list[Claim]) -> None:
+    """A pipeline that never committed: starting when some process holds a live claim on it (its first
+    snapshot or range on the way), else it has not run yet."""
+    if claims and row["error"] == NOT_RUN:
+        c = claims[0]
+        row["error"] = (
+            f"starting: claimed by {c.holder} (pid {c.pid} on host {c.host}), nothing committed yet"
+        )
 
 
 def with_verify(row: dict, verified) -> None:
@@ -210,7 +226,7 @@ def _row(state: PipelineState | None, health: Health | None) -> dict:
         "error": health.last_error if health is not None and failing else None,
     }
     if not first.source:
-        row["error"] = row["error"] or "has not run yet"
+        row["error"] = row["error"] or NOT_RUN
     return row
 
 
