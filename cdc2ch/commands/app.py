@@ -8,6 +8,7 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -19,6 +20,7 @@ from cdc2ch.base.log import get_logger
 from cdc2ch.base.stop import Stopped, stop_on_signals
 from cdc2ch.commands import summary
 from cdc2ch.commands.invocation.listing import (
+    Known,
     clickhouse_of,
     compact_targets,
     configured,
@@ -84,10 +86,15 @@ def run_pipelines(
     workers = pool_size(
         process.max_parallel, first.spark.master, len(configs), discover is not None, spark_reads
     )
+    runner: Runner | None = None  # the pipelines it runs: `configs`, and those discovered since
+
+    def running() -> list[RunConfig]:
+        return configs if runner is None else runner.running()
+
     # A pipeline of a config that another runner holds is one failing pipeline, not a refusal of all.
     with (
         _target(first, max(c.retries for c in configs), check_lock=not isolate) as sink,
-        _serving(process, sink),
+        _serving(process, sink, running),
     ):
         sink.widen(workers + 1)  # the pipelines' calls overlap; one more for claims' heartbeats
         budget = RowBudget(
@@ -148,10 +155,11 @@ def check_serve(process: ProcessOptions) -> None:
 
 
 @contextmanager
-def _serving(process: ProcessOptions, sink):
+def _serving(process: ProcessOptions, sink, running: Callable[[], list[RunConfig]]):
     """With --serve: the embedded engine over HTTP while the block runs, recorded in the data directory so
     that `status` and `query` on that directory find it. Pipeline requests that come to it (`cdc2ch pause`,
-    ...) are recorded through this process's own connection, `sink`: the served data stays read-only."""
+    ...) are recorded through this process's own connection, `sink`: the served data stays read-only.
+    `running`: the pipelines this service runs now."""
     opts = process.serve
     if opts is None:
         yield
@@ -159,6 +167,9 @@ def _serving(process: ProcessOptions, sink):
     from cdc2ch.clickhouse.connection import embedded
     from cdc2ch.clickhouse.serving import endpoint
     from cdc2ch.commands.pipeline_requests import record
+
+    def take(ask):
+        return record(sink, ask, serving=True, known={c.pipeline: Known.of(c) for c in running()})
 
     path = embedded.data_path(process.clickhouse_dsn)
     server = endpoint.serve_engine(
@@ -168,7 +179,7 @@ def _serving(process: ProcessOptions, sink):
         opts.writable,
         opts.tls_cert,
         opts.tls_key,
-        requests=lambda ask: record(sink, ask, serving=True),
+        requests=take,
     )
     try:
         embedded.announce_service(path, server.url, opts.tls_cert)
@@ -332,7 +343,7 @@ def status(invocation: Invocation) -> None:
     merged = merge(invocation, file)
     process = process_options(merged[0], [m.get("table") for m in merged])  # the same in every pipeline
     start_logging(process)
-    listed = file_pipelines(invocation)  # a pattern's tables, as `run` names their pipelines
+    listed = file_pipelines(invocation, file)  # a pattern's tables, as `run` names their pipelines
     with connect(process.clickhouse_dsn, create=False, reader=True) as sink:
         rows = report.collect(
             sink, lazy_session(process.spark), TargetName.parse(target) if target else None, listed, select
@@ -358,7 +369,7 @@ def compact(invocation: Invocation) -> None:
     """`cdc2ch compact`: drop old tombstones and superseded versions of one target table."""
     from cdc2ch.clickhouse.connection.dsn import connect
     from cdc2ch.clickhouse.tables import compaction
-    from cdc2ch.commands.status import target_of
+    from cdc2ch.commands.recorded import target_of
 
     v = invocation.values
     older_than, as_json = v["older_than"], v["as_json"]
@@ -377,10 +388,12 @@ def lifecycle(invocation: Invocation) -> None:
 
     v = invocation.values
     pipeline, target = v["pipeline_name"], v.get("target")
-    listed = file_pipelines(invocation) if not target else None
-    if listed:  # the file's pipeline of that name says where it is; another is looked for in ClickHouse
-        target = next((str(t) for name, t in listed if name == pipeline), None)
-    click.echo(request(invocation.command, pipeline, v.get("reason"), target, clickhouse_of(invocation)))
+    listed = file_pipelines(invocation, named=pipeline) if not target else None
+    # the file's pipeline of that name says where it is; another is looked for in ClickHouse
+    known = next((k for k in listed or () if k.name == pipeline), None)
+    target = str(known.target) if known else target
+    said = request(invocation.command, pipeline, v.get("reason"), target, clickhouse_of(invocation), known)
+    click.echo(said)
 
 
 def query(invocation: Invocation) -> None:

@@ -3,12 +3,15 @@ the service running it reads it within one poll (fleet/lifecycle.py); nothing re
 
 An embedded database held by a `cdc2ch run --serve` is reached through that service, which records the
 request itself (clickhouse/serving/requestroute.py: its data stays read-only to every client); any other
-target takes the request from this process. What it prints says what happens next, as things stand: a
-service running the pipeline (a live claim on it), none that can be (this process opened the embedded
-database itself), or none holding a claim on it now (a service may hold it paused)."""
+target takes the request from this process. A pipeline is found by its records, or, before it has any, where
+the config file names it or the service recording the request runs it. What it prints says what happens
+next, as things stand: a service running the pipeline (a live claim on it), the service recording it that
+runs it without a claim yet (starting), none that can be (this process opened the embedded database
+itself), or none holding a claim on it now (a service may hold it paused)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import Enum
 
 from cdc2ch.base.errors import ConfigError, SinkError
@@ -18,14 +21,9 @@ from cdc2ch.clickhouse.connection.transport import Sink
 from cdc2ch.clickhouse.serving import requestroute
 from cdc2ch.clickhouse.serving.requestroute import Ask
 from cdc2ch.clickhouse.state.control import ControlStore
-from cdc2ch.clickhouse.state.lock import holders
-from cdc2ch.clickhouse.state.statestore import (
-    HEALTH_TABLE,
-    STATE_TABLE,
-    HealthStore,
-    StateStore,
-    state_tables,
-)
+from cdc2ch.clickhouse.state.lock import DEFAULT_TTL, Claim, holders
+from cdc2ch.commands.invocation.listing import Known
+from cdc2ch.commands.recorded import target_of
 from cdc2ch.model.config import TargetName
 from cdc2ch.model.records import PAUSE, RESUME, RESYNC
 
@@ -36,6 +34,7 @@ class Runs(Enum):
     """Who acts on a request, as far as can be told when it is recorded."""
 
     NOW = "a service runs the pipeline: a live claim on it"
+    STARTING = "the service recording it runs the pipeline, with no claim on it: not begun writing, or paused"
     UNCLAIMED = "no claim on it: nothing replicates it now, or a service holds it paused"
     NOTHING = "this process opened the embedded database, which a running service would hold"
 
@@ -49,6 +48,14 @@ DONE = {
     "one poll, and the others go on. `cdc2ch resume --pipeline {p}` lets it go on from its offset.",
     (RESUME, Runs.NOW): "resumed: the service running it ({holder}) goes on from its offset within one poll.",
     (RESYNC, Runs.NOW): f"to be rebuilt: within one poll the service running it ({{holder}}) {_REBUILD}.",
+    (PAUSE, Runs.STARTING): "paused: the service running it holds no claim on it now (it has not begun "
+    "writing it, Spark may be starting, or it is paused already), and writes nothing of it until "
+    "`cdc2ch resume --pipeline {p}`.",
+    (RESUME, Runs.STARTING): "resumed: the service running it holds no claim on it now; it begins or goes on "
+    "from its offset within one poll.",
+    (RESYNC, Runs.STARTING): "to be rebuilt: the service running it holds no claim on it now (it has not "
+    f"begun writing it, or it is paused), so the rebuild waits for its next turn with an offset; it then "
+    f"{_REBUILD}.",
     (PAUSE, Runs.UNCLAIMED): "paused: no process is replicating it now (none holds a claim on it); a service "
     "that runs it, or its next `cdc2ch run`, leaves it alone until `cdc2ch resume --pipeline {p}`.",
     (
@@ -75,9 +82,16 @@ DONE = {
 }
 
 
-def request(action: str, pipeline: str, reason: str | None, target: str | None, clickhouse_dsn: str) -> str:
+def request(
+    action: str,
+    pipeline: str,
+    reason: str | None,
+    target: str | None,
+    clickhouse_dsn: str,
+    known: Known | None = None,
+) -> str:
     """Record the request; the sentence saying what happens next. `target`: the pipeline's target table, to
-    tell apart pipelines of one name in several databases."""
+    tell apart pipelines of one name in several databases; `known`: the pipeline as the config file names it."""
     from cdc2ch.base.processes import requester
     from cdc2ch.clickhouse.connection.dsn import connect
 
@@ -87,16 +101,21 @@ def request(action: str, pipeline: str, reason: str | None, target: str | None, 
     with connect(clickhouse_dsn, create=False, reader=True) as sink:
         if sink.task_client is not None and requestroute.takes_requests(sink.task_client):  # a `run --serve`
             return requestroute.send(sink.task_client, ask)
-        return record(sink, ask)
+        return record(sink, ask, known={known.name: known} if known else {})
 
 
-def record(sink: Sink, ask: Ask, serving: bool = False) -> str:
+def record(sink: Sink, ask: Ask, serving: bool = False, known: Mapping[str, Known] | None = None) -> str:
     """Record `ask` in the control table of the pipeline's database: what `request` does on a target it
     writes, and what a `run --serve` does with a request that comes to it (`serving`: this process runs the
-    service). The sentence saying what happens next."""
-    database = _database_of(sink, ask.pipeline, {ask.database} if ask.database else None)
-    claims = holders(sink, database, ask.pipeline)
-    runs = Runs.NOW if claims else Runs.NOTHING if sink.one_process and not serving else Runs.UNCLAIMED
+    service). `known`: pipelines as a config file, or the service running them, knows them (their claims
+    count for their --lock-ttl). The sentence saying what happens next."""
+    ours = (known or {}).get(ask.pipeline)
+    if ours is not None and ask.database not in (None, ours.target.database):
+        ours = None  # another database's pipeline of that name
+    within = {ask.database} if ask.database else None
+    database = target_of(sink, ask.pipeline, within, ours.target if ours else None).database
+    claims = claims_of(sink, database, ask.pipeline, ours)
+    runs = runs_of(bool(claims), serving and ours is not None, sink.one_process and not serving)
     try:
         ControlStore(sink, database).request(ask.pipeline, ask.action, ask.reason, ask.by)
     except SinkError as exc:
@@ -115,26 +134,18 @@ def record(sink: Sink, ask: Ask, serving: bool = False) -> str:
     )
 
 
-def _database_of(sink: Sink, pipeline: str, within: set[str] | None) -> str:
-    """The database (of `within`, None: any) holding the pipeline's records (its offset or its health)."""
-    found = []
-    for db, tables in state_tables(sink, within).items():
-        names = set()
-        if STATE_TABLE in tables:
-            names |= {s.pipeline for s in StateStore(sink, db).load_all(tables[STATE_TABLE])}
-        if HEALTH_TABLE in tables:
-            names |= set(HealthStore(sink, db).load_all(exists=True))
-        if pipeline in names:
-            found.append(db)
-    if len(found) == 1:
-        return found[0]
-    if not found:
-        raise ConfigError(
-            f"No pipeline named {pipeline!r} has a record in ClickHouse at {sink.display} (a pipeline has one "
-            f"from its first run). `cdc2ch status` lists the pipelines there by name. Nothing was changed."
-        )
-    raise ConfigError(
-        f"Pipelines named {pipeline!r} have records in several databases of ClickHouse at {sink.display}: "
-        f"{', '.join(found)}. Add --target with the database.table of the one you mean (`cdc2ch status` shows "
-        f"each pipeline's target). Nothing was changed."
-    )
+def runs_of(claimed: bool, served: bool, opened: bool) -> Runs:
+    """Who acts on a request: `claimed`, a live claim on the pipeline; `served`, the service recording the
+    request runs it; `opened`, this command opened the embedded database itself (no service holds it)."""
+    if claimed:
+        return Runs.NOW
+    if served:
+        return Runs.STARTING
+    return Runs.NOTHING if opened else Runs.UNCLAIMED
+
+
+def claims_of(sink: Sink, database: str, pipeline: str, ours: Known | None) -> list[Claim]:
+    """The live claims on the pipeline of `database`: live for its --lock-ttl, where a config file or the
+    service running it says what that is (`ours`), else for the default."""
+    ttl = ours.lock_ttl if ours is not None and ours.target.database == database else DEFAULT_TTL
+    return holders(sink, database, pipeline, ttl)

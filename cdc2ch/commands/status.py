@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from cdc2ch.base.errors import Cdc2chError, ConfigError, SourceError, summarise
 from cdc2ch.base.log import get_logger
@@ -17,6 +18,7 @@ from cdc2ch.clickhouse.connection.transport import Sink
 from cdc2ch.clickhouse.state.compactlog import CompactStore
 from cdc2ch.clickhouse.state.control import ControlStore
 from cdc2ch.clickhouse.state.layout import LAYOUT_TABLE, Layout
+from cdc2ch.clickhouse.state.lock import Claim, holders
 from cdc2ch.clickhouse.state.statestore import (
     COMPACT_TABLE,
     CONTROL_TABLE,
@@ -38,6 +40,9 @@ from cdc2ch.source.deltalog.commitlog import LogChanged
 from cdc2ch.source.deltalog.logfiles import python_log
 from cdc2ch.source.spark.lazysession import s3_settings
 from cdc2ch.source.storefaults import storage_error
+
+if TYPE_CHECKING:
+    from cdc2ch.commands.invocation.listing import Known
 
 log = get_logger("cdc2ch.status")
 
@@ -65,6 +70,7 @@ TABLE_COLUMNS = (
     ("error", "error"),
 )
 ERROR_CHARS_IN_TABLE = 160
+NOT_RUN = "has not run yet"
 # The default table: what a glance needs, in TABLE_WIDTH terminal columns (the last one, `state`, is cut).
 NARROW_COLUMNS = (
     ("pipeline", "pipeline"),
@@ -86,7 +92,7 @@ def collect(
     sink: Sink,
     spark_factory: Callable[[], object],
     target: TargetName | None = None,
-    pipelines: list[tuple[str, TargetName]] | None = None,
+    pipelines: list[Known] | None = None,
     select: Selection | None = None,
 ) -> list[dict]:
     """One dict per pipeline: every pipeline with a record in ClickHouse, or just `pipelines` (from a config
@@ -94,14 +100,16 @@ def collect(
     (its pattern and --failing apply before any Delta log is read)."""
     databases: set[str] | None
     if pipelines is not None:
-        databases = {t.database for _, t in pipelines}
+        databases = {k.target.database for k in pipelines}
     else:
         databases = {target.database} if target else None
     records, verified, compacted, requests = _records(sink, databases)
+    unrun: dict[tuple[str, str], Known] = {}  # a config's pipelines with no record yet
     if pipelines is not None:
-        wanted = [(t.database, name) for name, t in pipelines]
-        for key, (_, t) in zip(wanted, pipelines):
-            records.setdefault(key, [None, Health(key[1], "", str(t))])
+        wanted = [(k.target.database, k.name) for k in pipelines]
+        for key, k in zip(wanted, pipelines):
+            if key not in records:
+                records[key], unrun[key] = [None, Health(k.name, "", str(k.target))], k
         keys = wanted
     else:
         keys = sorted(records)
@@ -109,6 +117,8 @@ def collect(
             keys = [k for k in keys if (records[k][0] or records[k][1]).target == str(target)]
     rows = [_row(*records[k]) for k in keys]
     for key, row in zip(keys, rows):
+        if key in unrun:  # claimed: a service is starting it (Spark, its first snapshot or range)
+            with_claims(row, holders(sink, key[0], key[1], unrun[key].lock_ttl))
         with_verify(row, verified.get(key))
         with_compaction(row, compacted.get((key[0], row["target"])))
         with_request(row, requests.get(key))
@@ -116,20 +126,6 @@ def collect(
     rows = [r for r in rows if select.before_lag(r)]
     add_lag(rows, spark_factory)
     return [r for r in rows if select(r)]
-
-
-def target_of(sink: Sink, pipeline: str) -> TargetName:
-    """The target of the pipeline of that name, from its records in ClickHouse."""
-    found = [rec for (_, name), rec in _records(sink, None)[0].items() if name == pipeline]
-    if len(found) != 1:
-        raise ConfigError(
-            f"No pipeline named {pipeline!r} has a record in ClickHouse at {sink.display}: `cdc2ch status` lists "
-            f"the pipelines there by name (or give --target database.table)."
-            if not found
-            else f"Pipelines named {pipeline!r} have records in {len(found)} databases of ClickHouse at "
-            f"{sink.display}: give --target database.table of the one you mean (`cdc2ch status` shows them)."
-        )
-    return TargetName.parse((found[0][0] or found[0][1]).target)
 
 
 def _records(sink: Sink, databases: set[str] | None) -> tuple[dict, dict, dict, dict]:
@@ -153,6 +149,16 @@ def _records(sink: Sink, databases: set[str] | None) -> tuple[dict, dict, dict, 
         if CONTROL_TABLE in tables:
             requests.update({(db, p): r for p, r in ControlStore(sink, db).load_all(exists=True).items()})
     return records, verified, compacted, requests
+
+
+def with_claims(row: dict, claims: list[Claim]) -> None:
+    """A pipeline that never committed: starting when some process holds a live claim on it (its first
+    snapshot or range on the way), else it has not run yet."""
+    if claims and row["error"] == NOT_RUN:
+        c = claims[0]
+        row["error"] = (
+            f"starting: claimed by {c.holder} (pid {c.pid} on host {c.host}), nothing committed yet"
+        )
 
 
 def with_verify(row: dict, verified) -> None:
@@ -222,7 +228,7 @@ def _row(state: PipelineState | None, health: Health | None) -> dict:
         "error": health.last_error if health is not None and failing else None,
     }
     if not first.source:
-        row["error"] = row["error"] or "has not run yet"
+        row["error"] = row["error"] or NOT_RUN
     return row
 
 

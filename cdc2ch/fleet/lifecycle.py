@@ -52,6 +52,22 @@ class Lifecycle:
         with self._lock:
             self._requests = found
 
+    def may_begin(self, cfg: RunConfig) -> bool:
+        """Whether a new pipeline may claim itself and write its first range or snapshot: not when paused,
+        by the requests of its database read now. Its first turn may have begun long ago (Spark starting
+        meanwhile), and a pause asked for since holds it before it writes anything."""
+        database = cfg.target.database
+        try:
+            found = self.requests(database).load_all()
+        except Cdc2chError as exc:
+            log.warning("requests_not_read", database=database, error=summarise(str(exc), 300))
+        else:
+            with self._lock:
+                kept = {k: r for k, r in self._requests.items() if k[0] != database}
+                self._requests = kept | {(database, p): r for p, r in found.items()}
+        request = self.of(cfg)
+        return request is None or not request.paused
+
     def of(self, cfg: RunConfig) -> Request | None:
         with self._lock:
             return self._requests.get((cfg.target.database, cfg.pipeline))

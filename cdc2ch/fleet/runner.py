@@ -157,6 +157,10 @@ class Runner:
             self.slots.append(slot)
             self.schedule.add(slot.cfg.pipeline)
 
+    def running(self) -> list[RunConfig]:
+        """The pipelines it runs now (those of new tables included, none of tables gone)."""
+        return [s.cfg for s in list(self.slots)]
+
     def run(self) -> list[Slot]:
         """Returns the pipelines whose last attempt failed."""
         schedule = self.schedule
@@ -277,6 +281,7 @@ class Runner:
                     job = self.ports.pipeline(slot.cfg, self.stop, slot.metrics, self.budget)
                     if not self.once:  # end the turn between two ranges: another's turn, a pause, a resync
                         job.turn_over = partial(self._turn_over, slot.cfg)
+                    job.may_begin = partial(self.lifecycle.may_begin, slot.cfg)
                     job.start()
                     slot.job = job
                     self._warm_up(job)

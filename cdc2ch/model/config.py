@@ -380,21 +380,6 @@ class ConfigFile:
             )
         return cls(path, common, pipelines)
 
-    def pipeline_ids(self) -> list[tuple[str, TargetName]]:
-        """(pipeline name, target) of each entry, as `run` would name them."""
-        out = []
-        for i, entry in enumerate(self.pipelines):
-            values = {**self.common, **entry}
-            if not values.get("target") and not values.get("table"):
-                raise ConfigError(f"Config file {self.path}: [[pipelines]] entry {i + 1} has no `table`.")
-            target = (
-                TargetName.parse(values["target"])
-                if values.get("target")
-                else TargetName.for_source(values["table"])
-            )
-            out.append((values.get("name") or values.get("pipeline") or str(target), target))
-        return out
-
 
 def _normalized(
     section: dict[str, Any],

@@ -75,6 +75,8 @@ class Replicator:
         # Asked between two ranges of a long catch-up: end this step there and let other pipelines run (the
         # runner asks its schedule).
         self.turn_over: Callable[[], bool] = lambda: False
+        # Asked before a new pipeline claims itself for its first write: False (paused meanwhile) holds it.
+        self.may_begin: Callable[[], bool] = lambda: True
         self.phases = Phases()  # where its time went (its `stopped` event says)
         self._configure(cfg)
 
@@ -177,6 +179,8 @@ class Replicator:
                     readers.check_range(self.source.uri, changes, state, chosen=self.auto)
                 if checks_first and i == 0:
                     writer.check(changes, estimates[i])  # a new pipeline writes nothing before the check
+                    if not self.may_begin():  # paused while it started (Spark): nothing written
+                        break
                 # decided before the next range is read ahead: a range read for nothing would be wasted
                 gave_way = i + 1 < len(ranges) and self.turn_over()
                 if (
@@ -245,6 +249,8 @@ class Replicator:
         assert self.state is not None  # set by start()
         before = self.state.committed_version
         if self.bootstrap.pending is not None:
+            if not self.may_begin():  # paused before its snapshot began
+                return StepOutcome(committed=False)
             loaded = self.bootstrap.load(self.state)
             if loaded is None:  # stopped between chunks: the next run resumes the snapshot
                 return StepOutcome(committed=False)

@@ -176,9 +176,10 @@ def _unreleased(sink: Sink, table: str, pipeline: str) -> list[Claim]:
     return [Claim(t, holder, host, int(pid), at, float(age)) for t, holder, host, pid, at, age in rows]
 
 
-def holders(sink: Sink, database: str, pipeline: str, ttl: float = DEFAULT_TTL) -> list[Claim]:
-    """Who runs the pipeline now, by the claims that count (as a runner's `_live`), oldest first; read only:
-    a claim of a process of this host that is gone does not count, and is left as it is."""
+def holders(sink: Sink, database: str, pipeline: str, ttl: float) -> list[Claim]:
+    """Who runs the pipeline now, by the claims that count (as a runner's `_live`, for the pipeline's
+    --lock-ttl `ttl`), oldest first; read only: a claim of a process of this host that is gone does not
+    count, and is left as it is."""
     if not sink.own.exists(database, LOCK_TABLE):
         return []
     here = socket.gethostname()

@@ -8,12 +8,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
+from typing import NamedTuple
 
 from cdc2ch.base import log as logsetup
 from cdc2ch.base.errors import ConfigError
 from cdc2ch.base.log import get_logger
 from cdc2ch.commands.invocation.options import Invocation, load_config, merge, resolve
-from cdc2ch.model.config import ProcessOptions, RunConfig, TargetName
+from cdc2ch.model.config import ConfigFile, ProcessOptions, RunConfig, TargetName
 
 log = get_logger("cdc2ch")
 
@@ -47,13 +48,17 @@ def configured(
 
 
 def pipelines(
-    invocation: Invocation, stop: threading.Event | None = None, log_skipped: bool = True
+    invocation: Invocation,
+    stop: threading.Event | None = None,
+    log_skipped: bool = True,
+    file: ConfigFile | None = None,
 ) -> Listed:
     """The invocation's pipelines, each --table pattern listed now (Spark's start given up on `stop`).
-    `log_skipped`: log each table a pattern skips (a command that lists them itself does not)."""
+    `log_skipped`: log each table a pattern skips (a command that lists them itself does not). `file`: its
+    --config file, when the caller has loaded it already."""
     from cdc2ch.source.spark.session import lazy_session
 
-    items, process = resolve(invocation, load_config(invocation))
+    items, process = resolve(invocation, file or load_config(invocation))
     if all(isinstance(item, RunConfig) for item in items):
         return Listed([item for item in items if isinstance(item, RunConfig)], process, [], None)
     start_logging(process)
@@ -71,22 +76,44 @@ def pipelines(
     )
 
 
+class Known(NamedTuple):
+    """A pipeline as a config file (or the service running it) knows it, whether or not it has run yet."""
+
+    name: str
+    target: TargetName
+    lock_ttl: float = RunConfig.lock_ttl  # how long its claim counts after its last heartbeat
+
+    @classmethod
+    def of(cls, cfg: RunConfig) -> Known:
+        return cls(cfg.pipeline, cfg.target, cfg.lock_ttl)
+
+
 # The values of a command addressing pipelines that `run` reads the same way: where ClickHouse and Spark are.
 _SHARED = ("config_path", "clickhouse_dsn", "spark_conf", "spark_master", "log_format", "log_level")
 
 
-def file_pipelines(invocation: Invocation) -> list[tuple[str, TargetName]] | None:
-    """(name, target) of each pipeline of the invocation's --config file as `run` names them, each pattern's
-    tables listed now (a table it skips too, under the name `run` reports it by); None without a file."""
+def file_pipelines(
+    invocation: Invocation, file: ConfigFile | None = None, named: str | None = None
+) -> list[Known] | None:
+    """Each pipeline of the invocation's --config file as `run` names them, each pattern's
+    tables listed now (a table it skips too, under the name `run` reports it by); None without a file.
+    `file`: that file, when the caller has loaded it already. `named`: the one pipeline wanted; an entry of
+    that name without a pattern is the answer, and no pattern is listed."""
     if not invocation.values.get("config_path"):
         return None
     from cdc2ch.commands.invocation.catalogue import options_of
 
     values = {o.param: o.default for o in options_of("run") if not callable(o.default)}
     values.update({k: v for k, v in invocation.values.items() if k in _SHARED}, once=True)
-    listed = pipelines(Invocation("run", values, invocation.explicit & set(_SHARED)), log_skipped=False)
-    skipped = [(str(s.target), s.target) for s in listed.skipped if s.target is not None]
-    return [(c.pipeline, c.target) for c in listed.configs] + skipped
+    run = Invocation("run", values, invocation.explicit & set(_SHARED))
+    file = file or load_config(run)
+    if named is not None:
+        entries = [c for c in resolve(run, file)[0] if isinstance(c, RunConfig) and c.pipeline == named]
+        if entries:
+            return [Known.of(c) for c in entries]
+    listed = pipelines(run, log_skipped=False, file=file)
+    skipped = [Known(str(s.target), s.target) for s in listed.skipped if s.target is not None]  # no claim
+    return [Known.of(c) for c in listed.configs] + skipped
 
 
 def _expand(items: list, spark, reported: set[str] | None, running: frozenset[str] = frozenset()):
@@ -149,7 +176,7 @@ def compact_targets(invocation: Invocation) -> list[TargetName] | None:
         )
     if target:
         return [TargetName.parse(target)]
-    listed = file_pipelines(invocation)
+    listed = file_pipelines(invocation, named=pipeline)
     if listed is None:
         if pipeline:
             return None
@@ -158,16 +185,16 @@ def compact_targets(invocation: Invocation) -> list[TargetName] | None:
             "shows it) or --config cdc2ch.toml (every pipeline's target)."
         )
     if pipeline is None:
-        return [t for _, t in listed]
+        return [k.target for k in listed]
     return [listed_target(listed, pipeline, v["config_path"])]
 
 
-def listed_target(listed: list[tuple[str, TargetName]], pipeline: str, path: str) -> TargetName:
-    for name, target in listed:
-        if name == pipeline:
-            return target
+def listed_target(listed: list[Known], pipeline: str, path: str) -> TargetName:
+    for known in listed:
+        if known.name == pipeline:
+            return known.target
     raise ConfigError(
-        f"--pipeline {pipeline!r} is not in {path}; its pipelines are: {', '.join(n for n, _ in listed)}."
+        f"--pipeline {pipeline!r} is not in {path}; its pipelines are: {', '.join(k.name for k in listed)}."
     )
 
 

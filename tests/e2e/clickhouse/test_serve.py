@@ -272,14 +272,36 @@ def test_run_serve_while_replicating(spark, monkeypatch, tmp_path):
     data = tmp_path / "clickhouse"
     dsn, port = f"chdb://{data}", _free_port()
     env = {"CDC2CH_SERVE_PASSWORD": PASSWORD}
-    args = ["run", "--table", path, "--primary-key", "id", "--clickhouse", dsn, "--poll-interval", "0.2"]
-    service = Proc(*args, "--serve", f"127.0.0.1:{port}", env=env, cwd=str(tmp_path))
+    home = {**env, "CDC2CH_HOME": str(tmp_path)}  # the default directory is $CDC2CH_HOME/clickhouse
+    config = tmp_path / "cdc2ch.toml"
+    entry = f'[[pipelines]]\ntable = "{path}"\nprimary-key = "id"\n'
+    config.write_text(f'clickhouse = "{dsn}"\npoll-interval = 0.2\n{entry}')
+    gate = tmp_path / "spark-may-start"  # Spark's JVM starts once it exists: its first range waits for it
+    slow = {"JAVA_HOME": str(_gated_java_home(tmp_path, gate))}
+    args = ["run", "--config", str(config), "--serve", f"127.0.0.1:{port}"]
+    service = Proc(*args, env={**env, **slow}, cwd=str(tmp_path))
     try:
         serving = service.wait_for("serving", 300)
         assert serving["url"] == f"http://default@127.0.0.1:{port}/" and serving["writable"] is False
         assert PASSWORD not in service.stderr
         c = clickhouse_connect.get_client(host="127.0.0.1", port=port, username="default", password=PASSWORD)
         final = "SELECT count(), min(v), max(v) FROM cdc2ch.t FINAL WHERE _is_deleted = 0"
+        # Paused while Spark starts, before the pipeline has any record: the file says where it is, the
+        # service records it as one it runs, and holds it before it writes anything (before: exit 2, "No
+        # pipeline named 'cdc2ch.t' has a record").
+        first = ["--config", str(config), "--pipeline", "cdc2ch.t"]
+        pause = Proc("pause", *first, "--reason", "not yet", env=home, cwd=str(tmp_path))
+        assert pause.wait(120) == 0, pause.stderr[-3000:]
+        assert "Pipeline cdc2ch.t (cdc2ch) paused: the service running it holds no claim" in pause.stdout
+        gate.touch()
+        assert service.wait_for("paused", 300)["reason"] == "not yet"
+        assert not service.events("committed") and not service.events("claimed"), [
+            (e["event"], e.get("timestamp")) for e in service.events()
+        ]
+        tables = "SELECT name FROM system.tables WHERE database = 'cdc2ch' AND name = 't'"
+        assert not c.query(tables).result_rows  # nothing written
+        resume = Proc("resume", *first, env=home, cwd=str(tmp_path))
+        assert resume.wait(120) == 0 and "resumed: the service running it" in resume.stdout, resume.stderr
         service.wait_for("committed", 300)  # the table exists, with the first version
 
         # Readers query FINAL while commits arrive: every answer is one Delta version of all keys.
@@ -343,13 +365,12 @@ def test_run_serve_while_replicating(spark, monkeypatch, tmp_path):
         # `pause` and `resume` from another shell, as the README writes them (the default directory, no
         # --clickhouse): they reach the service on its read-only endpoint, with the credentials `status`
         # sends, and the service records them itself (issue 68: "only lets this process read", exit 2).
-        home = {**env, "CDC2CH_HOME": str(tmp_path)}  # the default directory is $CDC2CH_HOME/clickhouse
         pause = Proc("pause", "--pipeline", "cdc2ch.t", "--reason", "by hand", env=home, cwd=str(tmp_path))
         assert pause.wait(120) == 0, pause.stderr[-3000:]
         assert "Pipeline cdc2ch.t (cdc2ch) paused: the service running it (" in pause.stdout, pause.stdout
-        paused = service.wait_for("paused", 60)
+        paused = _nth_event(service, "paused", 2, 60)
         assert paused["reason"] == "by hand" and "@" in paused["by"], paused
-        assert service.events("request_recorded")[0]["action"] == "pause"
+        assert service.events("request_recorded")[2]["action"] == "pause"
         held = c.query(final).result_rows[0]
         spark.sql(f"UPDATE delta.`{path}` SET v = 100")
         time.sleep(1)  # five polls: still held
@@ -362,7 +383,7 @@ def test_run_serve_while_replicating(spark, monkeypatch, tmp_path):
         while c.query(final).result_rows[0] != (n, 100, 100):
             assert time.monotonic() < deadline, service.stderr[-3000:]
             time.sleep(0.2)
-        service.wait_for("resumed", 10)
+        _nth_event(service, "resumed", 2, 10)
         # The route takes requests, checked, and nothing else: no statement, no unknown action or pipeline,
         # no client without the password.
         route, auth = f"http://127.0.0.1:{port}/cdc2ch/request", _basic("default", PASSWORD)
@@ -374,7 +395,7 @@ def test_run_serve_while_replicating(spark, monkeypatch, tmp_path):
         assert _status(route, json.dumps({**asks, "sql": "SELECT 1"}).encode(), as_json) == 400
         assert _status(route, json.dumps({**asks, "pipeline": "nope"}).encode(), as_json) == 400
         assert _status(route, None, auth) == 405
-        assert len(service.events("request_recorded")) == 2  # pause and resume only
+        assert len(service.events("request_recorded")) == 4  # pauses and resumes only
         # A write is refused: read-only unless --serve-writable.
         with pytest.raises(DatabaseError, match="164"):
             c.command("INSERT INTO cdc2ch.t (id, v) VALUES (1, 99)")
@@ -386,7 +407,40 @@ def test_run_serve_while_replicating(spark, monkeypatch, tmp_path):
         delta = [tuple(r) for r in spark.read.format("delta").load(path).select("id", "v").collect()]
         assert sorted(replicated) == sorted(delta)
     finally:
+        gate.touch()
         service.signal(signal.SIGTERM)
         code = service.wait()
     assert code == 0, service.stderr[-3000:]
     assert embedded._service(data) is None  # withdrawn from the holder file
+
+
+GATED_JAVA = """#!/bin/sh
+# Java once the test lets it start: a JVM still starting while the test acts.
+while [ ! -e {gate} ]; do sleep 0.1; done
+exec {java} "$@"
+"""
+
+
+def _gated_java_home(tmp_path, gate) -> str:
+    """A JAVA_HOME whose java waits for the file `gate` to exist, then runs the real one."""
+    import os
+
+    java = shutil.which("java", path=os.path.join(os.environ.get("JAVA_HOME", ""), "bin")) or shutil.which(
+        "java"
+    )
+    assert java, "the tests need Java"
+    home = tmp_path / "gated-jdk"
+    (home / "bin").mkdir(parents=True)
+    script = home / "bin" / "java"
+    script.write_text(GATED_JAVA.format(gate=gate, java=os.path.realpath(java)))
+    script.chmod(0o755)
+    return str(home)
+
+
+def _nth_event(proc: Proc, name: str, n: int, timeout: float) -> dict:
+    """The process's `n`th event `name`, once logged."""
+    deadline = time.monotonic() + timeout
+    while len(proc.events(name)) < n:
+        assert time.monotonic() < deadline, f"no {n}th {name!r} event in {timeout}s:\n{proc.stderr[-3000:]}"
+        time.sleep(0.1)
+    return proc.events(name)[n - 1]

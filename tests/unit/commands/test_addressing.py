@@ -92,3 +92,50 @@ def test_the_readme_lists_the_options_each_command_takes_as_the_commands_declare
     query = main.commands["query"]
     trimmed = click.Command("query", params=[p for p in query.params if p.name != "config_path"])
     assert replaced(readme, click.Group(commands={**main.commands, "query": trimmed})) != readme
+
+
+def test_status_reads_its_config_file_once(config, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from cdc2ch.model.config import ConfigFile
+
+    loads, load = [], ConfigFile.load.__func__  # type: ignore[attr-defined]
+
+    def counted(cls, *args):
+        loads.append(args[0])
+        return load(cls, *args)
+
+    monkeypatch.setattr(ConfigFile, "load", classmethod(counted))
+    nowhere = f"chdb://{tmp_path / 'nowhere'}"  # ends the command once the file has been read
+    result = CliRunner().invoke(main, ["status", "--config", config, "--clickhouse", nowhere])
+    assert result.exit_code != 0 and "nowhere" in result.output, result.output
+    assert loads == [config]  # before: the file was read for the options, then again for its pipelines
+
+
+def test_a_plain_entry_of_the_file_is_found_without_listing_the_patterns(tmp_path, capsys):
+    """pause, resume, resync and compact name one pipeline: an entry of that name is the answer, and the
+    file's patterns (a listing of storage or a catalog, maybe Spark's start) are listed only for another."""
+    from cdc2ch.base import log
+    from cdc2ch.commands.invocation.listing import Known, file_pipelines
+
+    (tmp_path / "lake").mkdir()
+    path = tmp_path / "cdc2ch.toml"
+    path.write_text(
+        f'[[pipelines]]\nname = "orders"\ntable = "{tmp_path}/orders"\nprimary-key = "id"\n'
+        f'target = "sales.orders"\n'
+        f'[[pipelines]]\ntable = "{tmp_path}/lake/*"\nprimary-key = "id"\ntarget = "sales.{{table}}"\n'
+    )
+    orders = [Known("orders", TargetName("sales", "orders"))]
+    try:
+        log.configure("console")  # onto capsys's stream
+        capsys.readouterr()
+        assert file_pipelines(_invocation("pause", "--config", str(path)), named="orders") == orders
+        assert compact_targets(_invocation("compact", "--config", str(path), "--pipeline", "orders")) == [
+            TargetName("sales", "orders")
+        ]
+        assert "pattern_listed" not in capsys.readouterr().err  # before: listed for each
+        assert file_pipelines(_invocation("pause", "--config", str(path)), named="sales.items") == orders
+        assert "pattern_listed" in capsys.readouterr().err  # another name: the patterns are listed
+    finally:
+        with capsys.disabled():
+            log.configure("console")

@@ -21,6 +21,7 @@ from cdc2ch.base.errors import Cdc2chError, ConfigError
 from cdc2ch.cli import invocation, main
 from cdc2ch.commands import app
 from cdc2ch.commands.invocation.catalogue import FILTERS, GROUPS
+from cdc2ch.commands.invocation.listing import file_pipelines
 from cdc2ch.commands.invocation.options import (
     CATALOGUE,
     COMMAND,
@@ -264,7 +265,11 @@ def test_status_takes_only_process_options_from_the_file(tmp_path):
         "error",
         (("x", "1"),),
     )
-    assert file.pipeline_ids() == [("a", TargetName("cdc2ch", "a")), ("b", TargetName("crm", "b"))]
+    # its pipelines named as `run` names them
+    assert [(k.name, k.target) for k in file_pipelines(given) or ()] == [
+        ("a", TargetName("cdc2ch", "a")),
+        ("b", TargetName("crm", "b")),
+    ]
 
 
 # -- TOML values -----------------------------------------------------------------------------------------

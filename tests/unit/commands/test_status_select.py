@@ -209,3 +209,23 @@ def test_status_help_explains_every_column_it_shows():
     for heading, _ in (*NARROW_COLUMNS, *TABLE_COLUMNS):
         assert heading in text.split("Options:")[0], heading
     assert "--wide" in text and "tombstones it" in text
+
+
+def test_a_pipeline_that_never_committed_is_starting_while_claimed_else_it_has_not_run_yet():
+    """status --config during a service's first run (its first snapshot loading): before, `has not run yet`
+    whoever held it."""
+    from cdc2ch.clickhouse.state.lock import Claim
+    from cdc2ch.commands.status import _row, state, with_claims
+    from cdc2ch.model.records import Health
+
+    def unrun() -> dict:
+        return _row(None, Health("sales.items", "", "sales.items"))
+
+    claim = Claim("t", "cdc2ch run", "host-a", 4242, datetime(2026, 12, 1), 3.0)
+    claimed, free = unrun(), unrun()
+    with_claims(claimed, [claim])
+    with_claims(free, [])
+    assert (
+        state(claimed) == "starting: claimed by cdc2ch run (pid 4242 on host host-a), nothing committed yet"
+    )
+    assert state(free) == "has not run yet" and not failing(claimed)

@@ -4,6 +4,7 @@ an in-memory one; the service itself is tested end to end in tests/e2e/fleet/tes
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import cast
@@ -166,3 +167,59 @@ def test_a_read_that_began_before_a_resync_was_recorded_done_does_not_run_it_aga
     assert life.wants(a)
     life.resync(a, job)
     assert job.rebuilt[-1] == "requested by ann@laptop: again" and len(job.rebuilt) == 2
+
+
+def test_a_pause_asked_while_a_new_pipeline_starts_holds_it_before_it_writes(table):
+    """Spark's start takes seconds (minutes on a loaded machine): a pause recorded meanwhile, before the
+    pipeline ever committed, keeps it from writing anything until it is resumed; resumed, it begins."""
+    import dataclasses
+    import threading
+
+    from cdc2ch.fleet.runner import Fleet, Runner
+    from tests.support.fakes import FakeTable, Harness
+    from tests.support.service import service_ports
+
+    _, _, _, ask, records = table
+    lake = FakeTable()
+    lake.commit(("insert", {"id": 1, "name": "a"}), ("insert", {"id": 2, "name": "b"}))
+    harness = Harness(lake, once=False, poll_interval=0.01, target=TargetName("db", "p"))
+    stop, turns = threading.Event(), []
+
+    class Starting:  # the pipeline: its start is when the pause comes
+        def __init__(self, cfg):
+            self.job = harness.replicator()
+
+        def start(self):
+            turns.append("start")
+            if len(turns) == 1:
+                ask("db", "p", PAUSE, reason="walk")
+            return self.job.start()
+
+        def __getattr__(self, name):
+            return getattr(self.job, name)
+
+        def __setattr__(self, name, value):
+            if name == "job":
+                object.__setattr__(self, name, value)
+            else:
+                setattr(self.job, name, value)
+
+    ports = dataclasses.replace(service_ports(Starting), requests=records)
+    runner = Runner([harness.cfg], None, None, stop, Metrics(), fleet=Fleet(isolate=True), ports=ports)
+    thread = threading.Thread(target=runner.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(turns) < 1 or runner.lifecycle._paused != {"p"}:
+            assert time.monotonic() < deadline and thread.is_alive()
+            time.sleep(0.01)
+        time.sleep(0.2)  # many polls: still nothing written
+        assert harness.store.load("p") is None and not harness.db.tables  # before: its first range written
+        ask("db", "p", RESUME, minutes=1)
+        while getattr(harness.store.load("p"), "committed_version", None) != lake.latest:
+            assert time.monotonic() < deadline and thread.is_alive()
+            time.sleep(0.01)
+        assert harness.final() == lake.rows_at(lake.latest)
+    finally:
+        stop.set()
+        thread.join(10)
