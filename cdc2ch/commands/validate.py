@@ -108,9 +108,7 @@ def check(configs: list[RunConfig], spark) -> list[Finding]:
                 commits = []
                 if not snapshot:  # the commits `run` checks before its first read (a snapshot replays none)
                     commits = source.commits(inputs.start, inputs.latest)
-                    plan.check_commits(
-                        inputs.start, commits, source.uri, cfg.primary_key, str(cfg.target), cfg.changes_from
-                    )
+                    plan.check_commits(inputs.start, commits, source.uri, cfg)
                 origins = plan.origins_text(
                     cfg.changes_from,
                     fed_versions(cfg, source, inputs.start, commits),

@@ -88,9 +88,9 @@ class PipelineState:
             committed_version=version, pending_version=version, rows_written=self.rows_written + rows
         )
 
-    def writing(self, end: int) -> "PipelineState":
-        """About to write the range ending at `end`; not committed yet."""
-        return self._touched(pending_version=end)
+    def writing(self, end: int, origin: str = "") -> "PipelineState":
+        """About to write the range ending at `end`, its changes from `origin`; not committed yet."""
+        return self._touched(pending_version=end, changes_from=origin or self.changes_from)
 
     @property
     def interrupted_range(self) -> tuple[int, int] | None:

@@ -144,9 +144,7 @@ class Replicator:
         commits = self.source.commits(start, latest)
         if not commits:
             return state, False
-        plan.check_commits(
-            start, commits, self.source.uri, cfg.primary_key, str(cfg.target), cfg.changes_from
-        )
+        plan.check_commits(start, commits, self.source.uri, cfg)
         if state.interrupted_range:
             self.log.info(
                 "resuming_interrupted_range", start=state.interrupted_range[0], end=state.interrupted_range[1]
@@ -164,7 +162,6 @@ class Replicator:
         total, long = sum(c.estimated_rows for c in commits), len(ranges) > 1
         broken, gave_way = None, False
         read = range_reads(cfg, self.source, start, commits)
-
         ahead = self.ports.on_other_threads
         with (
             Progress(f"catch-up {cfg.pipeline}", total, len(ranges), unit="range", shown=long) as progress,
@@ -201,15 +198,12 @@ class Replicator:
                 if change.breaking:  # resync (or refuse) once no read runs any more
                     broken = (breaks.get(s), s, e, change)
                     break
-                origin = changes.origin
                 state, result = self.steps.write_range(state, changes, writer, estimates[i])
                 del changes  # its rows are written: give their share of the budget back
                 leases.done(i)
                 if not result.committed:
                     break
-                state = self.state = self.steps.commit_range(
-                    dataclasses.replace(state, changes_from=origin), result
-                )
+                state = self.state = self.steps.commit_range(state, result)
                 newest = commits[-1]
                 self.metrics.lag(
                     e, newest.version, (newest.timestamp - by_version[e].timestamp).total_seconds()

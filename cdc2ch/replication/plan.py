@@ -13,6 +13,7 @@ from typing import Any
 from cdc2ch.base.errors import ConfigError, SourceError, StateError, summarise
 from cdc2ch.model import schema
 from cdc2ch.model.changeset import FEED, LOG, Commit
+from cdc2ch.model.config import RunConfig
 from cdc2ch.model.records import PipelineState
 
 MAX_VERSIONS_PER_READ = 1000
@@ -209,18 +210,12 @@ def origins_text(changes_from: str, fed: Collection[int], start: int, latest: in
     )
 
 
-def check_commits(
-    start: int,
-    commits: list[Commit],
-    uri: str,
-    primary_key: tuple[str, ...],
-    target: str,
-    changes_from: str = FEED,
-) -> None:
+def check_commits(start: int, commits: list[Commit], uri: str, cfg: RunConfig) -> None:
     """Refuse to replicate `commits` (from `start` on) when some of them cannot be read: the feed was
     switched on after `start` (where only the feed may be read), or log retention removed versions."""
     since = cdf_enabled_at(commits)
-    if changes_from == FEED and since is not None and since > start:
+    primary_key, target = cfg.primary_key, str(cfg.target)
+    if cfg.changes_from == FEED and since is not None and since > start:
         raise cdf_gap_error(since, start, uri, primary_key, target)
     missing = missing_versions(start, commits)
     if missing:

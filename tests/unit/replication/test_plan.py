@@ -8,6 +8,7 @@ import pytest
 
 from cdc2ch.base.errors import ConfigError, SourceError, StateError
 from cdc2ch.model.changeset import Commit
+from cdc2ch.model.config import RunConfig, TargetName
 from cdc2ch.model.records import PipelineState
 from cdc2ch.replication import plan
 
@@ -88,6 +89,11 @@ def test_schema_changes_start_a_range():
     assert plan.catch_up_ranges(history, 100, None) == [(3, 4), (5, 6)]
 
 
+def _cfg(key: tuple[str, ...], changes_from: str = "cdf") -> RunConfig:
+    target = TargetName("db", "t")
+    return RunConfig("/t", key, target, "chdb:///m", "p", changes_from=changes_from)
+
+
 def test_a_feed_switched_on_after_the_start_is_a_gap():
     def cdf(version: int, value: str, props=None) -> Commit:
         props = props if props is not None else f'{{"delta.enableChangeDataFeed":"{value}"}}'
@@ -99,12 +105,13 @@ def test_a_feed_switched_on_after_the_start_is_a_gap():
     assert plan.cdf_enabled_at([cdf(3, "true"), cdf(4, "false")]) is None  # switched off last
     assert plan.cdf_enabled_at([cdf(3, "", {"delta.enableChangeDataFeed": True})]) == 3  # a writer's own form
     assert plan.cdf_enabled_at([cdf(3, "", "not json"), cdf(4, "", '{"other":"x"}')]) is None
-    plan.check_commits(3, history, "/t", ("id",), "db.t")
-    plan.check_commits(6, off_on[3:], "/t", ("id",), "db.t")  # switched on where replication starts
+    plan.check_commits(3, history, "/t", _cfg(("id",)))
+    plan.check_commits(6, off_on[3:], "/t", _cfg(("id",)))  # switched on where replication starts
     with pytest.raises(SourceError, match="enabled at version 6; .* cannot start at 3"):
-        plan.check_commits(3, off_on, "/t", ("id",), "db.t")
+        plan.check_commits(3, off_on, "/t", _cfg(("id",)))
+    plan.check_commits(3, off_on, "/t", _cfg(("id",), "auto"))  # read from the log before it
     with pytest.raises(SourceError, match="Versions 4..4 of /t are no longer"):
-        plan.check_commits(3, [history[0], history[2]], "/t", ("id",), "db.t")
+        plan.check_commits(3, [history[0], history[2]], "/t", _cfg(("id",), "auto"))
 
 
 def test_missing_versions_are_named():
@@ -235,12 +242,12 @@ def test_gap_errors_give_the_snapshot_command_that_resyncs():
     history = commits(1, 1, 1, 1, 1)  # versions 3..7
     switched = Commit(6, TS, "SET TBLPROPERTIES", 0, {"properties": '{"delta.enableChangeDataFeed":"true"}'})
     with pytest.raises(SourceError) as cdf_gap:
-        plan.check_commits(3, [*history[:3], switched], "/lake/t", ("id", "region"), "db.t")
+        plan.check_commits(3, [*history[:3], switched], "/lake/t", _cfg(("id", "region")))
     assert "`cdc2ch snapshot --table /lake/t --primary-key id,region --target db.t --version 6`" in str(
         cdf_gap.value
     )
     with pytest.raises(SourceError) as log_gap:
-        plan.check_commits(3, [history[0], history[2]], "/lake/t", ("id", "region"), "db.t")
+        plan.check_commits(3, [history[0], history[2]], "/lake/t", _cfg(("id", "region")))
     assert "`cdc2ch snapshot --table /lake/t --primary-key id,region --target db.t --reset`" in str(
         log_gap.value
     )
