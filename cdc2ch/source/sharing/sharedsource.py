@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-from cdc2ch.base import phases, retry
+from cdc2ch.base import phases
 from cdc2ch.base.errors import CHANGE_FEED, SourceError, error_text, range_out_of_memory, summarise
 from cdc2ch.model import contract
 from cdc2ch.model.changeset import FEED, Commit
@@ -268,7 +268,7 @@ class SharedSource:
         )
         listing = spark.createDataFrame(rdd, sharefiles.FILE_SCHEMA)
         target = to_arrow_schema(struct, timestamp_utc=True)
-        with shipped_by_value(sharefiles, retry):
+        with shipped_by_value(sharefiles):
             return listing.mapInArrow(sharefiles.reader(target, columns, snapshot), struct)
 
     def duplicate_keys(self, primary_key: tuple[str, ...], version: int) -> tuple[int, int, dict] | None:

@@ -173,3 +173,48 @@ def test_a_range_cut_from_a_wider_answer_keeps_the_schema_it_is_read_under():
     assert metadata_of(sliced(lines, 1, 1), 1)["version"] == 1
     assert metadata_of(sliced(lines[:3] + [add(1)], 1, 1), 1)["version"] == 0
     assert sliced(lines, 0, 3) == lines
+
+
+def test_a_task_downloads_in_a_plain_loop_without_tenacity(monkeypatch):
+    """The reader a Spark task runs carries no tenacity (a copy shipped by value could meet one imported by
+    reference in a reused worker); its loop retries what is transient, honours Retry-After up to the cap, and
+    turns a refused URL into EXPIRED at once."""
+    import io
+    import urllib.error
+
+    from pyspark import cloudpickle
+
+    from cdc2ch.source.spark.session import shipped_by_value
+
+    with shipped_by_value(sharefiles):
+        blob = cloudpickle.dumps(sharefiles.reader(pa.schema([("id", pa.int64())]), ["id"], True))
+    assert b"tenacity" not in blob
+
+    def http(code, retry_after=None):
+        headers = {"Retry-After": retry_after} if retry_after else {}
+        return urllib.error.HTTPError("u", code, "x", headers, io.BytesIO())  # type: ignore[arg-type]
+
+    answers: list = []
+
+    class Body(io.BytesIO):
+        def __enter__(self):
+            return self
+
+    def urlopen(request, timeout):
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return Body(answer)
+
+    monkeypatch.setattr(sharefiles.urllib.request, "urlopen", urlopen)
+    waits: list[float] = []
+    answers[:] = [http(503), http(429, "99"), ConnectionResetError("reset"), b"PAR1"]
+    assert sharefiles.fetch("https://s/f", sleep=waits.append) == b"PAR1"
+    assert 0.25 <= waits[0] <= 0.5 and waits[1] == sharefiles.MAX_WAIT and 1.0 <= waits[2] <= 2.0
+    answers[:] = [http(500), http(500)]
+    with pytest.raises(sharefiles.Transient, match="HTTP 500"):
+        sharefiles.fetch("https://s/f", attempts=2, sleep=waits.append)
+    answers[:] = [http(403)]
+    with pytest.raises(RuntimeError, match=sharefiles.EXPIRED):
+        sharefiles.fetch("https://s/f", sleep=waits.append)
+    assert answers == []
