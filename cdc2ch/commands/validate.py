@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from cdc2ch.base.errors import Cdc2chError
 from cdc2ch.clickhouse.connection import embedded
 from cdc2ch.clickhouse.connection.dsn import connect
+from cdc2ch.model.changeset import records_feed
 from cdc2ch.model.config import RunConfig
 from cdc2ch.replication import plan
 from cdc2ch.replication.projection import designed_source
@@ -114,7 +115,7 @@ def check(configs: list[RunConfig], spark) -> list[Finding]:
                     fed_versions(cfg, source, inputs.start, commits),
                     inputs.latest + 1 if snapshot else inputs.start,
                     inputs.latest,
-                    plan.records_feed(source.properties()),
+                    records_feed(source.properties()),
                 )
                 duplicates = _duplicates(source, cfg, inputs.latest)
             except Cdc2chError as exc:

@@ -6,7 +6,7 @@ made by a source and read by a writer, from the table's change data feed or deri
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -19,6 +19,11 @@ if TYPE_CHECKING:
 # data files where a commit wrote none), or derived from the data files each commit adds and removes, with
 # their deletion vectors (a table that records no feed). The loop chooses per range (replication/plan.py).
 FEED, LOG = "cdf", "log"
+
+
+def records_feed(properties: Mapping[str, Any]) -> bool:
+    """Whether table properties make Delta record a change data feed."""
+    return str(properties.get("delta.enableChangeDataFeed", "")).lower() == "true"
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from cdc2ch.base.errors import SourceError
 from cdc2ch.base.log import get_logger
 from cdc2ch.base.phases import Phases
 from cdc2ch.base.stop import Stopped
-from cdc2ch.model.changeset import Changes, Commit
+from cdc2ch.model.changeset import Changes, Commit, records_feed
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.records import PipelineState
 from cdc2ch.replication import plan, readers
@@ -324,7 +324,7 @@ def fed_versions(cfg: RunConfig, source: ChangeSource, start: int, commits: list
     if cfg.changes_from != "auto":
         return frozenset()  # (the option decides every range)
     try:
-        before = start > 0 and plan.records_feed(source.properties(start - 1))
+        before = start > 0 and records_feed(source.properties(start - 1))
     except SourceError:  # a version the log no longer holds: as the table is now
-        before = plan.records_feed(source.properties())
+        before = records_feed(source.properties())
     return plan.feed_versions(before, commits)

@@ -12,7 +12,7 @@ from typing import Any
 
 from cdc2ch.base.errors import ConfigError, SourceError, StateError, summarise
 from cdc2ch.model import schema
-from cdc2ch.model.changeset import FEED, LOG, Commit
+from cdc2ch.model.changeset import FEED, LOG, Commit, records_feed
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.records import PipelineState
 
@@ -159,11 +159,6 @@ def cdf_enabled_at(commits: list[Commit]) -> int | None:
         if value in ("true", "false"):
             since = commit.version if value == "true" else None
     return since
-
-
-def records_feed(properties: Mapping[str, Any]) -> bool:
-    """Whether table properties make Delta record a change data feed."""
-    return str(properties.get("delta.enableChangeDataFeed", "")).lower() == "true"
 
 
 def feed_versions(recorded_before: bool, commits: list[Commit]) -> frozenset[int]:
@@ -386,9 +381,10 @@ def cdf_gap_error(since: int, start: int, uri: str, primary_key: tuple[str, ...]
 
 def cannot_derive_error(uri: str) -> ConfigError:
     return ConfigError(
-        f"--changes-from log derives changes from the data files each commit of a Delta log adds and removes, "
-        f"and {uri} reaches this process without its log (a Delta Sharing share serves its change data feed "
-        f"only). Use --changes-from auto or cdf for it."
+        f"--changes-from log derives changes from the data files each version of a Delta table adds and "
+        f"removes, and the server of {uri} does not serve them (a Delta Sharing table shared without "
+        f"history). `cdc2ch snapshot` loads it as it is now; ask the data provider to share it WITH HISTORY "
+        f"to replicate its changes."
     )
 
 

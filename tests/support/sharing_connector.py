@@ -88,6 +88,18 @@ def spark_changes(spark, path: str, start: int, end: int) -> tuple[dict, dict]:
     return {"kind": "changes", "start": start, "end": end, "types": types}, expected
 
 
+def spark_derived(spark, path: str, start: int, end: int) -> tuple[dict, dict]:
+    """(task, Spark's result) for the changes of versions [start, end] derived from the files each version
+    adds and removes, by Delta's own function for it (CDCReader.changesToBatchDF, coarse-grained: an added
+    file's rows inserts, a removed one's deletes), which needs no change data feed."""
+    from cdc2ch.source.sparkread.cdfscan import scanned_changes
+
+    df = scanned_changes(spark, path, start, end, coarse=True)
+    types = {**_types(df.schema), **CDF_TYPES}
+    expected = {"columns": df.columns, "rows": canon_rows(df.collect(), df.columns, types)}
+    return {"kind": "since", "start": start, "end": end, "types": types}, expected
+
+
 def assert_agree(got: dict, expected: dict, what: str) -> None:
     assert "error" not in got, f"{what}: the connector failed: {got}"
     assert got["columns"] == expected["columns"], f"{what}: columns differ"

@@ -111,7 +111,7 @@ class SharedTable:
             raise error
         return [{"protocol": {"minReaderVersion": 1}}, self._metadata_line(snap, version)]
 
-    def _file(self, action: dict, sign: Signer, **extra) -> dict:
+    def _file(self, action: dict, sign: Signer, removed: bool = False, **extra) -> dict:
         url, expires = sign.sign(action["path"])
         digest = hashlib.sha256 if sign.file_id_scheme == "delta" else hashlib.md5
         out = {
@@ -120,7 +120,7 @@ class SharedTable:
             "partitionValues": action.get("partitionValues", {}),
             "size": action.get("size", 0),
         }
-        if action.get("stats"):
+        if action.get("stats") and not removed:  # (the reference's RemoveFile carries no statistics)
             out["stats"] = action["stats"]
         out.update({k: v for k, v in extra.items() if v is not None})
         out["expirationTimestamp"] = expires
@@ -203,7 +203,8 @@ class SharedTable:
             for action in self.log.commit(v):
                 kind = next(iter(action))
                 if kind in ("add", "remove") and action[kind].get("dataChange", True):
-                    lines.append({kind: self._file(action[kind], sign, version=v, timestamp=stamps[v])})
+                    file = self._file(action[kind], sign, kind == "remove", version=v, timestamp=stamps[v])
+                    lines.append({kind: file})
                 elif kind == "metaData" and v > start:
                     lines.append(self._metadata_line(Snapshot(v, {}, action["metaData"]), v))
         return lines
@@ -289,7 +290,9 @@ class SharedTable:
                 for kind in ("add", "remove")
                 if a.get(kind, {}).get("dataChange")
             ]
-        return out + [{kind: self._file(f, sign, version=v, timestamp=ts)} for kind, f in chosen]
+        return out + [
+            {kind: self._file(f, sign, kind == "remove", version=v, timestamp=ts)} for kind, f in chosen
+        ]
 
 
 def _noop_merge(info: dict) -> bool:

@@ -1,5 +1,5 @@
 """A small Delta Sharing client: profile files and the REST calls cdc2ch needs (version, metadata, changes,
-query), over the standard library's HTTP.
+query, and query since a version), over the standard library's HTTP.
 
 Its own client rather than the `delta-sharing` connector: the connector pins pyarrow below the version
 cdc2ch runs, reads into pandas in one process, and cdc2ch needs only four calls whose answers it hands to
@@ -328,6 +328,14 @@ class SharingClient:
         historical, one per version that changed it) and the add/remove/cdf file actions."""
         query = {"startingVersion": start, "endingVersion": end, "includeHistoricalMetadata": "true"}
         return parse_lines(self.request("GET", "/changes", query)[1], self.name)
+
+    def query_since(self, start: int, end: int) -> list[dict]:
+        """Every line of the table's data change files of versions [start, end] (a query with startingVersion,
+        which needs history shared, not a change data feed): protocol, the metaData at `start` and each later
+        one, and each version's `add` and `remove` files. `end` is a hint: the server may answer later
+        versions too (shareanswer.sliced cuts them off)."""
+        body = {"startingVersion": int(start), "endingVersion": int(end)}
+        return parse_lines(self.request("POST", "/query", body=body)[1], self.name)
 
     def query(self, version: int | None) -> list[dict]:
         """The lines of the table as of `version` (None: the latest): protocol, metaData and file actions."""

@@ -1,5 +1,5 @@
-"""What a Delta Sharing answer's lines say: the version of each, the lines of a narrower range, the metadata
-and schema in force at a version, and what the parquet response format cannot serve."""
+"""What a Delta Sharing answer's lines say: the version of each, the lines of a narrower range, the metadata,
+properties and schema in force at a version, and what the parquet response format cannot serve."""
 
 from __future__ import annotations
 
@@ -7,6 +7,11 @@ import json
 from typing import Any
 
 from cdc2ch.base.errors import SourceError
+
+
+class NoHistory(SourceError):
+    """The server does not serve this table's changes (not shared with history, or no CDF where the feed is
+    asked for)."""
 
 
 def check_served(uri: str, lines: list[dict]) -> None:
@@ -65,6 +70,15 @@ def metadata_of(lines: list[dict], version: int | None = None) -> dict:
     if version is not None and dated:
         return max(dated, key=lambda m: int(m["version"]))
     return metas[0] if metas else {}
+
+
+def properties_of(meta: dict) -> dict[str, str]:
+    """A shared metaData's configuration as table properties: a share names Delta's
+    delta.enableChangeDataFeed `enableChangeDataFeed` (and shows it only where history is shared)."""
+    conf = {str(k): str(v) for k, v in (meta.get("configuration") or {}).items()}
+    if "enableChangeDataFeed" in conf:
+        conf.setdefault("delta.enableChangeDataFeed", conf["enableChangeDataFeed"])
+    return conf
 
 
 def schema_of(meta: dict) -> dict:

@@ -1,9 +1,11 @@
 """A table someone shares with you through Delta Sharing, as a ChangeSource (ports.py).
 
 Versions come from `/version`, commits and changes from one `/changes` call over a whole range (versions
-are never split), the schema and properties from `/metadata`, a snapshot from `/query` at a version. The
-rows are read through Spark: the file actions become a small DataFrame (one row per file) whose tasks
-download their files and hand Arrow on (source/sharing/sharefiles.py), then the same row contract as Delta's CDF
+are never split), the schema and properties from `/metadata`, a snapshot from `/query` at a version. Where
+the feed does not record a range, a table shared with history is read from a `/query` since its first
+version: each version's added and removed files, their rows inserts and deletes (LOG, as Delta derives them).
+The rows are read through Spark: the file actions become a small DataFrame (one row per file) whose tasks
+download their files and hand Arrow on (sharefiles.py), then the same row contract as Delta's CDF
 (contract.spark_rows). Reading needs no JVM until rows are read: `status` asks only `/version`.
 """
 
@@ -15,29 +17,31 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-from cdc2ch.base import phases, retry
-from cdc2ch.base.errors import CHANGE_FEED, SourceError, error_text, range_out_of_memory, summarise
+from cdc2ch.base import phases
+from cdc2ch.base.errors import SourceError, error_text, range_out_of_memory, summarise
 from cdc2ch.model import contract
-from cdc2ch.model.changeset import FEED, Commit
+from cdc2ch.model.changeset import FEED, LOG, Commit, records_feed
 from cdc2ch.model.tableref import parse_table
 from cdc2ch.source.deltalog.commitlog import estimate_rows
 from cdc2ch.source.sharing import sharefiles
+from cdc2ch.source.sharing.ranges import URL_MARGIN_MS, RangeAnswers, read_of
 from cdc2ch.source.sharing.restclient import SharingClient, SharingRefused, load_profile
-from cdc2ch.source.sharing.shareanswer import check_served, metadata_of, schema_of, sliced, version_of
+from cdc2ch.source.sharing.shareanswer import (
+    NoHistory,
+    check_served,
+    metadata_of,
+    properties_of,
+    schema_of,
+    version_of,
+)
 from cdc2ch.source.spark.threads import to_arrow
 
 READ_ATTEMPTS = 3  # reads of one range when its file URLs expire meanwhile
-CACHE_SECONDS = 60.0  # a /changes answer is reused for the ranges read right after it
-URL_MARGIN_MS = 120_000  # ...unless one of its URLs expires within this margin
 CDF_FIELDS = [
     {"name": "_change_type", "type": "string", "nullable": True, "metadata": {}},
     {"name": "_commit_version", "type": "long", "nullable": True, "metadata": {}},
     {"name": "_commit_timestamp", "type": "timestamp", "nullable": True, "metadata": {}},
 ]
-
-
-class NoHistory(SourceError):
-    """The server does not serve this table's changes (not shared with history, or no CDF)."""
 
 
 def _ms(ms: int) -> datetime:
@@ -49,7 +53,6 @@ class SharedSource:
     where nothing is read (status)."""
 
     streams = False  # a range is read whole: its files' URLs may expire and be asked for again
-    derives = False  # its changes come from the share's change data feed only
 
     def __init__(self, spark, table: str, log=None):
         ref = parse_table(table)
@@ -58,7 +61,8 @@ class SharedSource:
         self.client = SharingClient(self.profile, *ref.shared, log=log)
         self.uri, self.location, self.name = ref.uri, self.client.table_url, None
         self._spark = spark
-        self._answer: tuple[int, int, float, list[dict]] | None = None
+        self._answers = RangeAnswers(self.client, self._check, self.translate)
+        self._derives: bool | None = None
 
     def snapshot_files(self, version: int) -> None:
         return None  # a share's files are read through Spark
@@ -80,24 +84,25 @@ class SharedSource:
         return self._spark
 
     # -- versions -------------------------------------------------------------------------------------
-    def _lines(self, start: int, end: int, fresh: bool = False) -> list[dict]:
-        """The /changes answer for [start, end] (the cached one when it covers the range, is recent and
-        its URLs stay valid a while)."""
-        cached = self._answer
-        now_ms = time.time() * 1000
-        if not fresh and cached and cached[0] <= start and end <= cached[1]:
-            if time.monotonic() - cached[2] < CACHE_SECONDS and all(
-                (a.get("expirationTimestamp") or now_ms * 2) > now_ms + URL_MARGIN_MS
-                for _, a in sharefiles.file_actions(cached[3])
-            ):
-                return sliced(cached[3], start, end)
-        try:
-            lines = self.client.changes(start, end)
-        except SharingRefused as exc:
-            raise self.translate(exc, CHANGE_FEED, start, end) from None
-        self._check(lines)
-        self._answer = (start, end, time.monotonic(), lines)
-        return lines
+    def _lines(self, start: int, end: int, origin: str = FEED, fresh: bool = False) -> list[dict]:
+        return self._answers.lines(start, end, origin, fresh)
+
+    @property
+    def derives(self) -> bool:
+        """Whether the server serves this table's history, from which the changes no feed records are
+        derived (LOG): a table served with its feed is; else a query since the latest version tells. Asked
+        once."""
+        if self._derives is None:
+            derives = records_feed(self.properties())
+            if not derives:
+                latest = self.client.version()
+                try:
+                    self._lines(latest, latest, LOG)
+                    derives = True
+                except NoHistory:
+                    pass
+            self._derives = derives
+        return self._derives
 
     def latest(self) -> Commit:
         version = self.client.version()
@@ -116,7 +121,7 @@ class SharedSource:
         if start > end:
             return []
         try:
-            lines = self._lines(start, end)
+            lines = self._answers.listing(start, end)
         except NoHistory:
             if start != end:
                 raise
@@ -146,7 +151,7 @@ class SharedSource:
                     operation="",
                     estimated_rows=estimate_rows(s["add"], s["remove"], s["cdf"]),
                     metadata=meta is not None,
-                    properties=dict(meta.get("configuration") or {}) if meta is not None else None,
+                    properties=properties_of(meta) if meta is not None else None,
                 )
             )
         return commits
@@ -192,8 +197,16 @@ class SharedSource:
     def table_id(self) -> str:
         return str(self._metadata()[1].get("id") or "")
 
-    def properties(self, version: int | None = None) -> dict[str, str]:  # (the latest: what a share serves)
-        return {str(k): str(v) for k, v in (self._metadata()[1].get("configuration") or {}).items()}
+    def properties(self, version: int | None = None) -> dict[str, str]:
+        """As the share serves them: the metaData of the latest version, or that in force at `version` from
+        a query since it (/metadata takes no version)."""
+        if version is None:
+            return properties_of(self._metadata()[1])
+        try:
+            lines = self.client.query_since(version, version)
+        except SharingRefused as exc:
+            raise self.translate(exc, "the metadata", version, None) from None
+        return properties_of(metadata_of(lines, version))
 
     def protocol(self) -> dict:
         proto = self._metadata()[0]
@@ -203,9 +216,7 @@ class SharedSource:
     def cdf_enabled(self) -> bool:
         """True, or the share's own paragraph: what the provider must enable, and `snapshot` meanwhile
         (more to the point for a recipient than Delta's advice to set the property)."""
-        conf = self.properties()
-        value = conf.get("delta.enableChangeDataFeed", conf.get("enableChangeDataFeed", "false"))
-        if value.lower() != "true":
+        if not records_feed(self.properties()):
             raise NoHistory(no_history_advice(self.uri, "the latest version", "the table's metadata shows no "
                                               "delta.enableChangeDataFeed = true"))  # fmt: skip
         return True
@@ -225,10 +236,7 @@ class SharedSource:
 
     # -- rows -----------------------------------------------------------------------------------------
     def changes(self, start: int, end: int, key: tuple[str, ...] = (), origin: str = FEED) -> SharedChanges:
-        if origin != FEED:  # (a share serves its change data feed; `derives` is False)
-            why = "they were asked for from the log's file actions, which a share does not serve"
-            raise NoHistory(no_history_advice(self.uri, f"versions {start}..{end}", why))
-        return SharedChanges(self, start, end)  # every pre-image: the writers leave out the outranked ones
+        return SharedChanges(self, start, end, origin)  # every pre-image: the writers drop the outranked
 
     def warm_up(self, immutable_keys: bool) -> float | None:
         return None  # nothing to compile ahead: the tasks are plain Python
@@ -268,7 +276,7 @@ class SharedSource:
         )
         listing = spark.createDataFrame(rdd, sharefiles.FILE_SCHEMA)
         target = to_arrow_schema(struct, timestamp_utc=True)
-        with shipped_by_value(sharefiles, retry):
+        with shipped_by_value(sharefiles):
             return listing.mapInArrow(sharefiles.reader(target, columns, snapshot), struct)
 
     def duplicate_keys(self, primary_key: tuple[str, ...], version: int) -> tuple[int, int, dict] | None:
@@ -281,12 +289,14 @@ class SharedSource:
 
 
 class SharedChanges:
-    """Versions [start, end] of a share's change data feed (the Changes port)."""
+    """Versions [start, end] of a share (the Changes port): its change data feed, or (LOG) the files a query
+    since `start` answers, the rows of each added file inserts and of each removed one deletes at its
+    version (sharefiles.plan_files)."""
 
-    def __init__(self, source: SharedSource, start: int, end: int):
-        self.source, self.start, self.end = source, start, end
-        self.uri, self.location, self.origin = source.uri, source.location, FEED
-        self._lines = source._lines(start, end)
+    def __init__(self, source: SharedSource, start: int, end: int, origin: str = FEED):
+        self.source, self.start, self.end, self.origin = source, start, end, origin
+        self.uri, self.location = source.uri, source.location
+        self._lines = source._lines(start, end, origin)
         self.schema = {
             "type": "struct",
             "fields": schema_of(metadata_of(self._lines, end))["fields"] + CDF_FIELDS,
@@ -295,7 +305,7 @@ class SharedChanges:
 
     def _cdf(self, fresh: bool = False):
         if fresh:
-            self._lines, self._frame = self.source._lines(self.start, self.end, fresh=True), None
+            self._lines, self._frame = self.source._lines(self.start, self.end, self.origin, fresh=True), None
         if self._frame is None:
             table_schema = {"type": "struct", "fields": self.schema["fields"][: -len(CDF_FIELDS)]}
             self._frame = self.source.frame(sharefiles.plan_files(self._lines), table_schema, False)
@@ -327,15 +337,17 @@ class SharedChanges:
         raise AssertionError("unreachable")
 
     def read_error(self, exc: Exception) -> Exception:
-        return self.source.translate(exc, CHANGE_FEED, self.start, self.end)
+        return self.source.translate(exc, read_of(self.origin), self.start, self.end)
 
 
 def no_history_advice(uri: str, span: str, why: str) -> str:
     return (
         f"The Delta Sharing server does not serve the changes of {uri} for {span} ({why}). Replication reads "
-        f"the change data feed: the data provider must share the table WITH HISTORY and set "
-        f"delta.enableChangeDataFeed = true on it. Until then `cdc2ch snapshot` loads the table as it is now "
-        f"(the way in without history); once the changes are shared, `cdc2ch run` continues from that snapshot."
+        f"a share's history: the data provider must share the table WITH HISTORY; its changes then come from "
+        f"its change data feed where delta.enableChangeDataFeed = true (what --changes-from cdf needs), else "
+        f"from the files each version adds and removes. Until then `cdc2ch snapshot` loads the table as it is "
+        f"now (the way in without history); once the changes are shared, `cdc2ch run` continues from that "
+        f"snapshot."
     )
 
 

@@ -10,22 +10,27 @@ The change rule is Delta's (and the protocol's): a version with `cdf` files is e
 (each carries `_change_type`); a version without is its `add` files as inserts and `remove` files as
 deletes.
 
-Standard library and pyarrow only, plus cdc2ch.base.retry (and the tenacity it ships with): Spark ships this
-module by value to executors where cdc2ch is not installed.
+Standard library and pyarrow only: Spark ships this module by value to executors where cdc2ch is not
+installed. Its downloads retry in a plain loop, not through cdc2ch.base.retry: tenacity shipped by value into a
+Python worker that Spark reuses can meet a copy imported there by reference, and one copy's retry loop then
+fails to recognise the other's attempt objects.
 """
 
 from __future__ import annotations
 
 import json
+import random
+import time
+import urllib.error
+import urllib.request
 
 import pyarrow as pa
-
-from cdc2ch.base import retry
 
 # What a task raises for a file URL the storage refuses (expired or revoked): the driver asks the server
 # for fresh URLs and reads the range again.
 EXPIRED = "CDC2CH_SHARING_URL_EXPIRED"
 FILE_ATTEMPTS = 5
+MAX_WAIT = 30.0  # seconds between two downloads of a file at most, whatever Retry-After asks
 FILE_SCHEMA = (
     "url string, id string, version long, timestamp long, change string, partition string, size long"
 )
@@ -92,34 +97,51 @@ def partition_array(value: str | None, target: pa.DataType, n: int) -> pa.Array:
     return base.cast(target)
 
 
+class Transient(Exception):
+    """A download worth another attempt: throttled, a server error, or no answer; `retry_after`: the seconds
+    the storage asked to wait (or None)."""
+
+    def __init__(self, what: str, retry_after: float | None = None):
+        super().__init__(what)
+        self.retry_after = retry_after
+
+
+def fetch(url: str, attempts: int = FILE_ATTEMPTS, sleep=time.sleep, base: float = 0.5) -> bytes:
+    """The bytes at a pre-signed URL, in up to `attempts` downloads: after failed download n, a pause of half
+    the capped backoff min(base * 2**(n-1), MAX_WAIT) plus a random share of the other half, or the storage's
+    Retry-After when longer (up to MAX_WAIT). A refused URL (401, 403, 404, 410: expired or revoked) raises
+    EXPIRED at once, for the driver to ask the server for fresh ones."""
+    for attempt in range(1, max(1, attempts) + 1):
+        try:
+            return _download(url)
+        except Transient as exc:
+            if attempt >= attempts:
+                raise
+            backoff = min(base * 2 ** (attempt - 1), MAX_WAIT)
+            wait = backoff / 2 + random.uniform(0, backoff / 2)
+            if exc.retry_after is not None:
+                wait = min(max(wait, exc.retry_after), MAX_WAIT)
+            sleep(wait)
+    raise AssertionError("unreachable")
+
+
+def _download(url: str) -> bytes:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url), timeout=120) as resp:
+            return resp.read()
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403, 404, 410):
+            raise RuntimeError(f"{EXPIRED}: HTTP {exc.code} on a shared file") from None
+        wait = exc.headers.get("Retry-After") if exc.headers is not None else None
+        raise Transient(f"HTTP {exc.code}", float(wait) if wait and wait.isdigit() else None) from None
+    except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+        raise Transient(str(getattr(exc, "reason", exc))) from None
+
+
 def reader(target: pa.Schema, columns: list[str], snapshot: bool):
     """The function for `mapInArrow`: batches of file rows (FILE_SCHEMA) -> batches of `target`, whose
     first `columns` are the table's columns (then the CDF columns unless `snapshot`)."""
-    call, expired_mark, attempts, to_partition = retry.call, EXPIRED, FILE_ATTEMPTS, partition_array
-
-    def fetch(url: str) -> bytes:
-        import urllib.error
-        import urllib.request
-
-        class Transient(Exception):
-            def __init__(self, status, wait):
-                super().__init__(f"HTTP {status}")
-                self.retry_after = wait
-
-        def once():
-            try:
-                with urllib.request.urlopen(urllib.request.Request(url), timeout=120) as resp:
-                    return resp.read()
-            except urllib.error.HTTPError as exc:
-                if exc.code in (401, 403, 404, 410):
-                    raise RuntimeError(f"{expired_mark}: HTTP {exc.code} on a shared file") from None
-                wait = exc.headers.get("Retry-After")
-                raise Transient(exc.code, float(wait) if wait and wait.isdigit() else None) from None
-
-        def transient(exc):
-            return isinstance(exc, (Transient, urllib.error.URLError, ConnectionError, TimeoutError))
-
-        return call(once, attempts, transient, max_wait=30.0, hint=lambda e: getattr(e, "retry_after", None))
+    to_partition, download = partition_array, fetch
 
     def convert(batch: pa.RecordBatch, row: dict) -> pa.RecordBatch:
         n = batch.num_rows
@@ -149,7 +171,7 @@ def reader(target: pa.Schema, columns: list[str], snapshot: bool):
 
         for files in batches:
             for row in files.to_pylist():
-                data = pq.ParquetFile(pa.BufferReader(fetch(row["url"])))
+                data = pq.ParquetFile(pa.BufferReader(download(row["url"])))
                 for batch in data.iter_batches(batch_size=65536):
                     yield convert(batch, row)
 

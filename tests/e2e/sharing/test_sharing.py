@@ -25,7 +25,12 @@ from tests.support.helpers import (
     delta_rows,
     latest_version,
 )
-from tests.support.sharing_connector import assert_connector_agrees
+from tests.support.sharing_connector import (
+    assert_agree,
+    assert_connector_agrees,
+    read_with_connector,
+    spark_derived,
+)
 from tests.support.sharing_server import SharingServer
 
 
@@ -90,6 +95,52 @@ def test_final_equals_the_providers_table(share, spark, sink, cli, database):
     assert_connector_agrees(
         share, share.profile_path, f"prov.sales.{name}", spark, path, versions=(1, latest)
     )
+
+
+def test_a_table_shared_with_history_and_no_feed_replicates_from_the_query_since_a_version(
+    share, spark, sink, cli, database
+):
+    """No change data feed: /changes is refused, and each run reads a query since its first version, the rows
+    of each version's added files inserts and of its removed files deletes. FINAL equals the table after
+    every run; the official connector's parts read the same query answer as Delta derives the changes."""
+    path = str(share.root / "nofeed")
+    t = f"delta.`{path}`"
+    spark.sql(f"CREATE TABLE {t} ({COLS}) USING delta PARTITIONED BY (part)")  # v0: no feed
+    share.share("prov.sales.nofeed", path)
+    url, target = _url(share, "nofeed"), TargetName(database, "nofeed")
+    values = ", ".join(f"({i}, '{'ab'[i % 2]}', 'n{i}', {i}.5)" for i in range(12))
+    steps = [
+        [f"INSERT INTO {t} VALUES {values}"],  # v1
+        [
+            f"UPDATE {t} SET name = 'upd' WHERE id % 3 = 0",  # v2: files rewritten
+            f"DELETE FROM {t} WHERE id IN (4, 5)",  # v3
+            f"INSERT INTO {t} VALUES (4, 'a', 'back', 4.0)",  # v4: a deleted key comes back
+        ],
+        [
+            f"UPDATE {t} SET id = id + 100 WHERE id = 7",  # v5: a key change (7 goes)
+            # v6: part b deleted and re-inserted in one commit: 9 changed, 11 kept, 1 gone
+            f"INSERT INTO {t} REPLACE WHERE part = 'b' SELECT id, part, IF(id = 9, 'again', name), amount "
+            f"FROM {t} WHERE part = 'b' AND id <> 1",
+        ],
+    ]
+    queries = 0
+    for statements in steps:
+        for statement in statements:
+            spark.sql(statement)
+        result = cli.replicate("run", url, target, "--once")
+        assert_replicated(spark, sink, path, target)
+        asked = [q for m, q in share.requests if m == "POST" and q.endswith("/nofeed/query")]
+        assert len(asked) > queries  # (queries since a version: the table has no snapshot read)
+        queries = len(asked)
+    assert committed_version(sink, database, str(target)) == 6
+    assert any("/nofeed/changes" in q for _, q in share.requests)  # asked, and refused
+    _no_secret(share, result)
+    task, expected = spark_derived(spark, path, 2, 6)
+    (got,) = read_with_connector([{**task, "url": url}])
+    assert_agree(got, expected, "a query since version 2")
+    kinds = {(row[-3], row[-2]) for row in got["rows"]}  # (_change_type, _commit_version)
+    assert {("insert", 2), ("delete", 2), ("delete", 3), ("insert", 6), ("delete", 6)} <= kinds, kinds
+    assert (got["version"], got["metadata_versions"]) == (2, [])
 
 
 # -- 2. a snapshot through /query killed with -9, resumed, then run ------------------------------------------

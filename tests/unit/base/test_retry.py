@@ -200,7 +200,7 @@ print(repr(pickle.loads(sys.stdin.buffer.read())()))
 
 
 def test_a_spark_task_takes_the_policy_and_tenacity_along_by_value():
-    """What executors.py and sharedsource.py ship: retry.call pickled under shipped_by_value runs, retrying with
+    """What executors.py ships: retry.call pickled under shipped_by_value runs, retrying with
     jitter, in a Python where cdc2ch and tenacity are absent."""
     from pyspark import cloudpickle
 

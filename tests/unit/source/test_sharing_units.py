@@ -173,3 +173,120 @@ def test_a_range_cut_from_a_wider_answer_keeps_the_schema_it_is_read_under():
     assert metadata_of(sliced(lines, 1, 1), 1)["version"] == 1
     assert metadata_of(sliced(lines[:3] + [add(1)], 1, 1), 1)["version"] == 0
     assert sliced(lines, 0, 3) == lines
+
+
+def test_a_task_downloads_in_a_plain_loop_without_tenacity(monkeypatch):
+    """The reader a Spark task runs carries no tenacity (a copy shipped by value could meet one imported by
+    reference in a reused worker); its loop retries what is transient, honours Retry-After up to the cap, and
+    turns a refused URL into EXPIRED at once."""
+    import io
+    import urllib.error
+
+    from pyspark import cloudpickle
+
+    from cdc2ch.source.spark.session import shipped_by_value
+
+    with shipped_by_value(sharefiles):
+        blob = cloudpickle.dumps(sharefiles.reader(pa.schema([("id", pa.int64())]), ["id"], True))
+    assert b"tenacity" not in blob
+
+    def http(code, retry_after=None):
+        headers = {"Retry-After": retry_after} if retry_after else {}
+        return urllib.error.HTTPError("u", code, "x", headers, io.BytesIO())  # type: ignore[arg-type]
+
+    answers: list = []
+
+    class Body(io.BytesIO):
+        def __enter__(self):
+            return self
+
+    def urlopen(request, timeout):
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return Body(answer)
+
+    monkeypatch.setattr(sharefiles.urllib.request, "urlopen", urlopen)
+    waits: list[float] = []
+    answers[:] = [http(503), http(429, "99"), ConnectionResetError("reset"), b"PAR1"]
+    assert sharefiles.fetch("https://s/f", sleep=waits.append) == b"PAR1"
+    assert 0.25 <= waits[0] <= 0.5 and waits[1] == sharefiles.MAX_WAIT and 1.0 <= waits[2] <= 2.0
+    answers[:] = [http(500), http(500)]
+    with pytest.raises(sharefiles.Transient, match="HTTP 500"):
+        sharefiles.fetch("https://s/f", attempts=2, sleep=waits.append)
+    answers[:] = [http(403)]
+    with pytest.raises(RuntimeError, match=sharefiles.EXPIRED):
+        sharefiles.fetch("https://s/f", sleep=waits.append)
+    assert answers == []
+
+
+def test_a_query_since_a_version_lists_the_versions_and_plans_inserts_and_deletes(tmp_path):
+    """A table shared with history whose feed is not recorded from version 3: the server refuses /changes,
+    and a query since version 3 answers each version's added and removed files (and versions after the
+    endingVersion it was given as a hint). Commits come from that answer, the feed counted from the metaData
+    that enables it; a range's rows are its added files' inserts and removed files' deletes."""
+    from cdc2ch.model.changeset import FEED, LOG
+    from cdc2ch.replication import plan
+    from cdc2ch.source.sharing.restclient import SharingRefused
+    from cdc2ch.source.sharing.sharedsource import SharedSource
+
+    def meta(v, conf):
+        schema = json.dumps({"type": "struct", "fields": [{"name": "id", "type": "long"}]})
+        return {"metaData": {"id": "t", "version": v, "schemaString": schema, "configuration": conf,
+                             "format": {"provider": "parquet"}}}  # fmt: skip
+
+    def file(kind, v, fid, rows=None):
+        line = _action(kind, v, fid)
+        if rows is not None:
+            line[kind]["stats"] = json.dumps({"numRecords": rows})
+        return line
+
+    since = [
+        {"protocol": {"minReaderVersion": 1}},
+        meta(3, {}),
+        file("add", 3, "a", 4),
+        file("remove", 4, "a"),
+        file("add", 4, "b", 3),  # a rewrite: b holds a's rows but one
+        file("remove", 5, "b"),
+        meta(6, {"enableChangeDataFeed": "true"}),
+        file("add", 7, "late", 1),  # after the endingVersion asked: the protocol makes it a hint
+    ]
+    asked: list[tuple] = []
+
+    class Server:
+        def changes(self, start, end):
+            asked.append(("changes", start, end))
+            raise SharingRefused(400, "INVALID_PARAMETER_VALUE", "change data was not recorded for version [3]",
+                                 "/changes", "s.d.t", "https://h")  # fmt: skip
+
+        def query_since(self, start, end):
+            asked.append(("query", start, end))
+            return [
+                ln
+                for ln in since
+                if ln.get("metaData", {}).get("version", start) >= start or "protocol" in ln
+            ]
+
+        def version(self):
+            return 6
+
+    profile = _profile(tmp_path, shareCredentialsVersion=1, endpoint="https://h/ds", bearerToken=TOKEN)
+    source = SharedSource(None, f"{profile}#s.d.t")
+    source.client = source._answers.client = Server()  # type: ignore[assignment]
+    commits = source.commits(3, 6)
+    assert [(c.version, c.estimated_rows > 0, c.metadata) for c in commits] == [
+        (3, True, True), (4, True, False), (5, True, False), (6, False, True)]  # fmt: skip
+    assert commits[3].properties == {"enableChangeDataFeed": "true", "delta.enableChangeDataFeed": "true"}
+    assert asked == [("changes", 3, 6), ("query", 3, 6)]
+    fed = plan.feed_versions(plan.records_feed(source.properties(2)), commits)
+    assert fed == {6} and asked[-1] == ("query", 2, 2)
+    assert [plan.origin("auto", fed, s, e) for s, e in ((3, 5), (6, 6))] == [LOG, FEED]
+
+    changes = source.changes(3, 5, origin=LOG)  # cut from the answer the commits were listed from
+    assert changes.origin == LOG and asked[-1] == ("query", 2, 2)
+    planned = sharefiles.plan_files(changes._lines)
+    assert [(r["version"], r["id"], r["change"]) for r in planned] == [
+        (3, "a", "insert"), (4, "a", "delete"), (4, "b", "insert"), (5, "b", "delete")]  # fmt: skip
+    assert [f["name"] for f in changes.schema["fields"]] == [
+        "id", "_change_type", "_commit_version", "_commit_timestamp"]  # fmt: skip
+    assert [ln for ln in source._lines(6, 6, LOG) if "add" in ln] == []  # version 7: past the range asked
