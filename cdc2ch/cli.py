@@ -156,7 +156,7 @@ def status(**_):
     behind_s          seconds between their commit times
     rows_written      rows written since the pipeline began
     state             ok; paused (by whom, when, why); resync requested; failing: its last error;
-                      starting (claimed, nothing committed yet); has not run yet
+                      starting (begun by a service, or claimed; nothing committed yet); has not run yet
     --wide adds       last_success (its last successful turn), verified (the last `cdc2ch verify`: ok or
                       DIFFERS, and when), compacted (the last compaction: when, and the tombstones it
                       removed), paused, initial_load (how it began: snapshot or changes), changes (where

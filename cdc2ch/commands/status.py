@@ -71,6 +71,8 @@ TABLE_COLUMNS = (
 )
 ERROR_CHARS_IN_TABLE = 160
 NOT_RUN = "has not run yet"
+# A service recorded the pipeline's health as it began its first turn (fleet/runner.py), and nothing since.
+BEGUN = "starting: a service began it, nothing committed yet"
 # The default table: what a glance needs, in TABLE_WIDTH terminal columns (the last one, `state`, is cut).
 NARROW_COLUMNS = (
     ("pipeline", "pipeline"),
@@ -154,7 +156,7 @@ def _records(sink: Sink, databases: set[str] | None) -> tuple[dict, dict, dict, 
 def with_claims(row: dict, claims: list[Claim]) -> None:
     """A pipeline that never committed: starting when some process holds a live claim on it (its first
     snapshot or range on the way), else it has not run yet."""
-    if claims and row["error"] == NOT_RUN:
+    if claims and row["error"] in (NOT_RUN, BEGUN):
         c = claims[0]
         row["error"] = (
             f"starting: claimed by {c.holder} (pid {c.pid} on host {c.host}), nothing committed yet"
@@ -229,6 +231,8 @@ def _row(state: PipelineState | None, health: Health | None) -> dict:
     }
     if not first.source:
         row["error"] = row["error"] or NOT_RUN
+    elif state is None and health is not None and health.last_success_at is None and not failing:
+        row["error"] = BEGUN
     return row
 
 

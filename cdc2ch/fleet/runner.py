@@ -278,6 +278,8 @@ class Runner:
             shared = self.schedule.workers > 1  # pipelines side by side: each its own jobs
             with self.ports.jobs.of(slot.cfg.pipeline) if shared else nullcontext():
                 if job is None:
+                    if self.isolate and slot.saved_at == float("-inf"):  # `status`: starting, not unrun
+                        self._save(slot)
                     job = self.ports.pipeline(slot.cfg, self.stop, slot.metrics, self.budget)
                     if not self.once:  # end the turn between two ranges: another's turn, a pause, a resync
                         job.turn_over = partial(self._turn_over, slot.cfg)

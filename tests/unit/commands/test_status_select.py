@@ -229,3 +229,8 @@ def test_a_pipeline_that_never_committed_is_starting_while_claimed_else_it_has_n
         state(claimed) == "starting: claimed by cdc2ch run (pid 4242 on host host-a), nothing committed yet"
     )
     assert state(free) == "has not run yet" and not failing(claimed)
+    # A service that began it recorded its health with no outcome yet: starting, before any claim.
+    begun = _row(None, Health("sales.items", "/lake/sales/items", "sales.items"))
+    assert state(begun) == "starting: a service began it, nothing committed yet" and not failing(begun)
+    with_claims(begun, [claim])
+    assert state(begun).startswith("starting: claimed by cdc2ch run (pid 4242")

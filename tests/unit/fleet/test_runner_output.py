@@ -98,3 +98,31 @@ def test_a_pipeline_of_a_service_keeps_its_whole_error_in_its_log_line(capsys):
             log.configure("console")
     events = [json.loads(line) for line in err.splitlines() if '"pipeline_failed"' in line]
     assert len(failed) == 1 and [e["error"] for e in events] == [GONE]
+
+
+def test_a_service_records_a_pipeline_as_begun_before_its_start_so_status_says_starting():
+    """Spark's start and the first read take seconds before a new pipeline claims itself: a health record
+    with no outcome yet, saved before the pipeline starts, lets `status` say it is starting."""
+    import threading
+
+    from cdc2ch.fleet.runner import Fleet, Runner
+    from cdc2ch.model.config import RunConfig, TargetName
+    from cdc2ch.replication.metrics import Metrics
+    from tests.support.service import MemoryRecords, Refusing, service_ports
+
+    records = MemoryRecords()
+    saved_before_start: list[int] = []
+
+    class Starting(Refusing):
+        def start(self) -> None:
+            saved_before_start.append(len(records.saved))
+            super().start()
+
+    cfg = RunConfig("/t", ("id",), TargetName("db", "p"), "chdb:///x", "p", once=True)
+    ports = service_ports(lambda c: Starting(RuntimeError("refused")), records)
+    runner = Runner([cfg], None, None, threading.Event(), Metrics(), fleet=Fleet(isolate=True), ports=ports)
+    runner.run()
+    assert saved_before_start == [1]
+    begun = records.saved[0]
+    assert (begun.pipeline, begun.last_success_at, begun.failures) == ("p", None, 0)
+    assert records.saved[-1].failures == 1  # then its failure, as before
