@@ -132,7 +132,8 @@ def _expand(items: list, spark, reported: set[str] | None, running: frozenset[st
         found = discovery.expand(
             item.values, LakeTables(spark), build_config, partial(open_source, spark), running
         )
-        log.info("pattern_listed", pattern=item.text, tables=len(found.configs), skipped=len(found.skipped))
+        said = log.info if reported is not None else log.debug  # a command listing them itself: no line more
+        said("pattern_listed", pattern=item.text, tables=len(found.configs), skipped=len(found.skipped))
         configs += found.configs
         skipped += found.skipped
     check_unique(configs, "The pipelines of the --table patterns")

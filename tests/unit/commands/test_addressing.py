@@ -112,12 +112,19 @@ def test_status_reads_its_config_file_once(config, tmp_path, monkeypatch):
     assert loads == [config]  # before: the file was read for the options, then again for its pipelines
 
 
-def test_a_plain_entry_of_the_file_is_found_without_listing_the_patterns(tmp_path, capsys):
+def test_a_plain_entry_of_the_file_is_found_without_listing_the_patterns(tmp_path, capsys, monkeypatch):
     """pause, resume, resync and compact name one pipeline: an entry of that name is the answer, and the
-    file's patterns (a listing of storage or a catalog, maybe Spark's start) are listed only for another."""
+    file's patterns (a listing of storage or a catalog, maybe Spark's start) are listed only for another,
+    without a line of their own (the command says what it did)."""
     from cdc2ch.base import log
     from cdc2ch.commands.invocation.listing import Known, file_pipelines
+    from cdc2ch.fleet import discovery
 
+    listed: list[str] = []
+    expand = discovery.expand
+    monkeypatch.setattr(
+        discovery, "expand", lambda values, *a: listed.append(values["table"]) or expand(values, *a)
+    )
     (tmp_path / "lake").mkdir()
     path = tmp_path / "cdc2ch.toml"
     path.write_text(
@@ -133,9 +140,10 @@ def test_a_plain_entry_of_the_file_is_found_without_listing_the_patterns(tmp_pat
         assert compact_targets(_invocation("compact", "--config", str(path), "--pipeline", "orders")) == [
             TargetName("sales", "orders")
         ]
-        assert "pattern_listed" not in capsys.readouterr().err  # before: listed for each
+        assert listed == []  # before: listed for each
         assert file_pipelines(_invocation("pause", "--config", str(path)), named="sales.items") == orders
-        assert "pattern_listed" in capsys.readouterr().err  # another name: the patterns are listed
+        assert listed == [f"{tmp_path}/lake/*"]  # another name: the patterns are listed
+        assert "pattern_listed" not in capsys.readouterr().err  # quietly
     finally:
         with capsys.disabled():
             log.configure("console")
