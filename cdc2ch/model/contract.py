@@ -346,9 +346,10 @@ def pushdown_range_token(pipeline: str, start: int, end: int) -> str:
     return f"{range_token(pipeline, start, end)}:clickhouse"
 
 
-def pushdown_read_token(pipeline: str, start: int, end: int, change_type: str, at: int) -> str:
-    """One of the statements of a range derived from the log: its rows of `change_type` read at version `at`."""
-    return f"{pushdown_range_token(pipeline, start, end)}:{change_type}@{at}"
+def pushdown_read_token(pipeline: str, start: int, end: int, change_type: str, at: int, part: int = 0) -> str:
+    """One of the statements of a range derived from the log: its rows of `change_type` read at version `at`
+    (part `part` of them, where they are cut into parts)."""
+    return f"{pushdown_range_token(pipeline, start, end)}:{change_type}@{at}{f'.{part}' if part else ''}"
 
 
 def snapshot_batch_token(

@@ -9,7 +9,9 @@ Each read of a file holds over a span of versions: an added file from its commit
 that removes it (or the range's end), a removed file from its add (or the version before the range) to the one
 before its removal. A statement reads, at one version, files of one change type whose spans hold there; the
 fewest such versions (the stabbing points of the spans, each the end of one) make the fewest statements: a
-range of appends is one read at its end, and only versions the per-commit reads would read are read.
+range of appends is one read at its end, and only versions the per-commit reads would read are read. A
+statement names its files four times (which to read, each one's commit version, time and rank), and ClickHouse
+parses at most `max_query_size` (256 KiB by default) of it: a read of more files is cut into parts.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from cdc2ch.base.errors import SourceError
 from cdc2ch.model.changeset import Commit, table_file
 
 INSERT, DELETE = "insert", "delete"
+# A statement's files: each name counts its length and FILE_BYTES (quotes, its commit version and time); four
+# times that (the names are in its WHERE and in its metadata) stays within max_query_size with room to spare.
+PART_BYTES, FILE_BYTES = 50_000, 12
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,7 @@ class FileRead:
     version: int
     change_type: str
     files: tuple[tuple[str, int, int], ...]
+    part: int = 0  # of the reads at `version` of `change_type` (a long list of files cut into parts)
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,23 @@ def _grouped(spans: list[_Span], change_type: str, location: str) -> list[FileRe
             groups.append((span.last, []))
         groups[-1][1].append(span)
     return [
-        FileRead(at, change_type, tuple((table_file(location, s.path), s.commit, s.ts_ms) for s in group))
+        FileRead(at, change_type, files, part)
         for at, group in groups
+        for part, files in enumerate(
+            _parts([(table_file(location, s.path), s.commit, s.ts_ms) for s in group])
+        )
     ]
+
+
+def _parts(files: list[tuple[str, int, int]]) -> list[tuple[tuple[str, int, int], ...]]:
+    """`files` in consecutive parts of at most PART_BYTES each (a longer name alone)."""
+    parts: list[list[tuple[str, int, int]]] = [[]]
+    size = 0
+    for file in files:
+        weight = len(file[0].encode()) + FILE_BYTES
+        if parts[-1] and size + weight > PART_BYTES:
+            parts.append([])
+            size = 0
+        parts[-1].append(file)
+        size += weight
+    return [tuple(p) for p in parts]

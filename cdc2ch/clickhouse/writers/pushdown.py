@@ -130,7 +130,9 @@ def lake_reads(cfg: RunConfig, rng: Changes) -> list[LakeRead]:
             contract.sql_files_meta("_path", read.files, read.change_type),
             files_where([path for path, _, _ in read.files]),
             {VERSION_SETTING: read.version},
-            contract.pushdown_read_token(cfg.pipeline, rng.start, rng.end, read.change_type, read.version),
+            contract.pushdown_read_token(
+                cfg.pipeline, rng.start, rng.end, read.change_type, read.version, read.part
+            ),
             schema_changed and read.version < rng.start,
         )
         for read in file_reads(rng.location, rng.start, rng.end, commits, rng.uri)

@@ -213,3 +213,22 @@ def test_files_removed_by_a_commit_that_changes_the_schema_are_read_with_the_col
         h.source.changes(1, 2, origin=LOG), state, 0
     )  # no read before the range
     assert len(sink.queries) == 1
+
+
+def test_a_read_of_many_files_is_cut_into_statements_clickhouse_parses():
+    """ClickHouse parses at most max_query_size (256 KiB) of a statement, which names each of its files thrice."""
+    from cdc2ch.clickhouse.writers.pushdown import insert_from_lake, lake_reads
+
+    files = Files(added=tuple((f"p=ä/part-{i:05d}.parquet", 1, True) for i in range(6000)))
+    t = FakeTable(cdf=False)
+    for _ in range(2):
+        t.commit(("insert", {"id": len(t.rows), "name": "a"}), files=files)
+        files = Files(added=tuple((f"q/{p}", n, d) for p, n, d in files.added))
+    h = Harness(t)
+    reads = lake_reads(h.cfg, h.source.changes(1, 2, origin=LOG))
+    assert len(reads) > 1 and len({r.token for r in reads}) == len(reads)
+    assert {r.token for r in reads[:2]} == {"p:1-2:clickhouse:insert@2", "p:1-2:clickhouse:insert@2.1"}
+    assert sum(r.where.count("parquet") for r in reads) == 12_000
+    for read in reads:
+        sql = insert_from_lake("`db`.`t`", "/lake/t", ["id", "name"], read.meta, read.where)
+        assert len(sql.encode()) < 256 * 1024 - 20_000  # (room for many more columns)
