@@ -10,6 +10,7 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import unquote, urlsplit
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -34,6 +35,16 @@ class Files:
     added: tuple[tuple[str, int | None, bool], ...] = ()  # (path, live rows or None, dataChange)
     removed: tuple[tuple[str, bool], ...] = ()  # (path, dataChange)
     change_files: tuple[str, ...] = ()  # its change files (_change_data/...), if it wrote any
+
+
+def table_file(location: str, path: str) -> str:
+    """A table's file as ClickHouse's `_path` names it, from the log's name for it (relative or a `file:` URI):
+    the absolute path of a local file, `bucket/key` of an object."""
+    if urlsplit(path).scheme == "file":
+        return urlsplit(unquote(path)).path
+    parts = urlsplit(location)
+    root = parts.path if parts.scheme == "file" else parts.netloc + parts.path if parts.scheme else location
+    return f"{root.rstrip('/')}/{unquote(path)}"
 
 
 @dataclass(frozen=True)
@@ -76,6 +87,10 @@ class Changes(Protocol):
 
     def read_error(self, exc: Exception) -> Exception:
         """The SourceError to raise for a failure while the rows were being read."""
+
+    def commits(self) -> list[Commit]:
+        """The range's commits, oldest first, with their file actions where the source knows them (what a
+        reader that derives the changes from the log's files itself reads)."""
 
 
 @dataclass(frozen=True)

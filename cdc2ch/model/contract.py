@@ -193,6 +193,29 @@ def sql_fixed_meta(commit_version: int, timestamp_ms: int, change_type: str) -> 
     ]
 
 
+def sql_files_meta(path: str, files: Iterable[tuple[str, int, int]], change_type: str) -> list[str]:
+    """The WRITTEN_META expressions of rows of one change type read from the files of several commits (changes
+    derived from the log): `files` = (file, commit version, commit time in ms) of each, told apart by the SQL
+    expression `path` (each row's file); sql_fixed_meta where one commit wrote them all."""
+    files = list(files)
+    commits = {(v, ts) for _, v, ts in files}
+    if len(commits) == 1:
+        return sql_fixed_meta(*commits.pop(), change_type)
+    names = ", ".join(sql_literal(f) for f, _, _ in files)
+
+    def by_file(values: Iterable[int]) -> str:
+        return f"transform({path}, [{names}], [{', '.join(str(int(x)) for x in values)}], 0)"
+
+    commit = f"toUInt64({by_file(v for _, v, _ in files)})"
+    return [
+        commit,
+        f"fromUnixTimestamp64Milli(toInt64({by_file(ts for _, _, ts in files)}), 'UTC')",
+        sql_literal(change_type),
+        f"toUInt8({int(is_deleted(change_type))})",
+        f"{commit} * {SLOTS} + {_rank(change_type)}",
+    ]
+
+
 # -- Arrow form ----------------------------------------------------------------------------------------------
 def arrow_rows(cdf: pa.Table, immutable_keys: bool = False) -> pa.Table:
     """Arrow CDF rows -> the target layout, the same rule and the same Arrow schema as `spark_rows` (for
@@ -321,6 +344,12 @@ def executor_batch_token(range_prefix: str, partition: int, index: int, batch: p
 
 def pushdown_range_token(pipeline: str, start: int, end: int) -> str:
     return f"{range_token(pipeline, start, end)}:clickhouse"
+
+
+def pushdown_read_token(pipeline: str, start: int, end: int, change_type: str, at: int, part: int = 0) -> str:
+    """One of the statements of a range derived from the log: its rows of `change_type` read at version `at`
+    (part `part` of them, where they are cut into parts)."""
+    return f"{pushdown_range_token(pipeline, start, end)}:{change_type}@{at}{f'.{part}' if part else ''}"
 
 
 def snapshot_batch_token(

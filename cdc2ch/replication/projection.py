@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from cdc2ch.model.changeset import FEED
+from cdc2ch.model.changeset import FEED, Commit
 from cdc2ch.model.design import TableDesign
 
 if TYPE_CHECKING:
@@ -109,3 +109,6 @@ class DesignedChanges:
 
     def read_error(self, exc: Exception) -> Exception:
         return self.changes.read_error(exc)
+
+    def commits(self) -> list[Commit]:
+        return self.changes.commits()

@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from cdc2ch.model.changeset import Changes
+from cdc2ch.model.changeset import Changes, Commit
 
 
 class ReadAhead:
@@ -96,3 +96,6 @@ class Prefetched:
 
     def read_error(self, exc: Exception) -> Exception:
         return self.changes.read_error(exc)
+
+    def commits(self) -> list[Commit]:
+        return self.changes.commits()

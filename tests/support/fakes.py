@@ -174,7 +174,9 @@ class FakeSource:
             rows = [r for v in range(start, end + 1) for r in self._derived(v)]
         else:
             rows = [r for v in range(start, end + 1) for r in self.table.versions[v]["changes"]]
-        return FakeChanges(start, end, self.uri, self.table.versions[end]["schema"], rows, origin)
+        changes = FakeChanges(start, end, self.uri, self.table.versions[end]["schema"], rows, origin)
+        changes.range_commits = [v["commit"] for v in self.table.versions[start : end + 1]]
+        return changes
 
     def _derived(self, version: int) -> list[dict]:
         """What the log yields for `version`: each changed or removed row of the version before as a delete,
@@ -204,6 +206,7 @@ class FakeChanges:
         self.origin = origin
         self.location = uri
         self.schema = spark_schema(columns)
+        self.range_commits: list[Commit] = []
 
     def arrow_rows(self, immutable_keys: bool) -> pa.Table:
         fields = [(c, SPARK_TYPES[t]) for c, t in self.columns.items()]
@@ -220,6 +223,9 @@ class FakeChanges:
 
     def read_error(self, exc: Exception) -> Exception:
         return SourceError(str(exc))
+
+    def commits(self) -> list[Commit]:
+        return list(self.range_commits)
 
 
 class MemoryTarget:

@@ -1,5 +1,6 @@
 """Generated Delta histories written by delta-rs: the operations a history is made of, drawn by Hypothesis, and
-their application to a table (one commit each, Change Data Feed on), keeping primary keys unique. They stay
+their application to a table (one commit each, with a Change Data Feed or without one: replicated from its
+log), keeping primary keys unique. They stay
 within what both readers read (README, limits of `--reader clickhouse`): long and string columns, no VARIANT,
 no timestamps; delta-rs writes no deletion vectors and no column mapping."""
 
@@ -44,12 +45,13 @@ class Layout:
 
     delta_partitioned: bool  # Delta PARTITIONED BY grp
     sorted_by_group: bool  # target ORDER BY grp,id PARTITION BY grp: an update of grp moves the row
+    feed: bool = True  # the table records a change data feed (else its changes are derived from its log)
 
     def options(self) -> tuple[str, ...]:
         return ("--order-by", "grp,id", "--partition-by", "grp") if self.sorted_by_group else ()
 
 
-layouts = st.builds(Layout, st.booleans(), st.booleans())
+layouts = st.builds(Layout, st.booleans(), st.booleans(), st.booleans())
 
 
 @dataclass
@@ -67,7 +69,9 @@ class History:
 
         ids = sorted(set(first))
         part = ["grp"] if self.layout.delta_partitioned else None
-        write_deltalake(self.path, self._rows(ids), partition_by=part, configuration=CDF)
+        write_deltalake(
+            self.path, self._rows(ids), partition_by=part, configuration=CDF if self.layout.feed else None
+        )
 
     def _rows(self, ids: list[int], moved: bool = False) -> pa.Table:
         cols = {

@@ -2,15 +2,17 @@
 
 `run --reader clickhouse` turns a version range into one `INSERT ... SELECT` over ClickHouse's Delta table
 function with `delta_lake_snapshot_start_version/end_version` (its change data feed), with the row
-contract's SQL form; `snapshot --reader clickhouse` reads a version's files the same way. Spark still
-plans: versions, schema, ranges and every check come from the Delta log as before.
+contract's SQL form; a range whose changes come from the log, into the reads of logreads.py, each an
+`INSERT ... SELECT` of named files at one version (`delta_lake_snapshot_version`). `snapshot --reader
+clickhouse` reads a version's files the same way. Spark still plans: versions, schema, ranges and every
+check come from the Delta log as before.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
@@ -19,8 +21,9 @@ from cdc2ch.base.errors import SinkError, SourceError
 from cdc2ch.clickhouse import codes
 from cdc2ch.clickhouse.connection import compatibility
 from cdc2ch.clickhouse.writers import Destination
+from cdc2ch.clickhouse.writers.logreads import file_reads
 from cdc2ch.model import contract, schema
-from cdc2ch.model.changeset import Changes, RangeResult
+from cdc2ch.model.changeset import LOG, Changes, RangeResult
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.design import TableDesign
 from cdc2ch.model.objectstore import S3Settings
@@ -72,11 +75,14 @@ def insert_from_lake(
     where: str = "",
     design: TableDesign | None = None,
     access: LakeAccess | None = None,
+    absent: Collection[str] = (),
 ) -> str:
     """INSERT ... SELECT of the user columns (target names) read from the lake (by their Delta names, which
-    `design` knows), followed by the expressions of `meta` for contract.WRITTEN_META."""
+    `design` knows; NULL for those `absent` from the version read), followed by the expressions of `meta` for
+    contract.WRITTEN_META."""
     cols = ", ".join(schema.quote(c) for c in columns)
-    read = ", ".join(schema.quote(design.source_name(c) if design else c) for c in columns)
+    names = [design.source_name(c) if design else c for c in columns]
+    read = ", ".join("NULL" if name in absent else schema.quote(name) for name in names)
     return (
         f"INSERT INTO {table_sql} ({cols}, {', '.join(contract.WRITTEN_META)}) "
         f"SELECT {read}, {', '.join(meta)} FROM {lake_function(uri, access)}{where}"
@@ -84,11 +90,53 @@ def insert_from_lake(
 
 
 CDF_SETTING = "delta_lake_snapshot_start_version"  # a server without it cannot read a change data feed
+VERSION_SETTING = "delta_lake_snapshot_version"  # the table as of a version (older servers have it too)
 
 
 def cdf_settings(start: int, end: int) -> dict[str, int]:
     """Settings that make the lake function read the change data feed of versions start..end."""
     return {CDF_SETTING: start, "delta_lake_snapshot_end_version": end}
+
+
+def files_where(paths: list[str]) -> str:
+    """The WHERE clause that reads only the table's files `paths` (as its `_path` names them)."""
+    return f" WHERE _path IN ({', '.join(schema.literal(p) for p in paths)})"
+
+
+@dataclass(frozen=True)
+class LakeRead:
+    """One `INSERT ... SELECT` of a range: the WRITTEN_META expressions of its rows, what it reads of the lake
+    (a WHERE clause, settings) and its deduplication token."""
+
+    meta: list[str]
+    where: str
+    settings: dict[str, int]
+    token: str
+    # read at a version before the range whose first commit changes the schema: read the columns it has
+    older_schema: bool = False
+
+
+def lake_reads(cfg: RunConfig, rng: Changes) -> list[LakeRead]:
+    """The statements that write the range: one read of its change data feed, or the reads of the files its
+    commits add and remove (logreads.py; none where no commit changes data)."""
+    if rng.origin != LOG:
+        token = contract.pushdown_range_token(cfg.pipeline, rng.start, rng.end)
+        where = contract.sql_change_filter(cfg.immutable_keys)
+        return [LakeRead(contract.sql_change_meta(), where, cdf_settings(rng.start, rng.end), token)]
+    commits = rng.commits()
+    schema_changed = any(c.version == rng.start and c.metadata for c in commits)
+    return [
+        LakeRead(
+            contract.sql_files_meta("_path", read.files, read.change_type),
+            files_where([path for path, _, _ in read.files]),
+            {VERSION_SETTING: read.version},
+            contract.pushdown_read_token(
+                cfg.pipeline, rng.start, rng.end, read.change_type, read.version, read.part
+            ),
+            schema_changed and read.version < rng.start,
+        )
+        for read in file_reads(rng.location, rng.start, rng.end, commits, rng.uri)
+    ]
 
 
 class LakeFunctionReader:
@@ -123,36 +171,57 @@ class PushdownWriter:
 
     def check(self, rng: Changes, estimate: int) -> None:
         """ClickHouse counts the range's null keys (one read of it, on a new pipeline's first range only)."""
-        found = self._null_keys_in_lake(rng)
-        if found is not None:
-            raise found
+        for read in lake_reads(self.cfg, rng):
+            found = self._null_keys_in_lake(rng, read)
+            if found is not None:
+                raise found
 
     def write(self, rng: Changes, state: PipelineState, estimate: int) -> RangeResult:
-        """One INSERT ... SELECT in which ClickHouse reads the range's change data feed itself.
+        """The range's INSERT ... SELECT statements (lake_reads), in which ClickHouse reads the lake itself.
 
-        A replay sends the same statement with the same deduplication token; rows ClickHouse stores again
+        A replay sends the same statements with the same deduplication tokens; rows ClickHouse stores again
         anyway (its blocks need not repeat exactly) carry the same keys and versions, so FINAL is unchanged.
         """
-        cfg, start, end = self.cfg, rng.start, rng.end
+        start, end = rng.start, rng.end
         t0 = time.monotonic()
         columns = [f["name"] for f in schema.user_fields(rng.schema)]
         before = self.to.sink.row_count(self.to.table_sql)
-        sql = insert_from_lake(
-            self.to.table_sql,
-            rng.location,
-            columns,
-            contract.sql_change_meta(),
-            contract.sql_change_filter(cfg.immutable_keys),
-            cfg.design,
-            lake_access(cfg),
+        reported = nbytes = 0
+        for read in lake_reads(self.cfg, rng):
+            summary = self._insert(rng, columns, read)
+            reported += int(getattr(summary, "written_rows", 0) or 0)
+            nbytes += int((summary.written_bytes() if hasattr(summary, "written_bytes") else 0) or 0)
+        # A server reports the rows written; the embedded engine does not, so count (a background merge
+        # at the same moment can make this a little low; it only feeds the rows_written figure).
+        rows = reported or max(self.to.sink.row_count(self.to.table_sql) - before, 0)
+        seconds = time.monotonic() - t0
+        phases.add("insert", seconds)  # ClickHouse's scans of the lake and its inserts
+        self.to.metrics.batch(rows, nbytes, seconds)
+        self.to.log.info(
+            "batch", start=start, end=end, batch=0, rows=rows, reader="clickhouse", seconds=round(seconds, 3)
         )
-        token = contract.pushdown_range_token(cfg.pipeline, start, end)
+        return RangeResult(start, end, rows, True)
+
+    def _insert(self, rng: Changes, columns: list[str], read: LakeRead):
+        """One statement of the range; its summary."""
+        cfg, start, end = self.cfg, rng.start, rng.end
         try:
+            absent = self._absent(rng, columns, read) if read.older_schema else set()
+            sql = insert_from_lake(
+                self.to.table_sql,
+                rng.location,
+                columns,
+                read.meta,
+                read.where,
+                cfg.design,
+                lake_access(cfg),
+                absent,
+            )
             with self.to.sink.reads_files():
-                summary = self.to.sink.command(
+                return self.to.sink.command(
                     sql,
                     what=f"read versions {start}..{end} of {rng.uri} into {self.to.table_sql}",
-                    settings={**cdf_settings(start, end), **insert_settings(token)},
+                    settings={**read.settings, **insert_settings(read.token)},
                 )
         except SinkError as exc:
             refused = self.to.storage_refusal(
@@ -163,33 +232,35 @@ class PushdownWriter:
             refused_null = (
                 exc.code == codes.CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN
             )  # in a key: others are Nullable
-            found = self._null_keys_in_lake(rng) if refused_null else None
+            found = self._null_keys_in_lake(rng, read) if refused_null else None
             if found is not None:
                 raise found from exc
             raise
-        # A server reports the rows written; the embedded engine does not, so count (a background merge
-        # at the same moment can make this a little low; it only feeds the rows_written figure).
-        rows = int(getattr(summary, "written_rows", 0) or 0) or max(
-            self.to.sink.row_count(self.to.table_sql) - before, 0
-        )
-        seconds = time.monotonic() - t0
-        phases.add("insert", seconds)  # ClickHouse's scan of the lake and its insert, in one statement
-        nbytes = summary.written_bytes() if hasattr(summary, "written_bytes") else 0
-        self.to.metrics.batch(rows, int(nbytes or 0), seconds)
-        self.to.log.info(
-            "batch", start=start, end=end, batch=0, rows=rows, reader="clickhouse", seconds=round(seconds, 3)
-        )
-        return RangeResult(start, end, rows, True)
 
-    def _null_keys_in_lake(self, rng: Changes) -> SourceError | None:
-        """The insert failed on a null: count the null keys (on this error path only) to say where."""
+    def _absent(self, rng: Changes, columns: list[str], read: LakeRead) -> set[str]:
+        """The Delta names of `columns` the table did not have at the version `read` reads (a commit that
+        changed the schema and removed files: they are read as they were before it)."""
+        with self.to.sink.reads_files():
+            described = self.to.sink.query_rows(
+                f"DESCRIBE TABLE {lake_function(rng.location, lake_access(self.cfg))}",
+                what="read the table's columns before a schema change",
+                settings=read.settings,
+            )
+        had = {str(row[0]) for row in described}
+        return {name for name in (self.cfg.design.source_name(c) for c in columns) if name not in had}
+
+    def _null_keys_in_lake(self, rng: Changes, read: LakeRead) -> SourceError | None:
+        """The insert failed on a null: count the null keys of `read` (on this error path only) to say where."""
         lake = lake_function(rng.location, lake_access(self.cfg))
+        commit = read.meta[0]  # (its first: the commit version, contract.WRITTEN_META)
         for key in self.cfg.primary_key:  # Delta's names: ClickHouse reads the lake
+            null = f"{schema.quote(key)} IS NULL"
+            where = f"{read.where} AND {null}" if read.where else f" WHERE {null}"
             with self.to.sink.reads_files():
                 nulls, version = self.to.sink.query_rows(
-                    f"SELECT count(), min(_commit_version) FROM {lake} WHERE {schema.quote(key)} IS NULL",
+                    f"SELECT count(), min({commit}) FROM {lake}{where}",
                     what="count null keys",
-                    settings=cdf_settings(rng.start, rng.end),
+                    settings=read.settings,
                 )[0]
             if nulls:
                 return contract.null_key_error(

@@ -12,7 +12,13 @@ import pyarrow as pa
 from cdc2ch.base.log import Logger
 from cdc2ch.clickhouse.connection.transport import Sink
 from cdc2ch.clickhouse.writers.driver import InsertInto, insert_rows
-from cdc2ch.clickhouse.writers.pushdown import insert_from_lake, insert_settings, lake_access
+from cdc2ch.clickhouse.writers.pushdown import (
+    VERSION_SETTING,
+    files_where,
+    insert_from_lake,
+    insert_settings,
+    lake_access,
+)
 from cdc2ch.model import contract, schema
 from cdc2ch.model.config import RunConfig
 
@@ -46,7 +52,6 @@ class SnapshotTable:
         added."""
         version, plan, index = chunk
         names, meta = columns
-        paths = ", ".join(schema.literal(p) for p in files)
         before = self.sink.row_count(self.table_sql)
         with self.sink.reads_files():
             self.sink.command(
@@ -55,13 +60,13 @@ class SnapshotTable:
                     location,
                     names,
                     meta,
-                    f" WHERE _path IN ({paths})",
+                    files_where(files),
                     cfg.design,
                     lake_access(cfg),
                 ),
                 what=f"load snapshot chunk {index}",
                 settings={
-                    "delta_lake_snapshot_version": version,
+                    VERSION_SETTING: version,
                     **insert_settings(contract.snapshot_chunk_token(cfg.pipeline, version, plan, index)),
                 },
             )

@@ -57,8 +57,10 @@ def check_inputs(cfg: RunConfig, source: ChangeSource, ports: Ports, bootstrap: 
             else "nothing was written"
         )
         protocol, properties = source.protocol(), source.properties()
+        # Ranges from the log read files at a version, which older servers do too; the feed needs a setting.
+        feed = cfg.changes_from == FEED or (cfg.changes_from != LOG and source.cdf_enabled())
         readers.check_clickhouse_reads(
-            source, ports.lake_reader, latest_schema, protocol, properties, feed=True, outcome=outcome
+            source, ports.lake_reader, latest_schema, protocol, properties, feed=feed, outcome=outcome
         )
     initial = bootstrap.choose(stored, requested, start, latest)  # a new pipeline's first load
     return Inputs(start, stored, latest, writer, table_id, initial)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
 
+from cdc2ch.model.changeset import table_file
 from cdc2ch.source.deltalog.commitlog import _live
 
 # 00000000000000000010.checkpoint.parquet, ...10.checkpoint.0000000001.0000000002.parquet (multi-part),
@@ -119,16 +119,6 @@ def live_paths(location: str, files, version: int) -> list[tuple[str, int | None
     """live_files with each path absolute, as ClickHouse's `_path` and Spark's inputFiles name it (a
     partition directory keeps its escapes: the log's path is unquoted once)."""
     return sorted((table_file(location, path), rows) for path, rows in live_files(files, version).items())
-
-
-def table_file(location: str, path: str) -> str:
-    """A table's file as ClickHouse's `_path` names it, from the log's name for it (relative or a `file:` URI):
-    the absolute path of a local file, `bucket/key` of an object."""
-    if urlsplit(path).scheme == "file":
-        return urlsplit(unquote(path)).path
-    parts = urlsplit(location)
-    root = parts.path if parts.scheme == "file" else parts.netloc + parts.path if parts.scheme else location
-    return f"{root.rstrip('/')}/{unquote(path)}"
 
 
 def live_files(files, version: int) -> dict[str, int | None]:

@@ -14,9 +14,9 @@ from collections.abc import Iterable
 
 import pyarrow as pa
 
-from cdc2ch.model.changeset import Commit
+from cdc2ch.model.changeset import Commit, table_file
 from cdc2ch.model.contract import PREIMAGE
-from cdc2ch.source.deltalog.logstate import TableState, table_file
+from cdc2ch.source.deltalog.logstate import TableState
 
 # A commit with more change rows than this is read with its pre-images: telling would hold its keys in this
 # process (about 30 bytes a row with the lookup) while Spark reads, where a range's rows are bounded.

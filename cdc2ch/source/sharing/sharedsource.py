@@ -339,6 +339,9 @@ class SharedChanges:
     def read_error(self, exc: Exception) -> Exception:
         return self.source.translate(exc, read_of(self.origin), self.start, self.end)
 
+    def commits(self) -> list[Commit]:
+        return self.source.commits(self.start, self.end)
+
 
 def no_history_advice(uri: str, span: str, why: str) -> str:
     return (

@@ -15,7 +15,7 @@ from cdc2ch.base import phases
 from cdc2ch.base.errors import CHANGE_FEED
 from cdc2ch.base.log import get_logger
 from cdc2ch.model import contract
-from cdc2ch.model.changeset import FEED, LOG
+from cdc2ch.model.changeset import FEED, LOG, Commit
 from cdc2ch.source.deltalog import preimages
 from cdc2ch.source.deltalog.logstate import cdf_schema
 from cdc2ch.source.spark.threads import arrow_batches
@@ -104,3 +104,6 @@ class SparkChanges:
 
     def read_error(self, exc: Exception) -> Exception:
         return self.source.translate(exc, CHANGE_FEED, self.start, self.end)
+
+    def commits(self) -> list[Commit]:
+        return self.source.commits(self.start, self.end)

@@ -1,6 +1,7 @@
 """Generated histories: Hypothesis draws a Delta history (inserts, updates moving rows, deletes, MERGEs,
 key changes, delete and re-insert in one commit, overwrites, deleted partitions, added columns, checkpoints,
-OPTIMIZE), delta-rs writes it, and both readers replicate it into the embedded ClickHouse, one pipeline
+OPTIMIZE) on a table with a change data feed or without one (its changes then derived from its log), delta-rs
+writes it, and both readers replicate it into the embedded ClickHouse, one pipeline
 running after every version and one running once for the whole history, in ranges of drawn sizes; after
 each run FINAL equals the Delta table at the version it reached (read by delta-rs; Spark reads the last
 version too).
@@ -60,6 +61,12 @@ EVERY_KIND = [
 )
 @example(
     Layout(True, True), [0, 1, 2, 3, 4, 5, 6], EVERY_KIND, {"spark": (1, 500_000), "clickhouse": (500_000, 3)}
+)
+@example(  # the same on a table without a feed: every kind derived from the log, by both readers
+    Layout(False, True, feed=False),
+    [0, 1, 2, 3, 4, 5, 6],
+    EVERY_KIND,
+    {"spark": (500_000, 3), "clickhouse": (1, 3)},
 )
 def test_final_equals_delta_after_every_run(spark, sink, cli, tmp_path_factory, layout, first, ops, sizes):
     history, database = _new(tmp_path_factory, layout)

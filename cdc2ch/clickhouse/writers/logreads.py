@@ -1,0 +1,116 @@
+"""A range's changes derived from its Delta log as ClickHouse reads of the table's files (`--reader clickhouse`
+for a range from the log, model/changeset.py LOG), Delta's own derivation: the rows of each data file a commit
+adds with a data change are inserts at that commit, the rows of each file it removes with one are deletes at
+it, each file read as it was then (its deletion vector applied). A file re-added with a new deletion vector is
+read twice, its rows before as deletes and after as inserts; the insert outranks the delete within a commit
+(model/contract.py), so exactly the rows of the difference end deleted.
+
+Each read of a file holds over a span of versions: an added file from its commit to the one before the commit
+that removes it (or the range's end), a removed file from its add (or the version before the range) to the one
+before its removal. A statement reads, at one version, files of one change type whose spans hold there; the
+fewest such versions (the stabbing points of the spans, each the end of one) make the fewest statements: a
+range of appends is one read at its end, and only versions the per-commit reads would read are read. A
+statement names its files four times (which to read, each one's commit version, time and rank), and ClickHouse
+parses at most `max_query_size` (256 KiB by default) of it: a read of more files is cut into parts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cdc2ch.base.errors import SourceError
+from cdc2ch.model.changeset import Commit, table_file
+
+INSERT, DELETE = "insert", "delete"
+# A statement's files: each name counts its length and FILE_BYTES (quotes, its commit version and time); four
+# times that (the names are in its WHERE and in its metadata) stays within max_query_size with room to spare.
+PART_BYTES, FILE_BYTES = 50_000, 12
+
+
+@dataclass(frozen=True)
+class FileRead:
+    """One statement: the rows of `files` read at `version` as `change_type`; each file as (its `_path`, the
+    version of the commit whose change it is, that commit's time in milliseconds)."""
+
+    version: int
+    change_type: str
+    files: tuple[tuple[str, int, int], ...]
+    part: int = 0  # of the reads at `version` of `change_type` (a long list of files cut into parts)
+
+
+@dataclass(frozen=True)
+class _Span:
+    first: int  # the first version at which the file is as the read needs it
+    last: int  # the last one
+    path: str
+    commit: int
+    ts_ms: int
+
+
+def file_reads(location: str, start: int, end: int, commits: list[Commit], uri: str) -> list[FileRead]:
+    """The reads that derive the changes of versions [start, end] from `commits` (their file actions), for the
+    table at `location` (`uri` names it in messages). SourceError where a commit of the range is missing or its
+    file actions unknown."""
+    known = {c.version: c for c in commits if start <= c.version <= end}
+    unknown = [v for v in range(start, end + 1) if v not in known or known[v].files is None]
+    if unknown:
+        raise SourceError(
+            f"The changes of versions {start}..{end} of {uri} cannot be derived from its Delta log by "
+            f"ClickHouse: the file actions of version {unknown[0]} are not known (its commit is no longer in "
+            f"the log, or the source does not name its files). Replicate this table with --reader spark, or "
+            f"resync it with `cdc2ch snapshot --reset` and continue from there."
+        )
+    spans: dict[str, list[_Span]] = {INSERT: [], DELETE: []}
+    added: dict[str, tuple[int, int, bool]] = {}  # path -> (version, ts_ms, data change) of its live add
+    for v in range(start, end + 1):
+        commit, ts_ms = known[v], int(known[v].timestamp.timestamp() * 1000)
+        files = commit.files
+        assert files is not None  # (checked above)
+        for path, data_change in files.removed:  # the state before this commit: before its adds
+            at = added.pop(path, None)
+            if at is not None and at[2]:
+                spans[INSERT].append(_Span(at[0], v - 1, path, at[0], at[1]))
+            if data_change:
+                spans[DELETE].append(_Span(start - 1 if at is None else at[0], v - 1, path, v, ts_ms))
+        for path, _, data_change in files.added:
+            added[path] = (v, ts_ms, data_change)
+    for path, (v, ts_ms, data_change) in added.items():
+        if data_change:
+            spans[INSERT].append(_Span(v, end, path, v, ts_ms))
+    return [
+        read
+        for change_type in (INSERT, DELETE)
+        for read in _grouped(spans[change_type], change_type, location)
+    ]
+
+
+def _grouped(spans: list[_Span], change_type: str, location: str) -> list[FileRead]:
+    """The fewest versions at which every span holds at one of them (the greedy by earliest end is optimal
+    for intervals), each with the files read there. A file's spans of one change type never overlap, so no
+    read names a file twice."""
+    groups: list[tuple[int, list[_Span]]] = []
+    for span in sorted(spans, key=lambda s: (s.last, s.first, s.path)):
+        if not groups or span.first > groups[-1][0]:
+            groups.append((span.last, []))
+        groups[-1][1].append(span)
+    return [
+        FileRead(at, change_type, files, part)
+        for at, group in groups
+        for part, files in enumerate(
+            _parts([(table_file(location, s.path), s.commit, s.ts_ms) for s in group])
+        )
+    ]
+
+
+def _parts(files: list[tuple[str, int, int]]) -> list[tuple[tuple[str, int, int], ...]]:
+    """`files` in consecutive parts of at most PART_BYTES each (a longer name alone)."""
+    parts: list[list[tuple[str, int, int]]] = [[]]
+    size = 0
+    for file in files:
+        weight = len(file[0].encode()) + FILE_BYTES
+        if parts[-1] and size + weight > PART_BYTES:
+            parts.append([])
+            size = 0
+        parts[-1].append(file)
+        size += weight
+    return [tuple(p) for p in parts]
