@@ -51,9 +51,9 @@ def initial_text(choice: initial.Choice | None) -> str:
     if choice is None:
         return ""
     if choice.load == initial.SNAPSHOT:
-        what = f"initial load needed: a snapshot of version {choice.version}, then the change feed"
+        what = f"initial load needed: a snapshot of version {choice.version}, then the changes"
     else:
-        what = f"no initial load: the change feed from version {choice.version}"
+        what = f"no initial load: the changes from version {choice.version}"
     return f"; {what}, because {choice.reason}"
 
 

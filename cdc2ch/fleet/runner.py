@@ -46,6 +46,7 @@ class Slot:
     job: Replicator | None = None
     retry_at: float = 0.0
     saved_at: float = float("-inf")
+    begun: bool = False  # its health recorded as it began (`status`: starting), apart from saved_at
     error: BaseException | None = None  # the last attempt's failure, None after a success
     gone: bool = False  # its table is gone: let go of once its running turn ends
 
@@ -278,8 +279,8 @@ class Runner:
             shared = self.schedule.workers > 1  # pipelines side by side: each its own jobs
             with self.ports.jobs.of(slot.cfg.pipeline) if shared else nullcontext():
                 if job is None:
-                    if self.isolate and slot.saved_at == float("-inf"):  # `status`: starting, not unrun
-                        self._save(slot)
+                    if self.isolate and not slot.begun:  # `status`: starting, not unrun
+                        slot.begun = self.health.save(slot.health, slot.cfg.target.database, slot.metrics)
                     job = self.ports.pipeline(slot.cfg, self.stop, slot.metrics, self.budget)
                     if not self.once:  # end the turn between two ranges: another's turn, a pause, a resync
                         job.turn_over = partial(self._turn_over, slot.cfg)

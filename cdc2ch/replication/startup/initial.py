@@ -66,11 +66,9 @@ def decide(mode: str, requested: int | None, start: int, latest: int, facts: Fac
     --from-timestamp names (None: not given); `start`: where the change feed would start; `latest`: the
     table's latest version."""
     if mode == CHANGES:
-        return Choice(CHANGES, start, f"--initial-load changes: the change feed from version {start}")
+        return Choice(CHANGES, start, f"--initial-load changes: the changes from version {start}")
     if requested is not None:
-        return Choice(
-            CHANGES, start, f"--from-version/--from-timestamp: the change feed from version {start}"
-        )
+        return Choice(CHANGES, start, f"--from-version/--from-timestamp: the changes from version {start}")
     if facts.interrupted is not None:
         return Choice(
             SNAPSHOT,
@@ -115,9 +113,9 @@ def costs_more(replay: Replay | None) -> str | None:
 def replays(start: int, latest: int, replay: Replay | None) -> str:
     """Why the change feed is replayed (auto)."""
     if replay is None or replay.rows is None:
-        return f"the change feed covers versions {start}..{latest} (the log records no row counts to compare)"
+        return f"the changes of versions {start}..{latest} can be replayed (the log records no row counts to compare)"
     return (
-        f"the change feed covers versions {start}..{latest} and replaying it (about {replay.change_rows:,} "
+        f"the changes of versions {start}..{latest} can be replayed, and replaying them (about {replay.change_rows:,} "
         f"change rows) costs about what a snapshot ({replay.rows:,} rows) does"
     )
 

@@ -170,8 +170,9 @@ def test_cdf_not_enabled(spark, cli, database, tmp_path):
     path = str(tmp_path / "nocdf")
     spark.sql(f"CREATE TABLE delta.`{path}` (id BIGINT) USING delta")
     result = cli(
-        "run", "--table", path, "--primary-key", "id", "--target", f"{database}.nocdf", "--once", expect=1
-    )
+        "run", "--table", path, "--primary-key", "id", "--target", f"{database}.nocdf", "--once",
+        "--changes-from", "cdf", expect=1,
+    )  # fmt: skip
     assert (
         "Change Data Feed is not enabled" in result.stderr and "delta.enableChangeDataFeed" in result.stderr
     )
@@ -241,9 +242,9 @@ def test_cdf_gap_vacuum_and_expired_log_ask_for_a_snapshot(spark, sink, cli, dat
     """Changes that Delta no longer has (CDF switched off for a while, files vacuumed, log entries expired)
     stop the pipeline at its committed version, with the resync command in the message."""
 
-    def run_once(path: str, target: str, expect: int = 0) -> str:
+    def run_once(path: str, target: str, expect: int = 0, *extra: str) -> str:
         result = cli(
-            "run", "--table", path, "--primary-key", "id", "--target", target, "--once", expect=expect
+            "run", "--table", path, "--primary-key", "id", "--target", target, "--once", *extra, expect=expect
         )
         return " ".join(result.stderr.split())
 
@@ -257,10 +258,13 @@ def test_cdf_gap_vacuum_and_expired_log_ask_for_a_snapshot(spark, sink, cli, dat
     spark.sql(f"INSERT INTO delta.`{path}` VALUES (2, 'b')")
     spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")
     spark.sql(f"INSERT INTO delta.`{path}` VALUES (3, 'c')")
-    err = run_once(path, target, expect=1)
+    cdf = ("--changes-from", "cdf")  # by default versions 2..3 are read from the log
+    err = run_once(path, target, 1, *cdf)
     assert "was enabled at version 4" in err and "cannot start at 2" in err and "cdc2ch snapshot" in err
     assert _state(sink, database, target) == (1, 1)
-    checked = cli("validate", "--table", path, "--primary-key", "id", "--target", target, expect=2).stdout
+    checked = cli(
+        "validate", "--table", path, "--primary-key", "id", "--target", target, *cdf, expect=2
+    ).stdout
     assert "FAIL" in checked and "was enabled at version 4" in checked
 
     # VACUUM removed the change files (and the rewritten data files) of versions not yet replicated.
@@ -271,6 +275,18 @@ def test_cdf_gap_vacuum_and_expired_log_ask_for_a_snapshot(spark, sink, cli, dat
     run_once(path, target)
     spark.sql(f"UPDATE delta.`{path}` SET name = 'B' WHERE id = 2")
     spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 1")
+    vacuum_everything(spark, path)
+    err = run_once(path, target, expect=1)
+    assert "are gone (removed by VACUUM or log retention)" in err and "resync with `cdc2ch snapshot`" in err
+    assert _state(sink, database, target)[0] == 1
+
+    # The same without a feed: the rows of the removed files its changes are derived from are gone.
+    path = str(tmp_path / "vacuumed_log")
+    spark.sql(f"CREATE TABLE delta.`{path}` ({COLS}) USING delta")
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'a'), (2, 'b')")
+    target = f"{database}.vacuumed_log"
+    run_once(path, target)
+    spark.sql(f"UPDATE delta.`{path}` SET name = 'B' WHERE id = 2")
     vacuum_everything(spark, path)
     err = run_once(path, target, expect=1)
     assert "are gone (removed by VACUUM or log retention)" in err and "resync with `cdc2ch snapshot`" in err

@@ -31,9 +31,11 @@ def _status(cli, target: TargetName) -> dict:
     return row
 
 
-def test_a_late_change_feed_begins_with_a_snapshot_then_follows_the_changes(
+def test_a_late_change_feed_read_as_the_only_source_begins_with_a_snapshot_then_follows_the_changes(
     spark, sink, cli, database, tmp_path
 ):
+    """With --changes-from cdf (the versions before the feed are not read from the log: the default reads them
+    so, tests/e2e/replication/test_changes_from_log.py)."""
     path = str(tmp_path / "late")
     spark.sql(f"CREATE TABLE delta.`{path}` (id BIGINT, v STRING) USING delta")
     spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'a'), (2, 'b'), (3, 'c')")
@@ -46,19 +48,19 @@ def test_a_late_change_feed_begins_with_a_snapshot_then_follows_the_changes(
     target = TargetName(database, "late")
 
     # --initial-load changes: refused as before, naming the snapshot to take; nothing written
-    failed = cli.replicate("run", path, target, "--once", "--initial-load", "changes", expect=1)
+    cdf = ("--changes-from", "cdf")
+    failed = cli.replicate("run", path, target, "--once", "--initial-load", "changes", *cdf, expect=1)
     err = " ".join(failed.stderr.split())
     assert f"was enabled at version {enabled_at}" in err and f"--version {enabled_at}" in err
     assert _tables(sink, database) == 0
 
-    checked = cli.replicate("validate", path, target).stdout
+    checked = cli.replicate("validate", path, target, *cdf).stdout
     assert (
-        f"initial load needed: a snapshot of version {loaded_at}, then the change feed, because the "
-        in checked
+        f"initial load needed: a snapshot of version {loaded_at}, then the changes, because the " in checked
     )
     assert f"Change Data Feed was enabled at version {enabled_at}" in checked and "FAIL" not in checked
 
-    run = cli.replicate("run", path, target, "--once")  # auto, the default
+    run = cli.replicate("run", path, target, "--once", *cdf)  # --initial-load auto, the default
     (chosen,) = cli.events(run, "initial_load")
     assert (chosen["choice"], chosen["version"]) == ("snapshot", loaded_at)
     assert f"enabled at version {enabled_at}" in chosen["reason"]
@@ -68,7 +70,7 @@ def test_a_late_change_feed_begins_with_a_snapshot_then_follows_the_changes(
     spark.sql(f"UPDATE delta.`{path}` SET id = 20 WHERE id = 2")  # a key changes
     spark.sql(f"INSERT INTO delta.`{path}` VALUES (5, 'e')")
     spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 3")
-    run = cli.replicate("run", path, target, "--once")
+    run = cli.replicate("run", path, target, "--once", *cdf)
     assert not cli.events(run, "initial_load") and cli.events(run, "range_read")[0]["start"] == loaded_at + 1
     assert_replicated(spark, sink, path, target)
     cli.replicate("verify", path, target)  # exits 0: FINAL equals the table at the committed version
@@ -109,11 +111,11 @@ def test_a_table_with_its_whole_change_feed_replays_it(spark, sink, cli, databas
     spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 1")
     target = TargetName(database, "plain")
 
-    assert "no initial load: the change feed from version 0" in cli.replicate("validate", path, target).stdout
+    assert "no initial load: the changes from version 0" in cli.replicate("validate", path, target).stdout
     run = cli.replicate("run", path, target, "--once")
     (chosen,) = cli.events(run, "initial_load")
     assert (chosen["choice"], chosen["version"]) == ("changes", 0)
-    assert chosen["reason"].startswith("the change feed covers versions 0..3 and replaying it")
+    assert chosen["reason"].startswith("the changes of versions 0..3 can be replayed, and replaying them")
     assert cli.events(run, "range_read")[0]["start"] == 0
     assert_replicated(spark, sink, path, target)
     # the history is there: the deleted key is kept as a tombstone

@@ -126,3 +126,29 @@ def test_a_service_records_a_pipeline_as_begun_before_its_start_so_status_says_s
     begun = records.saved[0]
     assert (begun.pipeline, begun.last_success_at, begun.failures) == ("p", None, 0)
     assert records.saved[-1].failures == 1  # then its failure, as before
+
+
+def test_a_pipeline_s_first_success_is_recorded_at_once_after_its_begun_record():
+    """The begun record must not count as the last save: a service's first success is saved at once (status
+    shows last_success), not a health interval later."""
+    import time
+
+    from tests.support.fakes import FakeTable, Harness
+    from tests.support.service import MemoryRecords, service_ports
+
+    lake = FakeTable()
+    lake.commit(("insert", {"id": 1, "name": "a"}))
+    harness = Harness(lake, once=False, poll_interval=0.01, target=TargetName("db", "p"))
+    records, stop = MemoryRecords(), threading.Event()
+    ports = service_ports(lambda cfg: harness.replicator(), records)
+    runner = Runner([harness.cfg], None, None, stop, Metrics(), fleet=Fleet(isolate=True), ports=ports)
+    thread = threading.Thread(target=runner.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 5
+        while len(records.saved) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert [h.last_success_at is not None for h in records.saved[:2]] == [False, True]

@@ -27,7 +27,7 @@ def commits(*specs) -> list[Commit]:
 def test_changes_and_an_explicit_start_replay_the_feed_whatever_the_history():
     gap = Facts(commits(*[(v, None, 1) for v in (3, 4)]), interrupted=2)
     assert decide("changes", None, 0, 4, gap) == initial.Choice(
-        CHANGES, 0, "--initial-load changes: the change feed from version 0"
+        CHANGES, 0, "--initial-load changes: the changes from version 0"
     )
     chosen = decide("auto", 3, 3, 4, gap)
     assert (chosen.load, chosen.version) == (CHANGES, 3) and "--from-version" in chosen.reason
@@ -86,7 +86,7 @@ def test_the_operation_that_switched_cdf_on_counts_too():
 def test_auto_replays_a_feed_that_covers_the_history_at_about_a_snapshots_cost(replayed):
     chosen = decide("auto", None, 0, 4, Facts(commits((0, CDF_ON, 0), (1, None, 5)), replayed))
     assert (chosen.load, chosen.version) == (CHANGES, 0)
-    assert chosen.reason.startswith("the change feed covers versions 0..4")
+    assert chosen.reason.startswith("the changes of versions 0..4 can be replayed")
     assert chosen.describe() == "changes from version 0"
 
 
@@ -227,7 +227,7 @@ def test_a_history_the_feed_covers_is_replayed_and_the_choice_recorded():
     state = h.run()
     assert h.snapshots == [] and h.source.reads[0][0] == 0 and h.final() == h.expected()
     assert state.initial_load == "changes from version 0"
-    assert state.initial_reason.startswith("the change feed covers versions 0..1 and replaying it")
+    assert state.initial_reason.startswith("the changes of versions 0..1 can be replayed, and replaying them")
 
 
 def test_an_existing_offset_is_resumed_whatever_the_mode():
