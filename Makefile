@@ -127,6 +127,7 @@ $(BENCH_STAMP): $(STAMP)
 # bench-quick: the workloads at a tenth of the size.
 bench: $(BENCH_STAMP) bytecode
 	$(BIN)/python bench/workloads.py
+	cd bench && ../$(BIN)/python log_changes.py --quick
 	$(BIN)/python bench/snapshot_readers.py 2000000
 	$(BIN)/python bench/reshape_cost.py 2000000
 	$(BIN)/python bench/verify_cost.py 5000000

@@ -131,6 +131,7 @@ class PipelineStatus:
     resync_requested_at: str | None = None  # a `cdc2ch resync` the service has not done yet
     initial_load: str | None = None  # how it began: "snapshot at version 12", "changes from version 0"
     initial_reason: str | None = None  # why
+    changes_from: str | None = None  # where its last range's changes came from: cdf (the feed) or log
 
 
 def replicate(

@@ -323,7 +323,9 @@ def fed_versions(cfg: RunConfig, source: ChangeSource, start: int, commits: list
     --changes-from auto chooses per range (plan.origin)."""
     if cfg.changes_from != "auto":
         return frozenset()  # (the option decides every range)
-    try:
+    if not any(c.properties is not None for c in commits):  # none set properties: as they are now (cheap)
+        return plan.feed_versions(start > 0 and records_feed(source.properties()), commits)
+    try:  # the properties before the first commit: a replay of the log up to there
         before = start > 0 and records_feed(source.properties(start - 1))
     except SourceError:  # a version the log no longer holds: as the table is now
         before = records_feed(source.properties())

@@ -93,7 +93,7 @@ def test_a_read_that_needs_spark_without_java_says_so_and_writes_nothing(spark, 
         final = json.loads(last)  # the command's last word: one paragraph, its exit code
         message = final["message"]
         assert final["exit_code"] == 1 and "\n" not in message
-        assert f"Reading the change feed of {path} through Spark needs Java" in message
+        assert f"Reading the changes of {path} through Spark needs Java" in message
         assert "Install Java 17" in message and "JAVA_HOME" in message and "--reader clickhouse" in message
     # verify reads the Delta side through Spark, whatever the reader
     failed = cdc2ch(env, "verify", "--reader", "clickhouse", "--target", "shop.orders", *table, expect=1)
@@ -153,7 +153,7 @@ def test_a_service_polls_without_spark_then_starts_it_for_a_new_commit(
         stop.set()
         service.join(60)
     assert not failed, failed
-    assert started == [f"reading the change feed of {path} through Spark"] and metrics.jvm_pid == -1
+    assert started == [f"reading the changes of {path} through Spark"] and metrics.jvm_pid == -1
     assert committed_version(sink, database, str(target)) == 5
     assert_replicated(spark, sink, path, target)
 

@@ -11,6 +11,7 @@ from cdc2ch import api
 from cdc2ch.clickhouse.connection.transport import Sink
 from cdc2ch.clickhouse.state.statestore import HealthStore, StateStore, state_tables
 from cdc2ch.commands import status
+from cdc2ch.commands.invocation.listing import Known
 from cdc2ch.commands.selection import Selection
 from cdc2ch.model.config import TargetName
 from cdc2ch.model.records import Health, PipelineState
@@ -75,7 +76,7 @@ def test_three_hundred_pipelines_are_listed_filtered_and_read_in_a_few_queries(c
 
     # One query finds the record tables, then one reads each: as many for 300 pipelines as for 400.
     counting = CountingSink(sink)
-    ids = [(p, TargetName.parse(p)) for p in sorted(expected)]
+    ids = [Known(p, TargetName.parse(p)) for p in sorted(expected)]
     assert len(status.collect(counting, no_spark, pipelines=ids)) == 300
     queries = list(counting.calls)
     each_database = ["read the state layout", "read replication offsets", "read pipeline health"]
@@ -87,7 +88,7 @@ def test_three_hundred_pipelines_are_listed_filtered_and_read_in_a_few_queries(c
         path = f"{tmp_path}/t{i % 30:03d}"
         StateStore(sink, db).save(PipelineState(name, path, name, 0, 0, 1, now))
         HealthStore(sink, db).save(Health(name, path, name).succeeded(now))
-        ids.append((name, TargetName.parse(name)))
+        ids.append(Known(name, TargetName.parse(name)))
     counting.calls.clear()
     assert len(status.collect(counting, no_spark, pipelines=ids)) == 400
     assert counting.calls == queries
