@@ -110,6 +110,19 @@ class FakeTable:
         return sorted(self.versions[version]["rows"].values(), key=lambda r: r[self.key])
 
 
+def late_feed_table() -> FakeTable:
+    """Rows written before the change data feed was switched on at version 2, then changes."""
+    import json
+
+    on = {"delta.enableChangeDataFeed": "true"}
+    t = FakeTable()
+    t.versions[0]["commit"] = Commit(0, T0, "CREATE TABLE", 0, {}, True, {})  # without the feed
+    t.commit(*[("insert", {"id": i, "name": f"n{i}"}) for i in range(1, 5)])
+    t.commit(properties=on, parameters={"properties": json.dumps(on)}, operation="SET TBLPROPERTIES")
+    t.commit(("update", 2, {"name": "two"}), ("delete", 3))
+    return t
+
+
 class FakeSource:
     """The ChangeSource port over a FakeTable."""
 

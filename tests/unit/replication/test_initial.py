@@ -13,7 +13,7 @@ from cdc2ch.replication.startup import initial
 from cdc2ch.replication.startup.initial import CHANGES, SNAPSHOT, Facts, decide
 from cdc2ch.replication.startup.replay import Replay, replay
 from cdc2ch.source.deltalog.commitlog import parse_commit
-from tests.support.fakes import T0, FakeTable, Harness
+from tests.support.fakes import T0, FakeTable, Harness, late_feed_table
 
 CDF_ON = {"delta.enableChangeDataFeed": "true"}
 
@@ -165,14 +165,7 @@ def test_a_replay_the_log_cannot_describe_is_unknown():
 
 
 # -- the loop --------------------------------------------------------------------------------------------
-def late_cdf() -> FakeTable:
-    """Rows written before the feed was switched on at version 2, then changes."""
-    t = FakeTable()
-    t.versions[0]["commit"] = Commit(0, T0, "CREATE TABLE", 0, {}, True, {})  # without the feed
-    t.commit(*[("insert", {"id": i, "name": f"n{i}"}) for i in range(1, 5)])
-    t.commit(properties=CDF_ON, parameters={"properties": json.dumps(CDF_ON)}, operation="SET TBLPROPERTIES")
-    t.commit(("update", 2, {"name": "two"}), ("delete", 3))
-    return t
+late_cdf = late_feed_table
 
 
 def test_a_late_feed_read_as_the_only_source_begins_with_a_snapshot_then_follows_the_changes():

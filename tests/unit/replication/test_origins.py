@@ -4,14 +4,12 @@ derives what a rewrite of every touched row's file would yield)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from cdc2ch.base.errors import ConfigError, SourceError
 from cdc2ch.model.changeset import FEED, LOG, Commit
 from cdc2ch.replication import plan
-from tests.support.fakes import T0, FakeTable, Harness
+from tests.support.fakes import T0, FakeTable, Harness, late_feed_table
 
 CDF_ON = {"delta.enableChangeDataFeed": "true"}
 CDF_OFF = {"delta.enableChangeDataFeed": "false"}
@@ -31,14 +29,7 @@ def no_feed() -> FakeTable:
     return t
 
 
-def late_feed() -> FakeTable:
-    """Rows written before the feed was switched on at version 2, then changes."""
-    t = FakeTable()
-    t.versions[0]["commit"] = Commit(0, T0, "CREATE TABLE", 0, {}, True, {})  # without the feed
-    t.commit(*[("insert", {"id": i, "name": f"n{i}"}) for i in range(1, 5)])
-    t.commit(properties=CDF_ON, parameters={"properties": json.dumps(CDF_ON)}, operation="SET TBLPROPERTIES")
-    t.commit(("update", 2, {"name": "two"}), ("delete", 3))
-    return t
+late_feed = late_feed_table
 
 
 # -- the decision ------------------------------------------------------------------------------------------
