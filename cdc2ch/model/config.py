@@ -32,7 +32,7 @@ READERS = ("spark", "clickhouse", "auto")
 WRITERS = ("auto", "driver", "executors")
 SCHEMA_CHANGES = ("fail", "resync", "follow")  # follow: renames and drops in place (renames.py)
 INITIAL_LOADS = ("auto", "snapshot", "changes")  # how a new pipeline begins (replication/startup/initial.py)
-# where a range's changes come from (replication/origin.py): the change data feed, the log's file actions
+# where a range's changes come from (replication/plan.py origin): the change data feed, the log's file actions
 CHANGES_FROM = ("auto", "cdf", "log")
 
 

@@ -18,7 +18,7 @@ from cdc2ch.base.errors import SourceError
 from cdc2ch.base.log import get_logger
 from cdc2ch.base.phases import Phases
 from cdc2ch.base.stop import Stopped
-from cdc2ch.model.changeset import Changes, Commit, records_feed
+from cdc2ch.model.changeset import FEED, LOG, Changes, Commit, records_feed
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.records import PipelineState
 from cdc2ch.replication import plan, readers
@@ -321,7 +321,7 @@ def range_reads(
 def fed_versions(cfg: RunConfig, source: ChangeSource, start: int, commits: list[Commit]) -> frozenset[int]:
     """The versions among `commits` (from `start` on) whose changes the table's change data feed records, where
     --changes-from auto chooses per range (plan.origin)."""
-    if cfg.changes_from != "auto":
+    if cfg.changes_from in (FEED, LOG):
         return frozenset()  # (the option decides every range)
     if not any(c.properties is not None for c in commits):  # none set properties: as they are now (cheap)
         return plan.feed_versions(start > 0 and records_feed(source.properties()), commits)

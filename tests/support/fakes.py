@@ -9,12 +9,13 @@ crash after some of them. Rows go through the real row contract (`contract.arrow
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
 
-from cdc2ch.base.errors import LockedError, SourceError
+from cdc2ch.base.errors import LockedError, SinkError, SourceError
 from cdc2ch.model import contract, schema
 from cdc2ch.model.changeset import FEED, LOG, Commit, RangeResult
 from cdc2ch.model.config import RunConfig, TargetName
@@ -509,3 +510,29 @@ class Harness:
 
     def expected(self, version: int | None = None) -> list[dict]:
         return self.table.rows_at(self.table.latest if version is None else version)
+
+
+class RecordingSink:
+    """A ClickHouse connection (clickhouse/connection) that records the statements and queries sent to it:
+    each statement reports `written` rows or fails with `fail_code`; each query answers `answer`."""
+
+    def __init__(self, fail_code: int | None = None, written: int = 2, answer=((1, 7),)):
+        self.fail_code, self.written, self.answer = fail_code, written, list(answer)
+        self.commands: list = []
+        self.queries: list = []
+
+    def reads_files(self):
+        return contextlib.nullcontext()
+
+    def row_count(self, table_sql):
+        return 0
+
+    def command(self, sql, what="", settings=None):
+        self.commands.append((sql, settings))
+        if self.fail_code is not None:
+            raise SinkError("refused", code=self.fail_code)
+        return type("Summary", (), {"written_rows": self.written})()
+
+    def query_rows(self, sql, parameters=None, what="", settings=None):
+        self.queries.append((sql, settings))
+        return self.answer

@@ -337,3 +337,17 @@ class BuiltTables:
                 done.touch()
         shutil.copytree(source, dest)
         return str(dest)
+
+
+def java_home_that_waits(directory: Path, wait: str) -> Path:
+    """A JAVA_HOME in `directory` whose java runs the shell lines `wait`, then the real java: a JVM still
+    starting while a test acts."""
+    java = shutil.which("java", path=os.path.join(os.environ.get("JAVA_HOME", ""), "bin")) or shutil.which(
+        "java"
+    )
+    assert java, "the tests need Java"
+    (directory / "bin").mkdir(parents=True)
+    script = directory / "bin" / "java"
+    script.write_text(f'#!/bin/sh\n{wait}\nexec {os.path.realpath(java)} "$@"\n')
+    script.chmod(0o755)
+    return directory

@@ -30,7 +30,7 @@ from cdc2ch.clickhouse.connection import remote as server
 from cdc2ch.clickhouse.serving.endpoint import ClickHouseHTTP, Limits
 from cdc2ch.clickhouse.serving.engine import Engine
 from cdc2ch.clickhouse.serving.httpservice import tls_context
-from tests.support.helpers import Proc, create_table, latest_version
+from tests.support.helpers import Proc, create_table, java_home_that_waits, latest_version
 
 PASSWORD = "serve-s3cret"
 
@@ -277,7 +277,8 @@ def test_run_serve_while_replicating(spark, monkeypatch, tmp_path):
     entry = f'[[pipelines]]\ntable = "{path}"\nprimary-key = "id"\n'
     config.write_text(f'clickhouse = "{dsn}"\npoll-interval = 0.2\n{entry}')
     gate = tmp_path / "spark-may-start"  # Spark's JVM starts once it exists: its first range waits for it
-    slow = {"JAVA_HOME": str(_gated_java_home(tmp_path, gate))}
+    gated = java_home_that_waits(tmp_path / "gated-jdk", f"while [ ! -e {gate} ]; do sleep 0.1; done")
+    slow = {"JAVA_HOME": str(gated)}
     args = ["run", "--config", str(config), "--serve", f"127.0.0.1:{port}"]
     service = Proc(*args, env={**env, **slow}, cwd=str(tmp_path))
     try:
@@ -412,29 +413,6 @@ def test_run_serve_while_replicating(spark, monkeypatch, tmp_path):
         code = service.wait()
     assert code == 0, service.stderr[-3000:]
     assert embedded._service(data) is None  # withdrawn from the holder file
-
-
-GATED_JAVA = """#!/bin/sh
-# Java once the test lets it start: a JVM still starting while the test acts.
-while [ ! -e {gate} ]; do sleep 0.1; done
-exec {java} "$@"
-"""
-
-
-def _gated_java_home(tmp_path, gate) -> str:
-    """A JAVA_HOME whose java waits for the file `gate` to exist, then runs the real one."""
-    import os
-
-    java = shutil.which("java", path=os.path.join(os.environ.get("JAVA_HOME", ""), "bin")) or shutil.which(
-        "java"
-    )
-    assert java, "the tests need Java"
-    home = tmp_path / "gated-jdk"
-    (home / "bin").mkdir(parents=True)
-    script = home / "bin" / "java"
-    script.write_text(GATED_JAVA.format(gate=gate, java=os.path.realpath(java)))
-    script.chmod(0o755)
-    return str(home)
 
 
 def _nth_event(proc: Proc, name: str, n: int, timeout: float) -> dict:

@@ -16,7 +16,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from cdc2ch.model.config import TargetName
-from tests.support.helpers import Proc, assert_replicated, committed_version, create_table, latest_version
+from tests.support.helpers import (
+    Proc,
+    assert_replicated,
+    committed_version,
+    create_table,
+    java_home_that_waits,
+    latest_version,
+)
 
 
 def _descendants(pid: int) -> list[tuple[int, int]]:
@@ -212,28 +219,6 @@ def test_a_stop_while_the_pipelines_are_listed_is_a_clean_stop(spark, tmp_path):
     assert any('"signal_received"' in line for line in done.stderr.splitlines()), done.stderr[-3000:]
 
 
-SLOW_JAVA = """#!/bin/sh
-# A JVM that takes long to start, as on a loaded machine: the real java, after a pause.
-sleep 120
-exec {java} "$@"
-"""
-
-
-def _slow_java_home(tmp_path: Path) -> Path:
-    import shutil
-
-    java = shutil.which("java", path=os.path.join(os.environ.get("JAVA_HOME", ""), "bin")) or shutil.which(
-        "java"
-    )
-    assert java, "the tests need Java"
-    home = tmp_path / "slow-jdk"
-    (home / "bin").mkdir(parents=True)
-    script = home / "bin" / "java"
-    script.write_text(SLOW_JAVA.format(java=os.path.realpath(java)))
-    script.chmod(0o755)
-    return home
-
-
 def _running_under(path: Path) -> list[int]:
     """Processes of this host whose command line names `path` (the slow java and what it runs)."""
     return [int(p.name) for p in Path("/proc").glob("[0-9]*") if str(path) in _cmdline(int(p.name))]
@@ -248,7 +233,7 @@ def test_a_stop_while_spark_starts_slowly_ends_at_once_and_begins_nothing(
     path = str(tmp_path / "t")
     create_table(spark, path, "id BIGINT, v STRING")
     spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'a'), (2, 'b')")
-    home = _slow_java_home(tmp_path)
+    home = java_home_that_waits(tmp_path / "slow-jdk", "sleep 120")  # as on a loaded machine
     env = {**_env(clickhouse_http), "JAVA_HOME": str(home), "CDC2CH_CLASS_ARCHIVE": "off"}
     service, loaded = TargetName(database, "service"), TargetName(database, "loaded")
     run = Proc(*_run(path, service, clickhouse_http, "--reader", "spark"), env=env, group=True)

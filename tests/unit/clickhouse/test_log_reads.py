@@ -4,7 +4,6 @@ with its own deduplication token; a range of appends is one statement."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import threading
 from datetime import timedelta
@@ -20,7 +19,7 @@ from cdc2ch.model import contract
 from cdc2ch.model.changeset import LOG, Commit, Files
 from cdc2ch.replication.metrics import Metrics
 from cdc2ch.replication.plan import state_pointed_at
-from tests.support.fakes import T0, FakeTable, Harness
+from tests.support.fakes import T0, FakeTable, Harness, RecordingSink
 
 MS = int(T0.timestamp() * 1000)
 
@@ -98,27 +97,6 @@ def test_the_written_metadata_of_files_of_several_commits_follows_the_rank_rule(
     assert token == "p:3-5:clickhouse:insert@4" and contract.batch_index(token) is None
 
 
-class Sink:
-    def __init__(self, fail_code=None):
-        self.fail_code, self.commands, self.queries = fail_code, [], []
-
-    def reads_files(self):
-        return contextlib.nullcontext()
-
-    def row_count(self, table_sql):
-        return 0
-
-    def command(self, sql, what="", settings=None):
-        self.commands.append((sql, settings))
-        if self.fail_code is not None:
-            raise SinkError("refused", code=self.fail_code)
-        return type("Summary", (), {"written_rows": 2})()
-
-    def query_rows(self, sql, parameters=None, what="", settings=None):
-        self.queries.append((sql, settings))
-        return [(1, 7)]
-
-
 def logged_history() -> FakeTable:
     t = FakeTable(cdf=False)
     t.commit(("insert", {"id": 1, "name": "a"}), files=Files(added=(("a.parquet", 1, True),)))
@@ -142,7 +120,7 @@ def test_the_pushdown_writer_writes_a_range_from_the_log_statement_by_statement(
             )
         )
 
-    ok = Sink()
+    ok = RecordingSink()
     assert writer(ok).write(rng, state, 0).rows == 6
     assert [(s["delta_lake_snapshot_version"], s["insert_deduplication_token"]) for _, s in ok.commands] == [
         (1, "p:1-2:clickhouse:insert@1"),
@@ -154,7 +132,7 @@ def test_the_pushdown_writer_writes_a_range_from_the_log_statement_by_statement(
     assert "'delete', toUInt8(1), toUInt64(10)" in sql  # version 2, rank 2
     assert "delta_lake_snapshot_start_version" not in settings and settings["insert_null_as_default"] == 0
 
-    refused = Sink(codes.CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN)
+    refused = RecordingSink(codes.CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN)
     with pytest.raises(
         SourceError, match=r"1 row\(s\) in versions 1\.\.2 of /lake/t have a null .* version 7"
     ):
@@ -166,7 +144,7 @@ def test_the_pushdown_writer_writes_a_range_from_the_log_statement_by_statement(
     unknown = h.source.changes(1, 2, origin=LOG)
     unknown.range_commits = [dataclasses.replace(c, files=None) for c in unknown.range_commits]
     with pytest.raises(SourceError, match="file actions of version 1 are not known"):
-        writer(Sink()).write(unknown, state, 0)
+        writer(RecordingSink()).write(unknown, state, 0)
 
 
 def test_a_pipeline_whose_ranges_all_come_from_the_log_needs_no_setting_for_the_feed():
@@ -194,7 +172,7 @@ def test_files_removed_by_a_commit_that_changes_the_schema_are_read_with_the_col
     t.commit(metadata=True, files=Files(added=(("b.parquet", 1, True),), removed=(("a.parquet", True),)))
     h = Harness(t)
 
-    class Described(Sink):
+    class Described(RecordingSink):
         def query_rows(self, sql, parameters=None, what="", settings=None):
             self.queries.append((sql, settings))
             return [("id", "Int64")]  # `name` came with version 2

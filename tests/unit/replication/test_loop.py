@@ -252,7 +252,6 @@ def test_inserts_are_equal_batches_of_about_the_batch_size_with_no_remainder_alo
 
 
 def test_the_pushdown_writer_sends_one_statement_and_names_null_keys_by_error_code():
-    import contextlib
     import threading
 
     import structlog
@@ -262,25 +261,10 @@ def test_the_pushdown_writer_sends_one_statement_and_names_null_keys_by_error_co
     from cdc2ch.clickhouse.writers import Destination
     from cdc2ch.clickhouse.writers.pushdown import PushdownWriter
     from cdc2ch.replication.metrics import Metrics
+    from tests.support.fakes import RecordingSink
 
-    class Sink:
-        def __init__(self, fail_code=None):
-            self.fail_code, self.commands = fail_code, []
-
-        def reads_files(self):
-            return contextlib.nullcontext()
-
-        def row_count(self, table_sql):
-            return 0
-
-        def command(self, sql, what="", settings=None):
-            self.commands.append((sql, settings))
-            if self.fail_code is not None:
-                raise SinkError("refused", code=self.fail_code)
-            return type("Summary", (), {"written_rows": 13})()
-
-        def query_rows(self, sql, parameters=None, what="", settings=None):
-            return [(2, 3)]  # two null keys, the first at version 3
+    def sink(fail_code=None):
+        return RecordingSink(fail_code, written=13, answer=[(2, 3)])  # two null keys, the first at version 3
 
     h = Harness(history())
     rng, state = h.source.changes(0, 4), state_pointed_at(None, "p", "/lake/t", "db.t", -1)
@@ -292,7 +276,7 @@ def test_the_pushdown_writer_sends_one_statement_and_names_null_keys_by_error_co
             )
         )
 
-    ok = Sink()
+    ok = sink()
     assert writer(ok).write(rng, state, 0).rows == 13
     ((sql, settings),) = ok.commands
     assert "FROM deltaLakeLocal('/lake/t')" in sql and "multiIf(_change_type = 'delete', 2" in sql
@@ -303,9 +287,9 @@ def test_the_pushdown_writer_sends_one_statement_and_names_null_keys_by_error_co
     with pytest.raises(
         SourceError, match=r"2 row\(s\) in versions 0\.\.4 of /lake/t have a null in primary-key column 'id'"
     ):
-        writer(Sink(codes.CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN)).write(rng, state, 0)
+        writer(sink(codes.CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN)).write(rng, state, 0)
     with pytest.raises(SinkError, match="refused"):  # any other refusal is ClickHouse's to explain
-        writer(Sink(codes.TOO_MANY_PARTS)).write(rng, state, 0)
+        writer(sink(codes.TOO_MANY_PARTS)).write(rng, state, 0)
 
 
 def test_reader_auto_is_chosen_when_the_pipeline_starts_not_when_it_is_built():
