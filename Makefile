@@ -73,7 +73,7 @@ demo: $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP))
 # embedded ClickHouse; a file's tests stay on one worker, so the tables a module builds once serve them all.
 # The suite is bound by CPU: on two cores three workers finish sooner than four, which only add contention.
 PYTEST_WORKERS ?= 3
-test: lint
+test: lint docs
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 # The unit layer alone: in-memory fakes of the ports, no JVM, no ClickHouse engine (seconds).
@@ -94,13 +94,14 @@ lint: install
 	$(BIN)/ruff format --check cdc2ch tests bench deploy
 	$(BIN)/mypy
 
-# The README's table of options by command, made anew from the commands (a unit test checks it is current).
-.PHONY: readme
-readme: install
-	$(BIN)/python -c "from cdc2ch.cli import main; from cdc2ch.commands.invocation.optiontable import write; write('README.md', main)"
+# The documentation site (mkdocs.yml, docs/) built into site/, its reference generated from the code's
+# declarations (docs/hooks/reference.py); --strict: a broken link or anchor fails. `mkdocs serve` for writing.
+.PHONY: docs
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 clean:
-	rm -rf $(VENV) $(SHARING_VENV) cdc2ch-demo .pytest_cache $(PROM_DIR)
+	rm -rf $(VENV) $(SHARING_VENV) cdc2ch-demo .pytest_cache $(PROM_DIR) site
 
 .PHONY: soak
 SEED    ?=

@@ -65,7 +65,7 @@ def pytest_collection_modifyitems(config, items):
 
 # The worker's own session writes the suite's Delta tables and reads for the in-process commands: queries
 # on a few hundred rows, each planned once, cheaper interpreted than compiled to Java per plan (figures in
-# the README's Development section). cdc2ch processes the suite starts keep Spark's defaults.
+# docs/development.md). cdc2ch processes the suite starts keep Spark's defaults.
 TEST_SESSION_CONF = (
     ("spark.sql.shuffle.partitions", "2"),
     ("spark.sql.codegen.wholeStage", "false"),

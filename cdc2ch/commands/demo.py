@@ -140,7 +140,7 @@ def run_demo(demo_dir: str, echo: Callable[[str], None]) -> bool:
         f"{cdc2ch} status --clickhouse {shlex.quote(dsn)}",
     ]:
         echo(f"  {line}")
-    echo('Then replicate a table of your own: README.md, "Your own table".')
+    echo('Then replicate a table of your own: docs/getting-started.md, "Your own table".')
     return match
 
 

@@ -116,7 +116,7 @@ class Schedule:
 # Pipelines that ClickHouse reads itself (--reader clickhouse, or auto) spend their turns waiting for its
 # statements and the offsets' inserts, not computing: four per core keep 200 small tables of a fleet within
 # two seconds of their commits beside a 20M-row load on two cores, where one per core let them fall 10 s
-# behind (bench/fleet.py, README: Benchmarks).
+# behind (bench/fleet.py, docs/benchmarks.md).
 CLICKHOUSE_TURNS_PER_CORE = 4
 
 

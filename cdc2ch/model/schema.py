@@ -35,7 +35,7 @@ _PRIMITIVE = {
     "date": "Date32",
     "timestamp": "DateTime64(6, 'UTC')",
     "timestamp_ntz": "DateTime64(6)",
-    # VARIANT: its JSON text (Spark's to_json), which keeps every value; see README "Table features".
+    # VARIANT: its JSON text (Spark's to_json), which keeps every value; see docs/reference/table-features.md.
     "variant": "String",
 }
 _DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")

@@ -43,7 +43,9 @@ def table_needs_spark(
     zoned = [
         f["name"] for f in schema.user_fields(schema_json) if schema.contains_type(f["type"], "timestamp")
     ]
-    if zoned:  # Spark writes them as INT96, which ClickHouse reads wrong after 2262 (README: limits)
+    if (
+        zoned
+    ):  # Spark writes them as INT96, which ClickHouse reads wrong after 2262 (docs/guides/run.md: limits)
         return f"it has TIMESTAMP columns ({', '.join(zoned)}), which ClickHouse reads wrong beyond 2262"
     return None
 

@@ -1,7 +1,8 @@
 """Generated Delta histories written by delta-rs: the operations a history is made of, drawn by Hypothesis, and
 their application to a table (one commit each, with a Change Data Feed or without one: replicated from its
 log), keeping primary keys unique. They stay
-within what both readers read (README, limits of `--reader clickhouse`): long and string columns, no VARIANT,
+within what both readers read (docs/guides/run.md, limits of `--reader clickhouse`): long and string columns, no
+VARIANT,
 no timestamps; delta-rs writes no deletion vectors and no column mapping."""
 
 from __future__ import annotations

@@ -33,8 +33,8 @@ def too_old(version: str | None, display: str) -> SinkError | None:
     need = ".".join(map(str, MINIMUM))
     return SinkError(
         f"ClickHouse at {display} is version {version}, and cdc2ch needs {need} or later: {WHY}. Nothing was "
-        f"written. Upgrade the server (any release from {need} on; the README lists the versions each feature "
-        f"needs), or replicate into another one."
+        f"written. Upgrade the server (any release from {need} on; docs/guides/deploying.md lists the versions "
+        f"each feature needs), or replicate into another one."
     )
 
 

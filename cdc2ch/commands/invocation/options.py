@@ -78,7 +78,7 @@ class GroupedHelp(click.Command):
                 key = next(o.name for o in options if o.scope != COMMAND)
                 text += f' In a --config file an option\'s key is its name: {key} = "...".'
             formatter.write_paragraph()
-            formatter.write_text(text + " README.md explains each one in full.")
+            formatter.write_text(text + " docs/reference/commands.md lists each one in full.")
 
 
 class Commands(click.Group):

@@ -24,7 +24,7 @@ CONFIGURE = (
     "spark.hadoop.hive.metastore.uris=thrift://HOST:9083, AWS Glue with spark.sql.catalogImplementation=hive "
     "and spark.hadoop.hive.metastore.client.factory.class=com.amazonaws.glue.catalog.metastore."
     "AWSGlueDataCatalogHiveClientFactory, Unity Catalog with spark.sql.catalog.NAME=io.unitycatalog.spark."
-    'UCSingleCatalog and its .uri and .token (README, "Catalog tables").'
+    "UCSingleCatalog and its .uri and .token (docs/guides/catalog.md)."
 )
 
 

@@ -363,7 +363,7 @@ def test_run_serve_while_replicating(spark, monkeypatch, tmp_path):
         # Without the password they are refused, and told where it goes.
         denied = Proc("query", "SELECT 1", "--clickhouse", dsn, env={"CDC2CH_SERVE_PASSWORD": ""})
         assert denied.wait() != 0 and "CDC2CH_SERVE_PASSWORD" in denied.stderr, denied.stderr
-        # `pause` and `resume` from another shell, as the README writes them (the default directory, no
+        # `pause` and `resume` from another shell, as docs/guides/day-two.md writes them (the default directory, no
         # --clickhouse): they reach the service on its read-only endpoint, with the credentials `status`
         # sends, and the service records them itself (issue 68: "only lets this process read", exit 2).
         pause = Proc("pause", "--pipeline", "cdc2ch.t", "--reason", "by hand", env=home, cwd=str(tmp_path))

@@ -1,5 +1,6 @@
-"""The README's "Your own table", run as written: a Delta table written by the project's own Spark with the
-settings `cdc2ch spark-conf` prints, replicated by `cdc2ch run --once`, shown by `cdc2ch query`. One shell,
+"""Getting started's "Your own table" (docs/getting-started.md; the README's are the same steps), run as
+written: a Delta table written by the project's own Spark with the settings `cdc2ch spark-conf` prints,
+replicated by `cdc2ch run --once`, shown by `cdc2ch query`. One shell,
 as a user's in the repository after `make demo`."""
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import pytest
 
 from tests.support.helpers import without_cdc2ch
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+GETTING_STARTED = Path(__file__).resolve().parents[3] / "docs" / "getting-started.md"
 
 
 def own_table_steps() -> str:
-    """The shell blocks of the README's "Your own table", in their order."""
-    section = README.read_text().split("\n### Your own table\n", 1)[1]
+    """The shell blocks of Getting started's "Your own table", in their order (the README's are the same:
+    tests/unit/test_docs.py)."""
+    section = GETTING_STARTED.read_text().split("\n## Your own table\n", 1)[1]
     section = re.split(r"\n#{2,4} ", section, maxsplit=1)[0]
     return "\n".join(re.findall(r"```bash\n(.*?)```", section, re.S))
 
@@ -27,7 +29,7 @@ def own_table_steps() -> str:
 def test_the_readmes_own_table_steps_run_as_written(tmp_path):
     venv = Path(sys.executable).parent.parent  # the repository's .venv, where `make demo` installs
     if not (venv / "bin" / "activate").is_file():
-        pytest.skip(f"{sys.executable} is not in a virtualenv, which the README's steps activate")
+        pytest.skip(f"{sys.executable} is not in a virtualenv, which the steps activate")
     (tmp_path / ".venv").symlink_to(venv)
     steps = own_table_steps()
     assert "spark-submit $(cdc2ch spark-conf)" in steps and "cdc2ch run" in steps and "cdc2ch query" in steps

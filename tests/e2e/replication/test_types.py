@@ -1,4 +1,5 @@
-"""Every Spark type of the README's type mapping survives Delta -> ClickHouse exactly (values, not strings)."""
+"""Every Spark type of the type mapping (docs/reference/types.md) survives Delta -> ClickHouse exactly (values,
+not strings)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Tables on object storage, against a real S3-compatible server (moto's server mode, tests/support/s3server.py),
-written by delta-rs and by Spark: the README's s3a:// example with only the endpoint and keys set, both readers,
+written by delta-rs and by Spark: the s3a:// example of docs/guides/object-storage.md with only the endpoint and
+keys set, both readers,
 status and the idle poll without a JVM, verify, snapshots, a pattern that discovers a table added later, and
 storage that refuses, throttles or is down, which leaves offsets where they were and says why."""
 

@@ -3,7 +3,6 @@ CDC2CH_CONFIG) names the file, whose `clickhouse` and pipelines it resolves as `
 
 from __future__ import annotations
 
-import click
 import pytest
 
 from cdc2ch.base.errors import ConfigError
@@ -79,19 +78,6 @@ def test_compact_names_its_table_by_target_pipeline_or_config(config):
         targets(_invocation("compact"))
     with pytest.raises(ConfigError, match="give one of them"):
         targets(_invocation("compact", "--target", "a.b", "--pipeline", "items"))
-
-
-def test_the_readme_lists_the_options_each_command_takes_as_the_commands_declare_them():
-    from pathlib import Path
-
-    from cdc2ch.commands.invocation.optiontable import replaced
-
-    readme = (Path(__file__).parents[3] / "README.md").read_text(encoding="utf-8")
-    assert replaced(readme, main) == readme, "run `make readme`"
-    # a command that lost an option: the table no longer matches
-    query = main.commands["query"]
-    trimmed = click.Command("query", params=[p for p in query.params if p.name != "config_path"])
-    assert replaced(readme, click.Group(commands={**main.commands, "query": trimmed})) != readme
 
 
 def test_status_reads_its_config_file_once(config, tmp_path, monkeypatch):

@@ -141,7 +141,7 @@ def test_type_mapping():
     assert clickhouse_type(nested, True) == "Map(String, Array(DateTime64(6, 'UTC')))"
     assert (
         clickhouse_type("variant", True, "v") == "Nullable(String)"
-    )  # its JSON text (README: Table features)
+    )  # its JSON text (docs/reference/table-features.md)
     with pytest.raises(SourceError, match="interval day to second"):
         clickhouse_type("interval day to second", True, "v")
     schema = {
