@@ -124,7 +124,8 @@ $(BENCH_STAMP): $(STAMP)
 # cdc2ch against the delta-rs reference loop and ClickHouse's own Delta reader (W1-W3), then the snapshot
 # readers; writes bench/results.md and bench/results.png; then the cost of reshape, verify, sharing and `status`
 # for 300 pipelines (goal < 2 s), what one light turn costs, what a cron poll with nothing new costs (whole
-# processes: wall, CPU, peak RSS, beside opening the embedded engine), and a fleet of small tables beside a load.
+# processes: wall, CPU, peak RSS, beside opening the embedded engine), a fleet of small tables beside a load,
+# and queries on the replica's current view against a plain table (20M rows; bench-quick: 2M).
 # bench-quick: the workloads at a tenth of the size.
 bench: $(BENCH_STAMP) bytecode
 	$(BIN)/python bench/workloads.py
@@ -137,9 +138,11 @@ bench: $(BENCH_STAMP) bytecode
 	$(BIN)/python bench/light_turn.py
 	$(BIN)/python bench/idle_poll.py
 	$(BIN)/python bench/fleet.py
+	$(BIN)/python bench/queries.py
 
 bench-quick: $(BENCH_STAMP) bytecode
 	$(BIN)/python bench/workloads.py --quick
+	$(BIN)/python bench/queries.py --quick
 	$(BIN)/python bench/light_turn.py
 	$(BIN)/python bench/idle_poll.py --runs 3
 	$(BIN)/python bench/fleet.py --quick

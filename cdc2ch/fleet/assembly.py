@@ -12,6 +12,7 @@ from cdc2ch.clickhouse.connection.transport import Sink
 from cdc2ch.clickhouse.state.compactlog import CompactStore
 from cdc2ch.clickhouse.state.control import ControlStore
 from cdc2ch.clickhouse.state.statestore import HealthStore, VerifyStore
+from cdc2ch.clickhouse.tables import merging
 from cdc2ch.clickhouse.tables.compaction import compact
 from cdc2ch.fleet.serviceports import ServicePorts
 from cdc2ch.model.config import RunConfig, TargetName
@@ -50,6 +51,8 @@ def service_ports(spark, sink: Sink) -> ServicePorts:
         requests=partial(ControlStore, sink),
         compactions=partial(CompactStore, sink),
         compact=compacted,
+        partitions=partial(merging.partitions, sink),
+        merge=partial(merging.merge, sink),
         pipeline=pipeline,
         jobs=SparkJobGroups(spark),
     )

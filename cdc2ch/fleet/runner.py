@@ -21,6 +21,7 @@ from cdc2ch.base.log import get_logger
 from cdc2ch.base.stop import Stopped
 from cdc2ch.fleet.health import HealthBook, kept_error
 from cdc2ch.fleet.lifecycle import Lifecycle
+from cdc2ch.fleet.merges import FinalMerges
 from cdc2ch.fleet.scheduler import NEVER, Schedule
 from cdc2ch.fleet.serviceports import ServicePorts
 from cdc2ch.fleet.upkeep import Upkeep
@@ -134,6 +135,7 @@ class Runner:
         self.schedule = Schedule(fleet.workers if fleet.isolate else 1)
         self.health = HealthBook(ports.health, ports.verified)
         self.upkeep = Upkeep(ports.compactions, ports.compact)  # between a pipeline's turns
+        self.merges = FinalMerges(ports.partitions, ports.merge, self.upkeep.busy)  # one at a time with it
         self.lifecycle = Lifecycle(ports.requests, self.poll_interval)  # pause, resume and resync requests
         self._warm = threading.Lock()
         self._warmed = self.once  # a --once run has no first change to speed up
@@ -215,7 +217,7 @@ class Runner:
                 self.schedule.cond.notify_all()
 
     def _turn(self, slot: Slot) -> None:
-        """One attempt of one pipeline (and its target's compaction when due), then its next turn scheduled:
+        """One attempt of one pipeline (and its target's compaction or merge when due), then its next turn scheduled:
         at once while it has more to do, after the poll interval when it had nothing new, at its retry time
         after a failure."""
         name, started = slot.cfg.pipeline, time.monotonic()
@@ -228,7 +230,8 @@ class Runner:
             else:
                 turn = self._attempt(slot)
                 if slot.error is None and not slot.gone and not self.stop.is_set():
-                    self.upkeep.after_turn(slot.cfg, slot.metrics)
+                    if not self.upkeep.after_turn(slot.cfg, slot.metrics):  # a compaction merges too
+                        self.merges.after_turn(slot.cfg, turn, slot.metrics)
         finally:
             if self.once:
                 due = NEVER

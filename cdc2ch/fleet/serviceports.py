@@ -6,6 +6,7 @@ opens. assembly.py builds them on a ClickHouse target and a Spark session; tests
     VerifyRecords      each pipeline's last `cdc2ch verify`     (clickhouse/state/statestore.py)
     RequestRecords     pause, resume and resync requests        (clickhouse/state/control.py)
     CompactionRecords  each target's last compaction            (clickhouse/state/compactlog.py)
+    Partition          a target's partition and its parts        (clickhouse/tables/merging.py)
     JobGroups          a pipeline's Spark jobs, to cancel alone (source/spark/threads.py)
     TableListing       what a table pattern's base holds now     (source/tablelisting.py)
 """
@@ -13,7 +14,7 @@ opens. assembly.py builds them on a ClickHouse target and a Spark session; tests
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -61,6 +62,22 @@ class Compaction(Protocol):
     seconds: float
 
 
+class Partition(Protocol):
+    @property
+    def partition_id(self) -> str: ...
+
+    @property
+    def parts(self) -> int:
+        """Its active parts."""
+
+    @property
+    def rows(self) -> int: ...
+
+    @property
+    def quiet_seconds(self) -> float:
+        """Since its newest part was written."""
+
+
 class JobGroups(Protocol):
     def of(self, pipeline: str) -> AbstractContextManager[None]:
         """Inside the block, the jobs this thread starts belong to `pipeline` (its group, its fair share)."""
@@ -91,6 +108,9 @@ class ServicePorts:
     compactions: Callable[[str], CompactionRecords]
     # Drop a target's old tombstones (recording the compaction); raises on failure, the tables unharmed.
     compact: Callable[[TargetName, timedelta | None], Compaction]
+    # A target's partitions with their active parts; the merge of one (its seconds), what FINAL returns unchanged.
+    partitions: Callable[[TargetName], Sequence[Partition]]
+    merge: Callable[[TargetName, str], float]
     # One pipeline, its table opened and its ports wired: (config, stop, metrics, the shared row budget).
     pipeline: Callable[[RunConfig, threading.Event, PipelineMetrics, RowBudget], Replicator]
     jobs: JobGroups

@@ -32,7 +32,7 @@ class Upkeep:
     ):
         self.records, self.compact = records, compact
         self.clock = clock
-        self._one = threading.Lock()  # held by the compaction running, if any
+        self.busy = threading.Lock()  # held by the compaction (or merge, merges.py) running, if any
         self._guard = threading.Lock()
         self._due: dict[str, float] = {}  # pipeline -> when its next compaction is due (clock seconds)
         self._recorded: dict[str, dict[str, Compacted]] = {}  # database -> the last compactions there
@@ -41,12 +41,12 @@ class Upkeep:
         """Compact the pipeline's target if it is due and no other compaction runs; whether it did."""
         if cfg.compact_every is None or self.clock() < self.due(cfg):
             return False
-        if not self._one.acquire(blocking=False):
+        if not self.busy.acquire(blocking=False):
             return False
         try:
             return self._compact(cfg, metrics)
         finally:
-            self._one.release()
+            self.busy.release()
 
     def due(self, cfg: RunConfig) -> float:
         """When the pipeline's next compaction is due: `every` after the target's last one recorded (by a

@@ -30,6 +30,10 @@ DEFAULT_MAX_ROWS_PER_READ = 500_000
 # The values a choice option accepts; the command line offers the same (see options.py).
 READERS = ("spark", "clickhouse", "auto")
 WRITERS = ("auto", "driver", "executors")
+SWITCH = ("on", "off")
+FINAL_MERGE_EVERY = timedelta(
+    minutes=1
+)  # a service's merges: each partition at most this often (fleet/merges.py)
 SCHEMA_CHANGES = ("fail", "resync", "follow")  # follow: renames and drops in place (renames.py)
 INITIAL_LOADS = ("auto", "snapshot", "changes")  # how a new pipeline begins (replication/startup/initial.py)
 # where a range's changes come from (replication/plan.py origin): the change data feed, the log's file actions
@@ -184,6 +188,10 @@ class RunConfig:
     # compact_older_than (None: all of them); None: never
     compact_every: timedelta | None = None
     compact_older_than: timedelta | None = None
+    # a service merges what FINAL would collapse (fleet/merges.py): each partition of the target at most once
+    # this often, once its pipeline is caught up; off: never
+    final_merges: str = "on"
+    final_merge_every: timedelta = None  # type: ignore[assignment]  # None: __post_init__ sets FINAL_MERGE_EVERY
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "table", anchored(self.table))
@@ -219,6 +227,7 @@ class RunConfig:
             ("writer", WRITERS),
             ("initial_load", INITIAL_LOADS),
             ("changes_from", CHANGES_FROM),
+            ("final_merges", SWITCH),
         ):
             value = getattr(self, name)
             if value not in choices:
@@ -238,7 +247,20 @@ class RunConfig:
             raise ConfigError(
                 f"--retries counts attempts per ClickHouse call: at least 1 (got {self.retries})."
             )
+        if self.final_merge_every is None:
+            object.__setattr__(self, "final_merge_every", FINAL_MERGE_EVERY)
+        if self.final_merge_every <= timedelta(0):
+            raise ConfigError(
+                f"--final-merge-every must be a positive duration such as 30s or 5m (got "
+                f"{self.final_merge_every}); --final-merges off turns the merges off."
+            )
         self._check_compaction()
+
+    @property
+    def merges_final(self) -> bool:
+        """Whether a service merges the target between turns (not with --once, nor on a cluster, whose
+        Distributed table has no parts of its own)."""
+        return self.final_merges == "on" and not self.once and not self.cluster
 
     def _check_compaction(self) -> None:
         if self.compact_every is None:

@@ -33,8 +33,13 @@ def view_name(target: TargetName, chosen: str | None) -> TargetName | None:
     return view
 
 
+# FINAL collapses each partition on its own, as merges do: a row's identity holds its partition
+# (docs/design.md, "Row identity"), and a partition of one merged part is read without collapsing.
+SETTINGS = "do_not_merge_across_partitions_select_final = 1"
+
+
 def current_select(target: TargetName, columns: Iterable[str]) -> str:
     """The view's query over `target` whose user columns are `columns`: each key's last state, live rows
     only."""
     cols = ", ".join(schema.quote(c) for c in columns)
-    return f"SELECT {cols} FROM {schema.qualified(target)} FINAL WHERE _is_deleted = 0"
+    return f"SELECT {cols} FROM {schema.qualified(target)} FINAL WHERE _is_deleted = 0 SETTINGS {SETTINGS}"

@@ -148,6 +148,16 @@ class Metrics:
         self.compaction_failures = Counter(
             "cdc2ch_compaction_failures", "Compactions that failed (tried again at the next).", p, registry=r
         )
+        self.final_merge_seconds = Histogram(
+            "cdc2ch_final_merge_seconds",
+            "Seconds per merge of a target's partition by a running service's upkeep (--final-merges).",
+            p,
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
+        self.final_merge_failures = Counter(
+            "cdc2ch_final_merge_failures", "Those merges that failed (tried again later).", p, registry=r
+        )
         self.paused = Gauge(
             "cdc2ch_paused",
             "1 while `cdc2ch pause` holds the pipeline (not a failure), else 0.",
@@ -239,6 +249,12 @@ class PipelineMetrics:
         self._m.paused.labels(self.name).set(1 if paused else 0)
         if paused:  # a paused pipeline is not failing
             self.failing(0)
+
+    def final_merged(self, seconds: float) -> None:
+        self._m.final_merge_seconds.labels(self.name).observe(seconds)
+
+    def final_merge_failed(self) -> None:
+        self._m.final_merge_failures.labels(self.name).inc()
 
     def compaction_failed(self) -> None:
         self._m.compaction_failures.labels(self.name).inc()

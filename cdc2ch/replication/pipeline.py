@@ -255,7 +255,7 @@ class Replicator:
         if committed < latest.version:
             self.claim()
             self.state, gave_way = self.catch_up(self.state, latest.version)
-        return StepOutcome(self.state.committed_version != before, gave_way)
+        return StepOutcome.of(before, self.state.committed_version, latest.version, gave_way)
 
     def rebuild(self, reason: str) -> bool:
         """`cdc2ch resync`: rebuild the target through the side-table swap; whether it was swapped in."""

@@ -53,8 +53,16 @@ class Standing:
 
 @dataclass(frozen=True)
 class StepOutcome:
-    """What one step of a pipeline did: whether it committed versions, and whether it ended between two ranges
-    to let other pipelines run, with work left."""
+    """What one step of a pipeline did: whether it committed versions, whether it ended between two ranges
+    to let other pipelines run, with work left, and whether it ended caught up (every version it saw
+    replicated: what the service's merges wait for, fleet/merges.py)."""
 
     committed: bool
     gave_way: bool = False
+    caught_up: bool = False
+
+    @classmethod
+    def of(cls, before: int, after: int, latest: int, gave_way: bool) -> StepOutcome:
+        """A step that moved the committed version from `before` to `after`, `latest` the newest it saw (one
+        that gave way has ranges left: it is behind)."""
+        return cls(after != before, gave_way, caught_up=after >= latest)

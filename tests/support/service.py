@@ -70,6 +70,8 @@ def service_ports(
         requests=lambda db: MemoryRecords(),
         compactions=lambda db: MemoryRecords(),
         compact=compact,
+        partitions=lambda target: [],
+        merge=lambda target, partition: 0.0,
         pipeline=lambda cfg, stop, metrics, budget: pipeline(cfg),  # type: ignore[arg-type, return-value]
         jobs=_Jobs(),
     )

@@ -20,6 +20,7 @@ from cdc2ch.model.config import (
     INITIAL_LOADS,
     READERS,
     SCHEMA_CHANGES,
+    SWITCH,
     WRITERS,
     RunConfig,
     default_dsn,
@@ -362,6 +363,13 @@ CATALOGUE: tuple[Option, ...] = (
     Option("compact-older-than", RUN, PIPELINE, metavar="DURATION", parse=duration("--compact-older-than"),
            help="With --compact-every: drop only tombstones committed longer ago than this (7d); younger ones "
            "stay for incremental readers. Default (or 0): every tombstone.", group=SERVICE),
+    Option("final-merges", RUN, PIPELINE, choices=SWITCH, default=_DEFAULT["final_merges"], show_default=True,
+           help="While running, merge the target's parts that SELECT ... FINAL (and the current view) would "
+           "otherwise collapse at each query: a partition at a time, between two turns of its pipeline once "
+           "it is caught up, one merge at a time per process. off: never.", group=SERVICE),
+    Option("final-merge-every", RUN, PIPELINE, metavar="DURATION", parse=duration("--final-merge-every"),
+           help="With --final-merges on: merge each partition at most this often (30s, 5m...); merges also "
+           "take at most a tenth of a pipeline's time. Default: 1m.", group=SERVICE),
     Option("pipeline", PIPELINES, PIPELINE,
            help="Name under which the offset is stored. Default: the target name. With --config: run only "
            "the pipeline of that name.", group=START),

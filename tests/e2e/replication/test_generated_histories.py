@@ -4,7 +4,8 @@ OPTIMIZE) on a table with a change data feed or without one (its changes then de
 writes it, and both readers replicate it into the embedded ClickHouse, one pipeline
 running after every version and one running once for the whole history, in ranges of drawn sizes; after
 each run FINAL equals the Delta table at the version it reached (read by delta-rs; Spark reads the last
-version too).
+version too). Between the runs of the first, a service's merge upkeep (fleet/merges.py) is forced to merge
+every partition it would: FINAL is the same after it.
 
 Derandomized: every run replays the same examples. Longer runs: `CDC2CH_HISTORY_EXAMPLES=N` draws N examples
 (default 4), `CDC2CH_HISTORY_LENGTH=N` histories of up to N operations (default 8)."""
@@ -13,12 +14,18 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
+from functools import partial
 
 import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from cdc2ch.model.config import TargetName
+from cdc2ch.clickhouse.tables import merging
+from cdc2ch.fleet.merges import FinalMerges
+from cdc2ch.model.config import RunConfig, TargetName
+from cdc2ch.replication.metrics import Metrics
+from cdc2ch.replication.standing import StepOutcome
 from tests.support.helpers import assert_rows_equal, clickhouse_rows, delta_rows, delta_rs_rows
 from tests.support.histories import History, Layout, keys, layouts, operations
 
@@ -71,10 +78,16 @@ EVERY_KIND = [
 def test_final_equals_delta_after_every_run(spark, sink, cli, tmp_path_factory, layout, first, ops, sizes):
     history, database = _new(tmp_path_factory, layout)
 
+    merged = []
+
     def run(pipeline: str, size: int) -> None:
         for reader in READERS:
             target = TargetName(database, f"{reader}_{pipeline}")
-            _run_and_compare(sink, cli, history, target, reader, sizes[reader][size])
+            merged.append(
+                _run_and_compare(
+                    sink, cli, history, target, reader, sizes[reader][size], upkeep=pipeline == "each"
+                )
+            )
 
     history.create(first)
     run("each", 0)
@@ -84,6 +97,8 @@ def test_final_equals_delta_after_every_run(spark, sink, cli, tmp_path_factory, 
         if done is not None:  # else nothing was committed
             run("each", 0)
     run("whole", 1)
+    if ops is EVERY_KIND:  # a drawn history may commit too little to leave parts to merge
+        assert sum(merged) > 0, "the upkeep never merged: nothing was shown"
     # The reference is read by delta-rs, which wrote the table: Spark must read the same rows.
     columns = COLUMNS + history.extra
     latest = history.version()
@@ -109,8 +124,11 @@ def _new(tmp_path_factory, layout: Layout) -> tuple[History, str]:
     return History(str(tmp_path_factory.mktemp(f"history{n}") / "t"), layout), f"h{os.getpid()}_{n}"
 
 
-def _run_and_compare(sink, cli, history: History, target, reader: str, rows: int, *options: str) -> None:
-    """`run --once` of `target`'s pipeline, then FINAL must equal Delta at the version the run found."""
+def _run_and_compare(
+    sink, cli, history: History, target, reader: str, rows: int, *options: str, upkeep: bool = False
+) -> int:
+    """`run --once` of `target`'s pipeline, then FINAL must equal Delta at the version the run found; with
+    `upkeep`, again once a service's upkeep has merged every partition it would. Returns its merges."""
     version = history.version()
     cli.replicate(
         "run", history.path, str(target), "--once", "--reader", reader, "--initial-load", "changes",
@@ -122,3 +140,26 @@ def _run_and_compare(sink, cli, history: History, target, reader: str, rows: int
         f"the generated history repeats a key: {expected}"
     )
     assert_rows_equal(expected, clickhouse_rows(sink, target, columns), f"{target} after version {version}")
+    if not upkeep:
+        return 0
+    done = _upkeep(sink, target)
+    assert_rows_equal(
+        expected,
+        clickhouse_rows(sink, target, columns),
+        f"{target} after version {version} and {done} merges",
+    )
+    return done
+
+
+def _upkeep(sink, target: TargetName) -> int:
+    """A service's merges of `target` after a caught-up turn, each due at once, until none is left."""
+    ticks = itertools.count(0, 10**6)  # every interval and share elapsed at each look
+    merges = FinalMerges(partial(merging.partitions, sink), partial(merging.merge, sink), threading.Lock(),
+                         clock=lambda: float(next(ticks)))  # fmt: skip
+    cfg = RunConfig("/t", ("id",), target, "chdb:///x", str(target))
+    turn, metrics = StepOutcome(committed=True, caught_up=True), Metrics().pipeline(str(target))
+    done = 0
+    while merges.after_turn(cfg, turn, metrics):
+        done += 1
+        assert done < 100, f"merges of {target} never end"
+    return done

@@ -425,7 +425,10 @@ def test_prepare_target_leaves_the_table_alone_on_a_breaking_change():
     assert change.breaking and sink.statements == []
 
 
-VIEW = "CREATE OR REPLACE VIEW `db`.`t_current` AS SELECT `id`, `n` FROM `db`.`t` FINAL WHERE _is_deleted = 0"
+VIEW = (
+    "CREATE OR REPLACE VIEW `db`.`t_current` AS SELECT `id`, `n` FROM `db`.`t` FINAL WHERE _is_deleted = 0 "
+    "SETTINGS do_not_merge_across_partitions_select_final = 1"
+)
 
 
 def test_the_view_is_replaced_once_per_process_then_only_with_the_tables_columns():

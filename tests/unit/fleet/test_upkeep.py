@@ -82,7 +82,7 @@ def test_one_compaction_at_a_time_and_a_failure_tried_again_sooner(world):
     _, calls, failures, make = world
     clock, metrics = Clock(1000.0), Metrics()
     keeper = make(clock)
-    with keeper._one:  # another pipeline's compaction runs: this one waits for a later turn
+    with keeper.busy:  # another pipeline's compaction runs: this one waits for a later turn
         assert not keeper.after_turn(_cfg("a"), metrics.pipeline("a")) and calls == []
     failures.append(SinkError("ClickHouse went away"))
     assert not keeper.after_turn(_cfg("a"), metrics.pipeline("a")) and len(calls) == 1

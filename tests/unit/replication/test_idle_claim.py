@@ -44,7 +44,7 @@ def test_a_version_that_comes_after_the_look_is_claimed_before_it_is_written():
     job.start()
     assert job.standing.stage is Stage.HELD and job.standing.inputs is not None
     h.table.commit(("insert", {"id": 9, "name": "nine"}), ("delete", 1))
-    assert job.step() == StepOutcome(committed=True)
+    assert job.step() == StepOutcome(committed=True, caught_up=True)
     job.close()
     assert h.lock.acquired == 2 and job.standing == Standing(Stage.CLAIMED)
     assert h.final() == h.expected()
