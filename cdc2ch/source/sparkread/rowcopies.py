@@ -80,11 +80,11 @@ def without_copies(spark, log, snapshot, frame, copies: Copies):
     same = [F.col("_commit_version") == F.col("_held_version")] + [
         _named(c).eqNullSafe(F.col(f"_held_{i}")) for i, c in enumerate(copies.key)
     ]
-    at = F.col("_commit_version").isin(list(copies.versions))
-    deletes = frame.where(at & (F.col("_change_type") == "delete")).join(held, same, "left_anti")
-    return (
-        frame.where(~at).unionByName(inserts).unionByName(deletes.select(*[_named(c) for c in frame.columns]))
-    )
+    # One pass over `frame` (each of its scans plans with a Spark job): the inserts of those versions out,
+    # the rest anti-joined with the keys they hold, which match only rows of those versions.
+    copied = F.col("_commit_version").isin(list(copies.versions)) & (F.col("_change_type") == "insert")
+    kept = frame.where(~copied).join(held, same, "left_anti")
+    return kept.select(*[_named(c) for c in frame.columns]).unionByName(inserts)
 
 
 def _new_files(spark, log, versions: dict[int, datetime]) -> list:
