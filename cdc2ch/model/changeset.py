@@ -60,6 +60,7 @@ class Commit:
     properties: dict[str, Any] | None = None  # the table properties of that metaData action
     files: Files | None = field(default=None, compare=False)  # None: not known (a share's answer)
     protocol: bool = False  # carries a protocol action: new table features
+    rows_preserved: bool = False  # its writer kept the row ids and commit versions of rows it copied
 
 
 class Changes(Protocol):

@@ -18,6 +18,9 @@ from cdc2ch.model.changeset import Commit, Files
 # Bytes per row assumed for change files when a commit carries no statistics to learn it from. Small on
 # purpose: an over-estimate only makes read ranges smaller.
 DEFAULT_BYTES_PER_ROW = 8
+ROWS_PRESERVED = (
+    "delta.rowTracking.preserved"  # the commitInfo tag of a writer that kept row tracking's values
+)
 
 
 def parse_commit(version: int, text: str, modified_ms: int) -> Commit:
@@ -58,6 +61,7 @@ def parse_commit(version: int, text: str, modified_ms: int) -> Commit:
             tuple(c["path"] for c in cdcs),
         ),
         protocol=protocol,
+        rows_preserved=str((info.get("tags") or {}).get(ROWS_PRESERVED, "")).lower() == "true",
     )
 
 

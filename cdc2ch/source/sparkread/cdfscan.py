@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from cdc2ch.model.changeset import Commit
 from cdc2ch.source.deltalog.commitlog import missing_table, not_a_delta_table
+from cdc2ch.source.sparkread.rowcopies import Copies, without_copies
 
 
 def delta_log(spark, location: str):
@@ -59,7 +60,13 @@ class StateSnapshots:
 
 
 def scanned_changes(
-    spark, location: str, start: int, end: int, snapshots: StateSnapshots | None = None, coarse: bool = False
+    spark,
+    location: str,
+    start: int,
+    end: int,
+    snapshots: StateSnapshots | None = None,
+    coarse: bool = False,
+    copies: Copies | None = None,
 ):
     """The same change feed as Delta's documented read, built by the function that read calls
     (CDCReader.changesToBatchDF, with the schema of version `end`), without the relation that read wraps it
@@ -72,7 +79,8 @@ def scanned_changes(
     derivation for commits without change files, asked for every commit, whether the table records a feed
     or not — the rows of each data file a commit adds are inserts, those of each it removes deletes, and a
     file re-added with another deletion vector yields exactly the rows the two vectors differ by. The
-    documented read has no such option, so a failure is raised, not answered with None."""
+    documented read has no such option, so a failure is raised, not answered with None. `copies`: the
+    commits whose rows copied unchanged row tracking marks, left out (rowcopies.py)."""
     from pyspark.sql import DataFrame
 
     jvm, session = spark._jvm, spark._jsparkSession
@@ -88,7 +96,8 @@ def scanned_changes(
         )
         if lent is None and snapshots is not None:
             snapshots.keep(int(end), snapshot)
-        return DataFrame(frame, spark)
+        changes = DataFrame(frame, spark)
+        return without_copies(spark, log, snapshot, changes, copies) if coarse and copies else changes
     except Exception:
         if coarse:
             raise

@@ -30,6 +30,7 @@ from cdc2ch.source.spark.threads import to_arrow
 from cdc2ch.source.sparkread.cdfscan import StateSnapshots, check_table
 from cdc2ch.source.sparkread.cdfscan import scanned_changes as _scanned_changes
 from cdc2ch.source.sparkread.feed import SparkChanges
+from cdc2ch.source.sparkread.rowcopies import marked
 from cdc2ch.source.sparkread.tablemeta import JvmMetadata, LogMetadata, TableMetadata
 from cdc2ch.source.storefaults import storage_error
 
@@ -232,16 +233,18 @@ class DeltaSource:
         `key`: the columns that identify a row, where the caller knows them: a local table's feed read then
         leaves out the pre-images no target row needs (preimages.py)."""
         self._check()
-        changes = SparkChanges(self, start, end, key if self.local else (), origin)
+        # (the key serves a local table's feed read, and any read from the log: rowcopies.py)
+        changes = SparkChanges(self, start, end, key if self.local or origin == LOG else (), origin)
         if not self.logged_by_python():
             _ = changes.frame  # planned now, as Delta checks the range then
         return changes
 
-    def _plan_changes(self, start: int, end: int, origin: str = FEED):
+    def _plan_changes(self, start: int, end: int, origin: str = FEED, key: tuple[str, ...] = ()):
         spark = session_of(self._spark, f"reading the changes of {self.uri} through Spark")
         if origin == LOG:
+            copies = marked(self.commits(start, end), key)
             try:
-                return _scanned_changes(spark, self.location, start, end, self._snapshots, coarse=True)
+                return _scanned_changes(spark, self.location, start, end, self._snapshots, True, copies)
             except Exception as exc:
                 raise self.translate(exc, CHANGE_FEED, start, end) from exc
         frame = _scanned_changes(spark, self.location, start, end, self._snapshots)

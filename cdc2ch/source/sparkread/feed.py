@@ -41,7 +41,7 @@ class SparkChanges:
         """The Spark read, planned on first use (starting Spark if need be)."""
         if self._frame is None:
             with phases.timed("plan"):  # (a JVM started for it counts as its own phase)
-                self._frame = self.source._plan_changes(self.start, self.end, self.origin)
+                self._frame = self.source._plan_changes(self.start, self.end, self.origin, self.key)
         return self._frame
 
     @property

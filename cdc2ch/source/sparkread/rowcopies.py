@@ -1,0 +1,120 @@
+"""The rows a copy-on-write commit copied unchanged, left out of the changes derived from the log where row
+tracking marks them.
+
+Derived from the log (cdfscan.scanned_changes, coarse), every row of a file a commit adds is an insert and
+every row of a file it removes a delete: a MERGE, UPDATE or DELETE that rewrites a file writes again each row
+it did not touch. Where the table tracks rows and the commit says it kept their row commit versions (the
+`delta.rowTracking.preserved` tag of its commitInfo), a row of an added file whose row commit version is not
+the commit's own was copied, unchanged, from a file the commit removed: only the rows of the commit's own
+version are inserts, and a removed row is a delete only where its key is among none of the rows the commit
+added (a copied key is not touched at all; an updated one is written by its insert). Other commits (appends,
+overwrites, RESTORE, whose restored rows keep their old versions) are left as derived.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from cdc2ch.model import contract
+from cdc2ch.model.changeset import Commit
+
+REWRITES = ("MERGE", "UPDATE", "DELETE")  # the operations that copy rows when they rewrite a file
+
+
+@dataclass(frozen=True)
+class Copies:
+    """What leaving out copies needs: the versions whose copies row tracking marks (each with its commit
+    time), and the columns that identify a row."""
+
+    versions: dict[int, datetime]
+    key: tuple[str, ...]
+
+
+def marked(commits: Iterable[Commit], key: Sequence[str]) -> Copies | None:
+    """The commits among `commits` whose copied rows row tracking marks, or None: none, or no key known."""
+    versions = {
+        c.version: c.timestamp
+        for c in commits
+        if c.rows_preserved and c.operation in REWRITES and c.files is not None and c.files.removed
+    }
+    return Copies(versions, tuple(key)) if versions and key else None
+
+
+def without_copies(spark, log, snapshot, frame, copies: Copies):
+    """`frame` (the changes derived from the log, Delta's coarse read over `log` with `snapshot`'s schema)
+    with the copied rows of `copies.versions` left out: their inserts are the rows of the files they add
+    whose row commit version is their own (read by Delta with row tracking's metadata column), their deletes
+    the removed rows whose key none of those files holds. `frame` as it is when no added file of those
+    versions tells its rows' versions (row tracking off)."""
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+
+    jvm = spark._jvm
+    if not jvm.org.apache.spark.sql.delta.RowTracking.isEnabled(snapshot.protocol(), snapshot.metadata()):
+        return frame  # (a range never spans a metaData commit: its end's properties are every commit's)
+    adds = _new_files(spark, log, copies.versions)
+    if not adds:
+        return frame
+    files = jvm.java.util.ArrayList()
+    for add in adds:
+        files.add(add)
+    scanned = jvm.scala.jdk.javaapi.CollectionConverters.asScala(files).toSeq()
+    added = DataFrame(log.createDataFrame(snapshot, scanned, False, jvm.scala.Option.empty()), spark)
+    # A file a commit adds (a new path) was first added by it: its default row commit version is that commit's.
+    version = F.col("_metadata.default_row_commit_version")
+    times = F.create_map(*[x for v, ts in copies.versions.items() for x in (F.lit(v), F.lit(ts))])
+    columns = [c for c in frame.columns if c not in contract.CDF_COLUMNS]
+    inserts = added.where(F.col("_metadata.row_commit_version") == version).select(
+        *[_named(c) for c in columns],
+        F.lit("insert").alias("_change_type"),
+        version.alias("_commit_version"),
+        times[version].cast("timestamp").alias("_commit_timestamp"),
+    )
+    # The keys each commit holds after it, null-safe (a sorting key's columns beyond the primary key may be
+    # null); hashed, not sorted, for the anti-join that keeps the removed rows whose key none holds.
+    held = added.select(
+        *[_named(c).alias(f"_held_{i}") for i, c in enumerate(copies.key)], version.alias("_held_version")
+    ).hint("shuffle_hash")
+    same = [F.col("_commit_version") == F.col("_held_version")] + [
+        _named(c).eqNullSafe(F.col(f"_held_{i}")) for i, c in enumerate(copies.key)
+    ]
+    # One pass over `frame` (each of its scans plans with a Spark job): the inserts of those versions out,
+    # the rest anti-joined with the keys they hold, which match only rows of those versions.
+    copied = F.col("_commit_version").isin(list(copies.versions)) & (F.col("_change_type") == "insert")
+    kept = frame.where(~copied).join(held, same, "left_anti")
+    return kept.select(*[_named(c) for c in frame.columns]).unionByName(inserts)
+
+
+def _new_files(spark, log, versions: dict[int, datetime]) -> list:
+    """The AddFile actions (JVM objects) with a data change of `versions` whose paths the same commit does not
+    remove, each first added at its commit (its defaultRowCommitVersion); none at all when one of them has no
+    row commit version (row tracking off at that commit)."""
+    none, found = spark._jvm.scala.Option.empty(), []
+    for v in sorted(versions):
+        commits = log.getChanges(int(v), int(v), none, False)
+        while commits.hasNext():
+            actions = commits.next()._2().iterator()
+            adds, removed = [], set()
+            while actions.hasNext():
+                action = actions.next()
+                kind = action.getClass().getSimpleName()
+                if kind == "AddFile" and action.dataChange():
+                    adds.append(action)
+                elif kind == "RemoveFile" and action.dataChange():
+                    removed.add(action.path())
+            for add in adds:
+                if add.path() in removed:
+                    continue  # re-added with a deletion vector: its rows are all copies
+                first = add.defaultRowCommitVersion()
+                if first.isEmpty() or first.get() != v or add.deletionVector() is not None:
+                    return []
+                found.append(add)
+    return found
+
+
+def _named(column: str):
+    from pyspark.sql import functions as F
+
+    return F.col("`" + column.replace("`", "``") + "`")
