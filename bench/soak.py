@@ -476,7 +476,7 @@ def run_phase(p: Phase) -> dict:
         replica = Replica(ends.reader_url)
         chaos_loop(p, rng, journal, replica)
         stop_file.touch()  # the end: the writer stops, faults are cleared, the service catches up
-        writer.wait(120)
+        writer.wait(STOP_TIMEOUT)  # a Spark commit in flight ends first; on a loaded machine, minutes
         journal.read()
         p.commits = sum(len(c) for c in journal.commits.values())
         offsets, latest = settle(p, journal, replica, lake)
