@@ -166,6 +166,17 @@ class Phase:
             self.service.kill()
             self.service.wait()
             return None
+        finally:
+            end_group(self.service)
+
+
+def end_group(proc: subprocess.Popen) -> None:
+    """What systemd does once a service's main process has exited (KillMode=mixed): kill what is left of
+    its group. A JVM left by a `kill -9` of its driver lives on otherwise, and takes a share of the CPU."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def wait_until_logging(log: Path, before: int, timeout: float = 60) -> None:
@@ -465,7 +476,7 @@ def run_phase(p: Phase) -> dict:
         replica = Replica(ends.reader_url)
         chaos_loop(p, rng, journal, replica)
         stop_file.touch()  # the end: the writer stops, faults are cleared, the service catches up
-        writer.wait(120)
+        writer.wait(STOP_TIMEOUT)  # a Spark commit in flight ends first; on a loaded machine, minutes
         journal.read()
         p.commits = sum(len(c) for c in journal.commits.values())
         offsets, latest = settle(p, journal, replica, lake)
@@ -488,6 +499,8 @@ def run_phase(p: Phase) -> dict:
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        if p.service is not None:
+            end_group(p.service)
         ends.close()
 
 
@@ -508,6 +521,7 @@ def chaos_loop(p: Phase, rng: random.Random, journal: Journal, replica: Replica)
             p.start()
         if not p.alive():
             p.exits[f"unexpected->{p.service.returncode}"] += 1
+            end_group(p.service)
             time.sleep(1)
             p.start()
         known.update(replica.offsets())  # the last offsets read: while the service restarts, none are
@@ -542,6 +556,7 @@ def settle(p: Phase, journal: Journal, replica: Replica, lake: Path) -> tuple[di
     while time.time() < deadline:
         if not p.alive():
             p.exits[f"unexpected->{p.service.returncode}"] += 1
+            end_group(p.service)
             p.start()
         offsets = {**offsets, **replica.offsets()}
         if all(offsets.get(t) == latest[t] for t in tables):
@@ -606,14 +621,23 @@ def main() -> int:
     targets = ["server", "embedded"] if args.target == "both" else [args.target]
     if len(targets) > 1:  # a process hosts one embedded engine: each target in a process of its own
         print(f"soak seed {seed}: {args.minutes} min over {', '.join(targets)}", flush=True)
-        codes = []
+        # Side by side: a phase mostly waits (on JVMs starting, on its service catching up), and each has its
+        # own directory, engine, ports and writer. Each one's output is printed whole once both have ended.
+        phases = []
         for i, t in enumerate(targets):
             cmd = [sys.executable, __file__, "--target", t, "--seed", str(seed + i), "--minutes",
                    str(args.minutes / len(targets)), "--spark-share", str(args.spark_share)]  # fmt: skip
             cmd += ["--verbose"] if args.verbose else []
             if args.workdir:
                 cmd += ["--workdir", str(Path(args.workdir) / t)]
-            codes.append(subprocess.call(cmd))
+            out = tempfile.TemporaryFile("w+")  # noqa: SIM115 (read back below)
+            phases.append((subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True), out))
+        codes = []
+        for proc, out in phases:
+            codes.append(proc.wait())
+            out.seek(0)
+            print(out.read(), end="", flush=True)
+            out.close()
         return 0 if all(c == 0 for c in codes) else 1
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix=f"cdc2ch-soak-{targets[0]}-"))
     work.mkdir(parents=True, exist_ok=True)

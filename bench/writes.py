@@ -8,6 +8,7 @@ that exist (updates, deletes, re-inserts, key moves) or that do not (appends).
 from __future__ import annotations
 
 import random
+import threading
 import time
 from pathlib import Path
 
@@ -41,7 +42,12 @@ def spark_sql(value) -> str:
 class Writer:
     def __init__(self, lake: Path, rng: random.Random, spark_share: float = 0.0):
         self.lake, self.rng, self.spark_share = lake, rng, spark_share
-        self._spark = None  # started at the first Spark commit
+        self._spark = None
+        # Spark starts beside the first delta-rs commits: started at the first Spark commit instead, its JVM
+        # held every table still for as long as it took to start, on a loaded machine minutes.
+        self._starting = threading.Thread(target=self._start_spark, daemon=True) if spark_share > 0 else None
+        if self._starting is not None:
+            self._starting.start()
         self.live: dict[str, set] = {}  # table -> live keys
         self.next_id: dict[str, int] = {}
         self.grown = False
@@ -152,13 +158,18 @@ class Writer:
             dt.optimize.compact()
         return self._entry(name, op)
 
+    def _start_spark(self) -> None:
+        from cdc2ch.model.config import SparkSettings
+        from cdc2ch.source.spark.session import session
+
+        self._spark = session(SparkSettings(master="local[1]"))
+
     def _spark_step(self, name: str) -> dict:
         """An UPDATE, DELETE or MERGE through Spark SQL."""
+        if self._starting is not None:
+            self._starting.join()
         if self._spark is None:
-            from cdc2ch.model.config import SparkSettings
-            from cdc2ch.source.spark.session import session
-
-            self._spark = session(SparkSettings(master="local[1]"))
+            self._start_spark()
         path, op = self.lake / name, self.rng.choice(["update", "delete", "merge"])
         keys = self._some(name, 3)
         where = self._predicate(name, keys, spark_sql)

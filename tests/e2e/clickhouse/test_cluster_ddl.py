@@ -219,7 +219,8 @@ def test_every_statement_a_cluster_pipeline_sends_is_clickhouse_sql(sink, databa
         f"CREATE OR REPLACE TABLE {database}.orders ON CLUSTER main AS {database}.orders_local\n"
         f"ENGINE = Distributed(main, {database}, orders_local, cityHash64(id))",
         f"CREATE OR REPLACE VIEW {database}.orders_current ON CLUSTER main\nAS SELECT\n    id,\n    city,\n"
-        f"    created_at,\n    amount\nFROM {database}.orders\nFINAL\nWHERE _is_deleted = 0",
+        f"    created_at,\n    amount\nFROM {database}.orders\nFINAL\nWHERE _is_deleted = 0\n"
+        "SETTINGS do_not_merge_across_partitions_select_final = 1",
         f"DROP TABLE IF EXISTS {database}.orders__cdc2ch_resync ON CLUSTER main SYNC",
     ]
 
