@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 import click
 
@@ -165,24 +166,36 @@ def filled(markdown: str) -> str:
     return MARKER.sub(lambda m: TABLES[m.group(1)](), markdown)
 
 
-def on_page_markdown(markdown: str, **kwargs) -> str:  # mkdocs hook
+def on_page_markdown(markdown: str, page, config, **kwargs) -> str:  # mkdocs hook
+    results = RESULTS.get(page.file.src_uri)
+    if results is not None:
+        root = Path(config["config_file_path"]).parent
+        markdown = markdown.rstrip() + "\n\n" + appended((root / results).read_text(encoding="utf-8"))
     return filled(markdown)
 
 
 # What `make bench` writes (bench/workloads.py): its charts, images of the Benchmarks page, and its results
-# with the history of every full run, a page of its own.
+# with every full run's output, appended to the history page written by hand beside them.
 CHARTS = {"img/results.png": "bench/results.png", "img/results-quick.png": "bench/results-quick.png"}
 RESULTS = {"benchmark-history.md": "bench/results.md"}
+APPENDED_TITLE = "## The output of each full run"
+
+
+def appended(results: str) -> str:
+    """bench/results.md as a section of a page: its title replaced, its other headings one level down (none
+    inside a code block)."""
+    out, fenced = [APPENDED_TITLE], False
+    for line in results.splitlines()[1:]:
+        if line.startswith("```"):
+            fenced = not fenced
+        out.append("#" + line if line.startswith("#") and not fenced else line)
+    return "\n".join(out) + "\n"
 
 
 def on_files(files, config, **kwargs):  # mkdocs hook
-    from pathlib import Path
-
     from mkdocs.structure.files import File
 
     root = Path(config["config_file_path"]).parent
     for uri, source in CHARTS.items():
         files.append(File.generated(config, uri, abs_src_path=str(root / source)))
-    for uri, source in RESULTS.items():
-        files.append(File.generated(config, uri, content=(root / source).read_text(encoding="utf-8")))
     return files
