@@ -10,7 +10,7 @@ only the feed may be read (`--changes-from cdf`, or a share), files a replay rea
 when the replay costs clearly more than a snapshot:
 
 - more than REPLAY_RATIO (2) times the rows the table holds now. A change row and a snapshot row cost about
-  the same to move (Benchmarks, 2 cores, Spark reader: the change feed 368,000–479,000 rows/s, a snapshot
+  the same to move (docs/benchmarks.md, 2 cores, Spark reader: the change feed 368,000–479,000 rows/s, a snapshot
   282,000–326,000 rows/s), and the replay's count is an upper bound (Commit.estimated_rows), so twice as many
   rows is a replay that costs more even where the estimate is generous and the feed reads faster per row;
 - and more than REPLAY_FLOOR (1,000,000) rows beyond them: below that the difference is a few seconds, less
