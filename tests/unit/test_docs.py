@@ -15,6 +15,7 @@ import pytest
 
 from cdc2ch.cli import main
 from cdc2ch.commands.invocation.catalogue import CATALOGUE, COMMAND
+from tests.support.doc_examples import Example, disagreements, examples
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -114,7 +115,53 @@ def _shell_blocks(text: str, heading: str) -> str:
 
 def test_the_readmes_walkthrough_is_the_getting_started_one():
     """The README's five minutes are the site's "Your own table", word for word in their commands
-    (tests/e2e/commands/test_own_table.py runs them)."""
+    (tests/e2e/commands/test_getting_started.py runs them)."""
     ours = _shell_blocks(README.read_text(encoding="utf-8"), "### Your own table")
     site = _shell_blocks(GETTING_STARTED.read_text(encoding="utf-8"), "## Your own table")
     assert ours and ours == site
+
+
+def test_each_shell_example_of_getting_started_shows_its_exit_status():
+    """tests/e2e/commands/test_getting_started.py runs each block and holds it to what the page shows."""
+    found = examples(GETTING_STARTED.read_text(encoding="utf-8"))
+    assert [e.script for e in found if e.exit_status is None] == []
+    sections = [e.section for e in found]
+    assert {"Install and the demo", "Your own table", "The first service"} <= set(sections), sections
+    service = next(e for e in found if e.section == "The first service")
+    assert "--serve" in service.script and "cdc2ch status" in service.script and "kill %1" in service.script
+
+
+PAGE = """## Run it
+
+```bash
+cdc2ch run --once
+```
+
+Prose between.
+
+```text
+cdc2ch.orders: versions 0..2 replicated, 3 rows written, in …s
+(exit status 0)
+```
+
+```bash
+cdc2ch status
+```
+"""
+
+
+def test_an_example_is_held_to_its_exit_status_and_its_shown_lines():
+    run, status = examples(PAGE)
+    assert run == Example(
+        "Run it",
+        "cdc2ch run --once\n",
+        ("cdc2ch.orders: versions 0..2 replicated, 3 rows written, in …s",),
+        0,
+    )
+    assert status.exit_status is None and status.shown == ()
+    printed = "cdc2ch.orders:  versions 0..2 replicated, 3 rows written, in 58.2s\n"
+    assert disagreements(run, 0, printed) == []
+    assert disagreements(run, 2, printed) == ["exit status 2, the page shows 0"]
+    assert disagreements(run, 0, "cdc2ch.orders: versions 0..1 replicated, 2 rows written, in 1.0s") == [
+        "the page shows 'cdc2ch.orders: versions 0..2 replicated, 3 rows written, in …s', not printed"
+    ]

@@ -16,9 +16,11 @@ from delta.tables import DeltaTable
 
 from cdc2ch.cli import main
 from cdc2ch.model.config import TargetName
+from tests.support.doc_examples import disagreements, examples
 from tests.support.helpers import create_table, vacuum_everything, without_cdc2ch
 
 COLS = "id BIGINT, name STRING"
+GETTING_STARTED = Path(__file__).resolve().parents[3] / "docs" / "getting-started.md"
 
 
 def test_every_option_is_explained():
@@ -198,7 +200,7 @@ def test_demo_command(tmp_path):
     from a shell with no `cdc2ch` on its PATH, as `make demo` starts .venv/bin/cdc2ch."""
     shell = {**os.environ, "PATH": without_cdc2ch(os.environ["PATH"])}
     proc = subprocess.run(
-        [sys.executable, "-m", "cdc2ch", "demo", "--dir", str(tmp_path / "demo")],
+        [sys.executable, "-m", "cdc2ch", "demo", "--dir", str(tmp_path / "cdc2ch-demo")],
         capture_output=True,
         text=True,
         timeout=600,
@@ -207,6 +209,11 @@ def test_demo_command(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
+    # What Getting started shows of `make demo` (docs/getting-started.md): its lines and its exit status.
+    (shown,) = [
+        e for e in examples(GETTING_STARTED.read_text(encoding="utf-8")) if e.script.startswith("make demo")
+    ]
+    assert disagreements(shown, proc.returncode, out) == [], out
     assert "Tables match." in out
     assert "Soft-deleted keys kept as tombstones: 3, 4" in out
     assert "cdc2ch.customers" in out and "behind_s" in out
