@@ -100,6 +100,13 @@ lint: install
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
+# The picture of the shipped Grafana dashboard in docs/guides/monitoring.md: each panel's queries answered by a
+# real Prometheus scraping a real cdc2ch while commits arrive, drawn by deploy/grafana/picture.py (about 5 min).
+# Grafana itself is in none of the package registries the project installs from, so it cannot render it.
+.PHONY: dashboard-picture
+dashboard-picture: install
+	$(BIN)/python deploy/grafana/picture.py docs/img/dashboard.png
+
 clean:
 	rm -rf $(VENV) $(SHARING_VENV) cdc2ch-demo .pytest_cache $(PROM_DIR) site
 
