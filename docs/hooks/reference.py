@@ -19,9 +19,17 @@ import click
 MARKER = re.compile(r"^<!-- reference: ([a-z-]+) -->$", re.M)
 
 
+def _prose(text: str) -> str:
+    """Help text as Markdown shows it: a `*` outside a code span is a character, not emphasis (a glob such
+    as /lake/sales/* and orders_* lost both stars and came out in italics)."""
+    return "".join(
+        part if part.startswith("`") else part.replace("*", "\\*") for part in re.split(r"(`[^`]*`)", text)
+    )
+
+
 def _cell(text: object) -> str:
     """Text fit for one cell of a Markdown table."""
-    return " ".join(str(text).split()).replace("|", "\\|").replace("<", "&lt;")
+    return _prose(" ".join(str(text).split())).replace("|", "\\|").replace("<", "&lt;")
 
 
 def _code(text: str) -> str:
@@ -52,7 +60,7 @@ def commands(group: click.Group | None = None) -> str:
     heading = {(o.long_flag, c): o.group for o in CATALOGUE for c in o.commands}
     parts = []
     for name, command in group.commands.items():
-        parts.append(f"## `cdc2ch {name}`\n\n{inspect.cleandoc(command.help or '')}\n")
+        parts.append(f"## `cdc2ch {name}`\n\n{_prose(inspect.cleandoc(command.help or ''))}\n")
         options = [p for p in command.params if isinstance(p, click.Option) and p.opts[0] != "--help"]
         by_group: dict[str, list[str]] = {}
         for p in options:

@@ -83,6 +83,9 @@ def test_the_built_reference_holds_every_declaration(site):
     commands, keys = _page(site, "commands"), _page(site, "config-keys")
     metrics, errors = _page(site, "metrics"), _page(site, "errors")
     assert "<!-- reference:" not in commands + keys + metrics + errors
+    # Help texts are plain text: a glob's stars (/lake/sales/*, local[*]) stay characters, never emphasis.
+    assert "<em>" not in commands + keys + metrics + errors
+    assert "/lake/sales/*, sales.orders_*" in commands and "local[*]" in keys
     assert [n for n in main.commands if f"cdc2ch {n}" not in commands] == []
     flags = {
         f for c in main.commands.values() for p in c.params if isinstance(p, click.Option) for f in p.opts
