@@ -188,6 +188,7 @@ class Runner:
         finally:
             if pool is not None:
                 pool.shutdown(wait=True)  # a running turn ends after its batch (the stop is set)
+            self.merges.close()
             for slot in self.slots:
                 if slot.job is not None:
                     slot.job.close()

@@ -52,6 +52,8 @@ LOCAL_CONF = {
     # remainder inserted alone, and cheaper to build than batches of 80,000 (W5: 20 inserts, not 40).
     "spark.sql.execution.arrow.maxRecordsPerBatch": "0",
     "spark.sql.files.maxPartitionBytes": "8m",
+    # Joins hash their partitions where every one is small, else sort (and spill) rather than fail
+    "spark.sql.adaptive.maxShuffledHashJoinLocalMapThreshold": "32m",
 }
 
 

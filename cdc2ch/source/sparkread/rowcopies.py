@@ -73,10 +73,12 @@ def without_copies(spark, log, snapshot, frame, copies: Copies):
         times[version].cast("timestamp").alias("_commit_timestamp"),
     )
     # The keys each commit holds after it, null-safe (a sorting key's columns beyond the primary key may be
-    # null); hashed, not sorted, for the anti-join that keeps the removed rows whose key none holds.
+    # null), for the anti-join that keeps the removed rows whose key none holds. Not forced to a hash join:
+    # one commit's keys cannot be split into smaller ranges, and a hash table that outgrows the driver's
+    # memory fails where a sort spills; the session lets Spark hash where the partitions are small.
     held = added.select(
         *[_named(c).alias(f"_held_{i}") for i, c in enumerate(copies.key)], version.alias("_held_version")
-    ).hint("shuffle_hash")
+    )
     same = [F.col("_commit_version") == F.col("_held_version")] + [
         _named(c).eqNullSafe(F.col(f"_held_{i}")) for i, c in enumerate(copies.key)
     ]

@@ -6,10 +6,13 @@ twin's FINAL too. A feed enabled late is read from the log before it and from th
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import pytest
 
 from cdc2ch.model.config import TargetName
+from cdc2ch.source.sparkread.cdfscan import scanned_changes
+from cdc2ch.source.sparkread.rowcopies import Copies
 from tests.support.helpers import assert_rows_equal, clickhouse_rows, delta_rows
 
 FEATURES = (
@@ -153,6 +156,11 @@ def test_rows_a_row_tracked_rewrite_copied_are_not_written_again(spark, sink, cl
         "WHEN NOT MATCHED THEN INSERT *"
     )
     spark.sql(f"UPDATE {t} SET id = 103 WHERE id = 3")  # a key change: 3 must go
+    # One commit's rows cannot be split into smaller reads: its anti-join is not forced to hash them all in
+    # memory (a sort-merge join spills).
+    copies = Copies({v: datetime.now() for v in (2, 3)}, ("id",))
+    planned = scanned_changes(spark, path, 2, 3, coarse=True, copies=copies)._jdf.queryExecution().sparkPlan()
+    assert "LeftAnti" in planned.toString() and "ShuffledHashJoin" not in planned.toString()
     result = cli.replicate("run", path, str(target), "--once", "--reader", "spark")
     # 1 updated, 2 deleted, 100 inserted; 103 inserted, 3 deleted: none of the 17 rows each commit copied
     assert sum(e["rows"] for e in cli.events(result, "batch")) == 5

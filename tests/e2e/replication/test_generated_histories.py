@@ -155,7 +155,7 @@ def _upkeep(sink, target: TargetName) -> int:
     """A service's merges of `target` after a caught-up turn, each due at once, until none is left."""
     ticks = itertools.count(0, 10**6)  # every interval and share elapsed at each look
     merges = FinalMerges(partial(merging.partitions, sink), partial(merging.merge, sink), threading.Lock(),
-                         clock=lambda: float(next(ticks)))  # fmt: skip
+                         clock=lambda: float(next(ticks)), start=lambda job: job())  # fmt: skip
     cfg = RunConfig("/t", ("id",), target, "chdb:///x", str(target))
     turn, metrics = StepOutcome(committed=True, caught_up=True), Metrics().pipeline(str(target))
     done = 0

@@ -43,7 +43,7 @@ class World:
         self.clock = Clock(1000.0)
         self.busy = threading.Lock()
         self.metrics = Metrics()
-        self.merges = FinalMerges(self.partitions, self.merge, self.busy, self.clock)
+        self.merges = FinalMerges(self.partitions, self.merge, self.busy, self.clock, start=lambda job: job())
 
     def partitions(self, target: TargetName) -> list[Part]:
         self.listed += 1
@@ -132,12 +132,34 @@ def test_partitions_that_stopped_changing_first_then_the_most_parts():
 def test_a_failed_merge_is_counted_and_tried_again_later():
     w = World(Part("all", 4))
     w.failures.append(SinkError("Code: 241. Memory limit exceeded"))
-    assert not w.turn(final_merge_every=timedelta(hours=1))
+    assert w.turn(final_merge_every=timedelta(hours=1)) and w.merged == []  # started, and failed
+    assert not w.busy.locked()
     assert w.metrics.registry.get_sample_value("cdc2ch_final_merge_failures_total", {"pipeline": "a"}) == 1
     w.clock.now += RETRY_AFTER - 1
     assert not w.turn(final_merge_every=timedelta(hours=1)) and w.merged == []
     w.clock.now += 1
     assert w.turn(final_merge_every=timedelta(hours=1)) and w.merged == [("db.a", "all")]
+
+
+def test_the_merge_runs_beside_the_pipeline_and_one_at_a_time_until_it_ends():
+    w = World(Part("all", 4))
+    begun, end = threading.Event(), threading.Event()
+
+    def slow(target: TargetName, partition: str) -> float:
+        begun.set()
+        end.wait(10)
+        return w.merge(target, partition)
+
+    merges = FinalMerges(w.partitions, slow, w.busy, w.clock)  # on a thread of its own
+    assert merges.after_turn(_cfg(), CAUGHT_UP, w.metrics.pipeline("a"))  # returned while it runs
+    assert begun.wait(10) and w.merged == [] and w.busy.locked()  # a compaction or merge waits for it
+    closing = threading.Thread(target=merges.close)
+    closing.start()
+    closing.join(0.2)
+    assert closing.is_alive()  # the service's end waits for it
+    end.set()
+    closing.join(10)
+    assert not closing.is_alive() and w.merged == [("db.a", "all")] and not w.busy.locked()
 
 
 def test_a_turn_that_gives_way_is_not_caught_up_and_the_one_that_finishes_is():
