@@ -185,6 +185,36 @@ def test_a_snapshot_a_catalog_table_and_a_pattern_that_discovers_a_table_added_l
                                                                    (f"{database}.shops", True)], verified  # fmt: skip
 
 
+def test_auto_has_a_server_read_s3_with_its_collection_once_a_probe_shows_it_reads_the_same_table(
+    spark, s3, bucket, cli, database, clickhouse_http, http_sink
+):
+    uri, target = f"s3a://{bucket}/sales/lines", TargetName(database, "lines")
+    write_orders(uri, s3.env(), n=80)
+    for step in range(3):  # an UPDATE, a DELETE and a MERGE
+        change(spark, uri, step)
+    collection = f"keys_{database}"
+    http_sink.command(f"CREATE NAMED COLLECTION {collection} AS access_key_id = '{KEY_ID}', "
+                      f"secret_access_key = '{SECRET}'")  # fmt: skip
+    server = ("--reader", "auto", "--clickhouse", clickhouse_http.dsn, "--log-format", "json")
+    try:
+        ran = cli.replicate("run", uri, target, "--once", "--lake-collection", collection, *server)
+        # a collection the server does not hold: the probe fails, Spark is kept, and validate says why
+        missing = cli.replicate("validate", uri, target, "--lake-collection", f"{collection}_gone", *server)
+    finally:
+        http_sink.command(f"DROP NAMED COLLECTION {collection}")
+    (chosen,) = cli.events(ran, "reader_chosen")
+    assert chosen["reader"] == "clickhouse", chosen
+    assert f"named collection {collection}" in chosen["reason"] and "probe at version 3" in chosen["reason"]
+    assert {e["reader"] for e in cli.events(ran, "batch")} == {"clickhouse"}
+    assert_replicated(spark, http_sink, uri, target)
+    (kept,) = cli.events(missing, "reader_chosen")
+    assert (
+        kept["reader"] == "spark" and "probe of ClickHouse reading it at version 3 failed" in kept["reason"]
+    )
+    assert "reader spark (auto: a probe of ClickHouse reading it at version 3 failed" in missing.stdout
+    assert SECRET not in ran.stderr + missing.stdout + missing.stderr
+
+
 def test_storage_that_throttles_refuses_or_is_down_leaves_the_offset_and_says_why(
     spark, s3, bucket, cli, sink, database, monkeypatch
 ):
