@@ -104,7 +104,9 @@ def check(configs: list[RunConfig], spark) -> list[Finding]:
             try:
                 # a catalog name is resolved here; the rows as the target's design sees them
                 source = designed_source(open_source(spark, cfg.table), cfg.design)
-                inputs = Replicator(cfg, source, sink).check_inputs()
+                job = Replicator(cfg, source, sink)
+                inputs = job.check_inputs()
+                chosen = f", reader {job.choice.reader} (auto: {job.choice.reason})" if job.choice else ""
                 snapshot = inputs.initial is not None and inputs.initial.load == initial.SNAPSHOT
                 commits = []
                 if not snapshot:  # the commits `run` checks before its first read (a snapshot replays none)
@@ -138,7 +140,7 @@ def check(configs: list[RunConfig], spark) -> list[Finding]:
                     cfg.pipeline,
                     True,
                     f"{cfg.table} -> {cfg.target}: {found}latest version {latest}, {where}key "
-                    f"{','.join(cfg.primary_key)}{_design_text(cfg)}, writer {inputs.writer}, {origins}"
+                    f"{','.join(cfg.primary_key)}{_design_text(cfg)}, writer {inputs.writer}{chosen}, {origins}"
                     f"{initial_text(inputs.initial)}",
                 )
             )

@@ -63,9 +63,8 @@ class Replicator:
         # A snapshot (initial load or resync) is seen running in the metrics, so an alert can say it runs long.
         self.ports = dataclasses.replace(ports, load_snapshot=timed(ports.load_snapshot, self.metrics))
         self.log = log.bind(pipeline=cfg.pipeline)
-        # auto: chosen by check_inputs; ClickHouse reads while the table stays one it reads as Spark does
-        # (readers.check_range)
-        self.auto = cfg.reader == "auto"
+        self.auto = cfg.reader == "auto"  # chosen by check_inputs, kept while readers.check_range passes
+        self.choice: readers.ReaderChoice | None = None  # what auto chose, and why (`validate` shows it)
         self.state: PipelineState | None = None
         self.started: PipelineState | None = None
         self.writer: RangeWriter | None = None
@@ -92,8 +91,9 @@ class Replicator:
         """Check table, keys, change data feed, offsets and options, writing nothing (what `validate` runs).
         `--reader auto` is decided first, from the table as it is now (its log, a ClickHouse setting)."""
         if self.cfg.reader == "auto":
-            remote, reader = self.ports.remote_target, self.ports.lake_reader
-            self._configure(readers.resolved(self.cfg, self.source, remote, reader, self.log))
+            p = self.ports
+            self.choice = readers.decided(self.cfg, self.source, p.remote_target, p.lake_reader, self.log)
+            self._configure(dataclasses.replace(self.cfg, reader=self.choice.reader))
         return check_inputs(self.cfg, self.source, self.ports, self.bootstrap)
 
     def claim(self, inputs: Inputs | None = None) -> None:

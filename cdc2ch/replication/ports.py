@@ -183,6 +183,14 @@ class LakeReader(Protocol):
         """Refuse a table the target cannot read itself: storage it does not reach (ConfigError), or, for a
         change `feed`, an engine too old to read one (SinkError). Read-only."""
 
+    def probe(self, cfg: RunConfig, location: str, version: int) -> dict[str, int]:
+        """The rows the target reads of each file (by ClickHouse's `_path`) of the table at `location` as of
+        `version`, with the pipeline's storage settings and credentials; raises (Cdc2chError) where it cannot
+        read it. Read-only; no secret in its errors."""
+
+    def credentials(self, cfg: RunConfig) -> str:
+        """Which credentials the target reads object storage with, in user words (no secret)."""
+
 
 class TargetTables(Protocol):
     table_sql: str  # the target table's quoted name

@@ -1,10 +1,12 @@
 """Which reader reads a table's rows: what `--reader auto` chooses, and what ClickHouse's own reader refuses.
 
 `auto` has ClickHouse read a table itself (one `INSERT ... SELECT` per range, no JVM) where that is known to
-give exactly Spark's rows, and Spark everywhere else: the embedded engine reading a local table, whose files
-it sees as this process does, with no feature or type its Delta reader reads differently. A ClickHouse
-server reads the lake with its own paths and credentials, which this process cannot check, so a server
-target keeps Spark.
+give exactly Spark's rows, and Spark everywhere else. Known means: no feature or type its Delta reader reads
+differently, and a place it reads as this process does. A local table is read by the embedded engine from
+this process's own paths. A table on object storage is read with credentials the target holds (a server's
+named collection, `--lake-collection`; a server's own S3 settings; for the embedded engine, this process's
+AWS environment), which this process cannot inspect: a probe proves them, ClickHouse's rows per file at one
+version against the live rows of each file the log lists there. A probe that fails or differs keeps Spark.
 """
 
 from __future__ import annotations
@@ -12,25 +14,79 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
-from cdc2ch.base.errors import SourceError
+from cdc2ch.base.errors import Cdc2chError, SourceError, summarise
 from cdc2ch.base.log import Logger
 from cdc2ch.model import schema
 from cdc2ch.model.changeset import Changes
 from cdc2ch.model.config import RunConfig
+from cdc2ch.model.objectstore import S3Settings
 from cdc2ch.model.records import PipelineState
 from cdc2ch.model.tableref import is_local
 from cdc2ch.replication import plan
 from cdc2ch.replication.ports import ChangeSource, LakeReader
 
+OBJECT_STORE_SCHEMES = ("s3", "s3a", "s3n")  # the object storage ClickHouse's Delta reader reaches here
+PROBE_REASON_CHARS = 300  # of a failed probe's error in the reason logged
 
-def place_needs_spark(location: str, remote_target: bool) -> str | None:
-    """Why `auto` leaves a table to Spark for where it is and where it goes (None: ClickHouse may read it)."""
-    if remote_target:
-        return "the target is a ClickHouse server, which reads the lake with its own paths and credentials"
-    if not is_local(location):
-        return "the table is not on a local path"
+
+def on_object_storage(location: str) -> bool:
+    return urlsplit(location).scheme.lower() in OBJECT_STORE_SCHEMES
+
+
+def place_needs_spark(location: str, remote_target: bool, keys_in_spark_conf: bool = False) -> str | None:
+    """Why `auto` leaves a table to Spark for where it is and where it goes (None: ClickHouse may read it; on
+    object storage, once a probe shows it reads the same table). `keys_in_spark_conf`: the S3 keys are set
+    as fs.s3a.* in the Spark conf, which the embedded engine does not take."""
+    if is_local(location):
+        if remote_target:
+            return (
+                "the target is a ClickHouse server, which reads local paths on its own host, not this one's"
+            )
+        return None
+    if not on_object_storage(location):
+        return "the table is neither on a local path nor on S3, the storage ClickHouse's reader reaches here"
+    if keys_in_spark_conf and not remote_target:
+        return (
+            "its S3 keys are set in the Spark conf (fs.s3a.*), which the embedded engine does not take (it "
+            "reads with the AWS environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or a profile)"
+        )
     return None
+
+
+def probe_differs(listed: list[tuple[str, int | None]], read: Mapping[str, int], version: int) -> str | None:
+    """How ClickHouse's rows per file (`read`, by `_path`) at `version` differ from the live rows of each file
+    the log lists there (`listed`; None: the log keeps no count for it, any count is taken), or None."""
+    known = dict(listed)
+    extra = sorted(path for path in read if path not in known)
+    wrong = sorted(path for path, rows in known.items() if rows is not None and read.get(path, 0) != rows)
+    if not extra and not wrong:
+        return None
+    example = (extra or wrong)[0]
+    expected = sum(rows or 0 for rows in known.values())
+    return (
+        f"a probe at version {version} differs from the log: ClickHouse read {sum(read.values())} rows in "
+        f"{len(read)} files where the log lists {expected} live rows in {len(known)} files (first difference: "
+        f"{example}), so it does not read the table this process reads"
+    )
+
+
+def probe_needs_spark(cfg: RunConfig, source: ChangeSource, lake: LakeReader, version: int) -> str | None:
+    """Why a probe keeps a table on object storage with Spark: the log's files at `version` cannot be listed
+    without Spark, ClickHouse's read of them failed, or it read other rows (None: it read the same)."""
+    listed = source.snapshot_files(version)
+    if listed is None:
+        return (
+            f"its files at version {version} cannot be listed from its log without Spark to probe ClickHouse"
+        )
+    try:
+        read = lake.probe(cfg, source.location, version)
+    except Cdc2chError as exc:  # the target's message, which names no secret (Sink masks its password)
+        return f"a probe of ClickHouse reading it at version {version} failed: " + summarise(
+            str(exc), PROBE_REASON_CHARS
+        )
+    return probe_differs(listed, read, version)
 
 
 def table_needs_spark(
@@ -50,6 +106,54 @@ def table_needs_spark(
     return None
 
 
+@dataclasses.dataclass(frozen=True)
+class ReaderChoice:
+    """What `auto` chose for a pipeline, and why (logged as `reader_chosen`, shown by `validate`)."""
+
+    reader: str
+    reason: str
+
+
+def choose(
+    cfg: RunConfig, source: ChangeSource, remote_target: bool, lake: LakeReader, version: int | None = None
+) -> ReaderChoice:
+    """The reader `auto` chooses for `source`, from the schema of `version` (default: the latest) and the
+    latest protocol; on object storage, after a probe at that version."""
+    keys_in_conf = S3Settings.of(dict(cfg.spark.conf), {}).access_key is not None
+    why = place_needs_spark(source.location, remote_target, keys_in_conf)
+    at = version
+    if why is None:  # the log read without a JVM, then one query
+        at = source.latest().version if version is None else version
+        why = table_needs_spark(source.schema_at(at), source.protocol(), source.properties())
+    lacks = lake.lacks() if why is None else None
+    if lacks is not None:
+        why = f"this ClickHouse lacks {lacks}"
+    if why is None and at is not None and not is_local(source.location):
+        why = probe_needs_spark(cfg, source, lake, at)
+        if why is None:
+            held = lake.credentials(cfg)
+            return ReaderChoice("clickhouse", f"ClickHouse reads this table on object storage itself ({held}), as a "
+                          f"probe at version {at} showed: the rows of each file its log lists")  # fmt: skip
+    if why:
+        return ReaderChoice("spark", why)
+    return ReaderChoice("clickhouse", "ClickHouse reads this local table itself")
+
+
+def decided(
+    cfg: RunConfig,
+    source: ChangeSource,
+    remote_target: bool,
+    lake: LakeReader,
+    log: Logger | None = None,
+    version: int | None = None,
+) -> ReaderChoice:
+    """What `auto` chooses for `source` (choose), logged with its reason."""
+    chosen = choose(cfg, source, remote_target, lake, version)
+    if log is not None:
+        log.info("reader_chosen", reader=chosen.reader, reason=chosen.reason)
+    return chosen
+
+
 def resolved(
     cfg: RunConfig,
     source: ChangeSource,
@@ -58,21 +162,10 @@ def resolved(
     log: Logger | None = None,
     version: int | None = None,
 ) -> RunConfig:
-    """`cfg` with `auto` replaced by the reader chosen for `source` (the schema of `version`, default the
-    latest, and the latest protocol); any other reader as given. Logs the choice and its reason."""
+    """`cfg` with `auto` replaced by the reader chosen for `source` (decided); any other reader as given."""
     if cfg.reader != "auto":
         return cfg
-    why = place_needs_spark(source.location, remote_target)
-    if why is None:  # the log read without a JVM (a local table), then one query
-        schema_json = source.schema_at(source.latest().version if version is None else version)
-        why = table_needs_spark(schema_json, source.protocol(), source.properties())
-    lacks = lake.lacks() if why is None else None
-    if lacks is not None:
-        why = f"this ClickHouse lacks {lacks}"
-    reader = "spark" if why else "clickhouse"
-    if log is not None:
-        log.info("reader_chosen", reader=reader, reason=why or "ClickHouse reads this local table itself")
-    return dataclasses.replace(cfg, reader=reader)
+    return dataclasses.replace(cfg, reader=decided(cfg, source, remote_target, lake, log, version).reader)
 
 
 def check_clickhouse_reads(

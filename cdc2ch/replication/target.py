@@ -65,7 +65,7 @@ def clickhouse_ports(
         remote_target=sink.task_client is not None,
         local_master=source.spark_is_local(),
         footprint=ClickHouseFootprint(sink, cfg.target, cfg.pipeline, tables.view),
-        lake_reader=LakeFunctionReader(sink.has_setting),
+        lake_reader=LakeFunctionReader(sink.has_setting, sink),
         on_other_threads=on_other_threads,
     )
 
@@ -97,7 +97,7 @@ def snapshot_ports(
         target=SnapshotTable(sink, tables.table_sql, log),
         frame=FrameSnapshot,
         remote_target=sink.task_client is not None,
-        lake_reader=LakeFunctionReader(sink.has_setting),
+        lake_reader=LakeFunctionReader(sink.has_setting, sink),
     )
 
 

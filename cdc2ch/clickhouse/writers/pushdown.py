@@ -20,6 +20,7 @@ from cdc2ch.base import phases
 from cdc2ch.base.errors import SinkError, SourceError
 from cdc2ch.clickhouse import codes
 from cdc2ch.clickhouse.connection import compatibility
+from cdc2ch.clickhouse.connection.transport import Sink
 from cdc2ch.clickhouse.writers import Destination
 from cdc2ch.clickhouse.writers.logreads import file_reads
 from cdc2ch.model import contract, schema
@@ -140,11 +141,12 @@ def lake_reads(cfg: RunConfig, rng: Changes) -> list[LakeRead]:
 
 
 class LakeFunctionReader:
-    """What this target's own Delta reader can read (the loop's LakeReader port): the storage it reaches, and
-    whether the engine is new enough to read a change data feed."""
+    """What this target's own Delta reader can read (the loop's LakeReader port): the storage it reaches,
+    whether the engine is new enough to read a change data feed, and, through `sink` (the target's), what it
+    reads of a table (a probe)."""
 
-    def __init__(self, has_setting: Callable[[str], bool]):
-        self.has_setting = has_setting
+    def __init__(self, has_setting: Callable[[str], bool], sink: Sink | None = None):
+        self.has_setting, self.sink = has_setting, sink
 
     def lacks(self) -> str | None:
         return None if self.has_setting(CDF_SETTING) else f"the setting {CDF_SETTING}"
@@ -153,6 +155,25 @@ class LakeFunctionReader:
         lake_function(location)
         if feed and not self.has_setting(CDF_SETTING):
             raise compatibility.missing_setting("--reader clickhouse", CDF_SETTING)
+
+    def probe(self, cfg: RunConfig, location: str, version: int) -> dict[str, int]:
+        if self.sink is None:
+            raise SinkError("no ClickHouse target to probe")
+        lake = lake_function(location, lake_access(cfg))
+        with self.sink.reads_files():
+            rows = self.sink.query_rows(
+                f"SELECT _path, count() FROM {lake} GROUP BY _path",
+                what=f"read {location} at version {version} (a probe of its reader)",
+                settings={VERSION_SETTING: version},
+            )
+        return {str(path): int(count) for path, count in rows}
+
+    def credentials(self, cfg: RunConfig) -> str:
+        if cfg.lake_collection:
+            return f"the credentials of the server's named collection {cfg.lake_collection}"
+        if self.sink is not None and self.sink.task_client is not None:
+            return "the server's own S3 settings"
+        return "this process's S3 endpoint and AWS environment"
 
 
 def insert_settings(token: str) -> dict[str, int | str]:

@@ -301,10 +301,11 @@ CATALOGUE: tuple[Option, ...] = (
     Option("reader", PIPELINES, PIPELINE, choices=READERS, default=_DEFAULT["reader"], show_default=True,
            help="spark: Spark reads the Delta table and cdc2ch inserts Arrow batches. clickhouse: ClickHouse "
            "reads the Delta files itself, several times faster, where it reaches them (local paths on the "
-           "embedded engine, S3/HTTP(S) on a server). auto: clickhouse for a local table on the embedded engine "
-           "that it reads exactly as Spark does, spark otherwise.", group=READING),
+           "embedded engine, S3/HTTP(S) on a server). auto: clickhouse for a table it reads exactly as "
+           "Spark does, local on the embedded engine or on S3 with credentials it holds (--lake-collection on a "
+           "server) once a probe shows it reads the table's rows; spark otherwise.", group=READING),
     Option("lake-collection", PIPELINES, PIPELINE, metavar="NAME",
-           help="With --reader clickhouse on a ClickHouse server: the server's named collection holding the "
+           help="With --reader clickhouse or auto on a ClickHouse server: the server's named collection holding the "
            "object-storage credentials (CREATE NAMED COLLECTION NAME AS access_key_id = ..., "
            "secret_access_key = ...). Default: the server's own S3 settings.", group=READING),
     Option("immutable-keys", RUN, PIPELINE, flag=True,

@@ -185,6 +185,51 @@ def test_a_snapshot_a_catalog_table_and_a_pattern_that_discovers_a_table_added_l
                                                                    (f"{database}.shops", True)], verified  # fmt: skip
 
 
+def change_by_delta_rs(uri: str, env: dict[str, str]) -> list[tuple]:
+    """An UPDATE, a DELETE and a MERGE written by delta-rs (no JVM: the test's time is ClickHouse's); the rows
+    after them."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(uri.replace("s3a://", "s3://"), storage_options=storage_options(env))
+    table.update({"amount": "amount + 1", "name": "concat(name, 'u')"}, predicate="id % 5 = 0")
+    table.delete("id % 7 = 1")
+    table = DeltaTable(uri.replace("s3a://", "s3://"), storage_options=storage_options(env))
+    table.merge(orders(90).slice(70), "t.id = s.id", source_alias="s", target_alias="t") \
+        .when_matched_update_all().when_not_matched_insert_all().execute()  # fmt: skip
+    table = DeltaTable(uri.replace("s3a://", "s3://"), storage_options=storage_options(env))
+    return [(r["id"], r["name"], r["amount"]) for r in table.to_pyarrow_table().to_pylist()]
+
+
+def test_auto_has_a_server_read_s3_with_its_collection_once_a_probe_shows_it_reads_the_same_table(
+    s3, bucket, cli, database, clickhouse_http, http_sink
+):
+    uri, target = f"s3a://{bucket}/sales/lines", TargetName(database, "lines")
+    write_orders(uri, s3.env(), n=80)
+    expected = change_by_delta_rs(uri, s3.env())
+    collection = f"keys_{database}"
+    http_sink.command(f"CREATE NAMED COLLECTION {collection} AS access_key_id = '{KEY_ID}', "
+                      f"secret_access_key = '{SECRET}'")  # fmt: skip
+    server = ("--reader", "auto", "--clickhouse", clickhouse_http.dsn, "--log-format", "json")
+    try:
+        ran = cli.replicate("run", uri, target, "--once", "--lake-collection", collection, *server)
+        # a collection the server does not hold: the probe fails, Spark is kept, and validate says why
+        missing = cli.replicate("validate", uri, target, "--lake-collection", f"{collection}_gone", *server)
+    finally:
+        http_sink.command(f"DROP NAMED COLLECTION {collection}")
+    (chosen,) = cli.events(ran, "reader_chosen")
+    assert chosen["reader"] == "clickhouse", chosen
+    assert f"named collection {collection}" in chosen["reason"] and "probe at version 3" in chosen["reason"]
+    assert {e["reader"] for e in cli.events(ran, "batch")} == {"clickhouse"}
+    final = http_sink.query_rows(f"SELECT id, name, amount FROM {target} FINAL WHERE _is_deleted = 0")
+    assert_rows_equal(expected, [tuple(r) for r in final], f"{target} vs Delta {uri}")
+    (kept,) = cli.events(missing, "reader_chosen")
+    assert (
+        kept["reader"] == "spark" and "probe of ClickHouse reading it at version 3 failed" in kept["reason"]
+    )
+    assert "reader spark (auto: a probe of ClickHouse reading it at version 3 failed" in missing.stdout
+    assert SECRET not in ran.stderr + missing.stdout + missing.stderr
+
+
 def test_storage_that_throttles_refuses_or_is_down_leaves_the_offset_and_says_why(
     spark, s3, bucket, cli, sink, database, monkeypatch
 ):

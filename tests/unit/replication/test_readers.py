@@ -1,5 +1,5 @@
 """What `--reader auto` leaves to Spark, and what `--reader clickhouse` refuses, decided from the table's
-place and schema (no I/O)."""
+place, schema and, on object storage, a probe of the target's reader (faked: no I/O)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,13 @@ import pytest
 
 from cdc2ch.base.errors import ConfigError, SinkError, SourceError
 from cdc2ch.clickhouse.writers.pushdown import LakeFunctionReader
-from cdc2ch.replication.readers import check_clickhouse_reads, place_needs_spark, table_needs_spark
+from cdc2ch.model.config import RunConfig, SparkSettings, TargetName
+from cdc2ch.replication.readers import (
+    check_clickhouse_reads,
+    choose,
+    place_needs_spark,
+    table_needs_spark,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -18,14 +24,99 @@ def schema_of(*fields: tuple[str, object]) -> dict:
     return {"type": "struct", "fields": [{"name": n, "type": t, "nullable": True} for n, t in fields]}
 
 
-def test_only_a_local_table_on_the_embedded_engine_may_be_read_by_clickhouse():
+def test_a_local_table_on_the_embedded_engine_and_s3_on_any_target_may_be_read_by_clickhouse():
     assert place_needs_spark("/lake/orders", remote_target=False) is None
     assert place_needs_spark("file:///lake/orders", remote_target=False) is None
     assert "server" in place_needs_spark("/lake/orders", remote_target=True)
-    assert "local path" in place_needs_spark("s3a://lake/orders", remote_target=False)
-    assert "local path" in place_needs_spark(
+    for remote in (False, True):  # a probe then decides
+        assert place_needs_spark("s3a://lake/orders", remote_target=remote) is None
+        assert place_needs_spark("s3://lake/orders", remote_target=remote) is None
+    assert "neither on a local path nor on S3" in place_needs_spark("gs://lake/orders", remote_target=True)
+    assert "neither on a local path nor on S3" in place_needs_spark(
         "https://sharing.example.com/delta-sharing/", remote_target=False
     )
+    # keys only in Spark's conf: the embedded engine does not have them; a server has its own
+    assert "Spark conf" in place_needs_spark("s3a://lake/orders", False, keys_in_spark_conf=True)
+    assert place_needs_spark("s3a://lake/orders", True, keys_in_spark_conf=True) is None
+
+
+class ProbedLake:
+    """The target's reader as `auto` sees it: the rows it reads of each file, or a failure."""
+
+    def __init__(self, read: dict[str, int] | Exception):
+        self.read, self.probed = read, []
+
+    def lacks(self) -> None:
+        return None
+
+    def probe(self, cfg, location: str, version: int) -> dict[str, int]:
+        self.probed.append((cfg.lake_collection, location, version))
+        if isinstance(self.read, Exception):
+            raise self.read
+        return self.read
+
+    def credentials(self, cfg) -> str:
+        return f"the named collection {cfg.lake_collection}"
+
+
+def s3_table(files: list[tuple[str, int | None]] | None, features: dict | None = None) -> SimpleNamespace:
+    return SimpleNamespace(
+        uri="s3a://lake/orders",
+        location="s3a://lake/orders",
+        latest=lambda: SimpleNamespace(version=7),
+        schema_at=lambda version: schema_of(("id", "long"), ("name", "string")),
+        protocol=lambda: features or {},
+        properties=lambda: {},
+        snapshot_files=lambda version: files,
+    )
+
+
+def s3_config(**options) -> RunConfig:
+    return RunConfig("s3a://lake/orders", ("id",), TargetName("db", "t"), "chdb:///mem", "db.t", **options)
+
+
+FILES = [("lake/orders/a.parquet", 10), ("lake/orders/b.parquet", 5)]
+
+
+@pytest.mark.parametrize("remote", [False, True])
+def test_auto_has_clickhouse_read_s3_where_a_probe_reads_the_logs_rows_and_spark_elsewhere(remote):
+    cfg = s3_config(lake_collection="lake")
+    same = ProbedLake({"lake/orders/a.parquet": 10, "lake/orders/b.parquet": 5})
+    chosen = choose(cfg, s3_table(FILES), remote, same)
+    assert chosen.reader == "clickhouse" and "named collection lake" in chosen.reason, chosen
+    assert "probe at version 7" in chosen.reason and same.probed == [("lake", "s3a://lake/orders", 7)]
+    assert choose(cfg, s3_table(FILES), remote, same, version=3).reason.count("version 3") == 1
+
+    # another table behind the same URL, rows it does not see, or a read that fails: Spark, with the reason
+    other = choose(cfg, s3_table(FILES), remote, ProbedLake({"lake/orders/a.parquet": 10}))
+    assert other.reader == "spark" and "read 10 rows in 1 files where the log lists 15" in other.reason
+    extra = ProbedLake({**same.read, "lake/orders/c.parquet": 1})  # type: ignore[dict-item]
+    assert "first difference: lake/orders/c.parquet" in choose(cfg, s3_table(FILES), remote, extra).reason
+    denied = ProbedLake(SinkError("ClickHouse at http://ch:8123 failed to read: Access Denied. (S3_ERROR)"))
+    failed = choose(cfg, s3_table(FILES), remote, denied)
+    assert failed.reader == "spark" and "probe of ClickHouse reading it at version 7 failed" in failed.reason
+    assert "Access Denied" in failed.reason
+    # a file the log keeps no count for is taken with any count; files it cannot list: no probe at all
+    assert (
+        choose(cfg, s3_table([*FILES, ("lake/orders/c.parquet", None)]), remote, extra).reader == "clickhouse"
+    )
+    unlisted = choose(cfg, s3_table(None), remote, same)
+    assert unlisted.reader == "spark" and "cannot be listed from its log without Spark" in unlisted.reason
+
+    # features ClickHouse reads differently are refused before any probe
+    refused = ProbedLake(same.read)
+    feature = choose(cfg, s3_table(FILES, {"readerFeatures": ["someFutureFeature"]}), remote, refused)
+    assert feature.reader == "spark" and "someFutureFeature" in feature.reason and refused.probed == []
+
+
+def test_s3_keys_only_in_sparks_conf_keep_the_embedded_engine_off_the_table_without_a_probe():
+    conf = (("spark.hadoop.fs.s3a.access.key", "AKIA"), ("spark.hadoop.fs.s3a.secret.key", "hidden"))
+    cfg = s3_config(spark=SparkSettings(conf=conf))
+    lake = ProbedLake({"lake/orders/a.parquet": 10, "lake/orders/b.parquet": 5})
+    chosen = choose(cfg, s3_table(FILES), False, lake)
+    assert chosen.reader == "spark" and "Spark conf" in chosen.reason and lake.probed == []
+    assert "hidden" not in chosen.reason and "AKIA" not in chosen.reason
+    assert choose(cfg, s3_table(FILES), True, lake).reader == "clickhouse"  # a server has its own
 
 
 def test_timestamps_at_any_depth_and_unreadable_features_go_to_spark():
