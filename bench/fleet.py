@@ -37,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -133,6 +134,7 @@ class Service:
             argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env
         )
         self.events: list[dict] = []
+        self.other: deque[str] = deque(maxlen=40)  # the last lines that are not log events (a traceback)
         self.peak = self.peak_with = 0  # the service's; with what `also` reports (a server target's process)
         self.also: Callable[[], int] = lambda: 0
         threading.Thread(target=self._read, daemon=True).start()
@@ -142,6 +144,8 @@ class Service:
         for line in self.proc.stderr:
             if line.startswith("{"):
                 self.events.append(json.loads(line))
+            else:
+                self.other.append(line.rstrip())
 
     def _sample(self) -> None:
         while self.proc.poll() is None:
@@ -153,7 +157,9 @@ class Service:
         deadline = time.monotonic() + timeout
         while not test():
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"cdc2ch run ended or took over {timeout}s before {what}")
+                errors = [json.dumps(e) for e in self.events if e.get("level") == "error"][-5:]
+                raise SystemExit(f"cdc2ch run ended or took over {timeout}s before {what}:\n"
+                                 + "\n".join(errors + list(self.other)))  # fmt: skip
             time.sleep(0.2)
 
     def stop(self) -> None:
