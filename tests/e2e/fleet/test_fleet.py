@@ -4,7 +4,6 @@ ClickHouse."""
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from dataclasses import replace
@@ -119,7 +118,7 @@ def test_kill_9_while_several_tables_load_then_rerun(
             assert proc.proc.poll() is None, proc.stderr[-3000:]
             time.sleep(0.1)
     finally:
-        proc.signal(signal.SIGKILL)
+        proc.kill_9()
         proc.wait(60)
     targets = {name: TargetName(database, name) for name in expected}
     at_kill = {name: _live(http_sink, t) for name, t in targets.items()}
