@@ -262,6 +262,12 @@ class Proc:
 
         os.kill(self.pid, sig)
 
+    def kill_9(self) -> None:
+        """kill -9 of the process, then of its Spark JVM (tests/support/processes.py)."""
+        from tests.support.processes import kill_9
+
+        kill_9(self.pid)
+
     def interrupt(self) -> None:
         """SIGINT to the whole process group, as a terminal's Ctrl-C (needs `group=True`)."""
         import os

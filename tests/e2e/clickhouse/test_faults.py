@@ -32,6 +32,7 @@ from tests.support.helpers import (
     latest_version,
     recorded_version,
 )
+from tests.support.processes import descendant
 
 COLS = "id BIGINT, grp STRING, amount DOUBLE"
 
@@ -247,7 +248,7 @@ def test_kill_at_each_point_then_converge(
     proc = None
 
     def kill(req):
-        proc.signal(signal.SIGKILL)
+        proc.kill_9()
 
     def writing(req):
         row = _state_insert(req)
@@ -293,7 +294,7 @@ def test_the_jvm_killed_mid_run_ends_in_one_paragraph_and_the_run_resumes(
     killed = []
 
     def kill_the_jvm(req):
-        jvm = _descendant(proc.pid, "java")
+        jvm = descendant(proc.pid, "java")
         if jvm:
             killed.append(jvm)
             os.kill(jvm, signal.SIGKILL)
@@ -331,7 +332,7 @@ def test_a_service_of_a_config_ends_when_the_jvm_is_killed(
     killed = []
 
     def kill_the_jvm(req):
-        jvm = _descendant(proc.pid, "java")
+        jvm = descendant(proc.pid, "java")
         if jvm and not killed:
             killed.append(jvm)
             os.kill(jvm, signal.SIGKILL)
@@ -370,14 +371,14 @@ def test_an_idle_service_of_two_pipelines_ends_when_the_jvm_is_killed(
         deadline = time.monotonic() + 120
         while len({e["pipeline"] for e in proc.events("committed")}) < 2 and time.monotonic() < deadline:
             time.sleep(0.5)
-        jvm = _descendant(proc.pid, "java")
+        jvm = descendant(proc.pid, "java")
         assert jvm, "the JVM was not found"
         time.sleep(2)  # idle: both caught up
         os.kill(jvm, signal.SIGKILL)
         assert proc.wait(timeout=120) == 1, proc.stderr[-3000:]
     finally:
         if proc.proc.poll() is None:
-            proc.signal(signal.SIGKILL)
+            proc.kill_9()
             proc.wait()
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     last = json.loads(proc.stderr_lines[-1])
@@ -396,29 +397,6 @@ def _small_ranges(built, sink, fault_proxy, database: str, tmp_path, name: str):
     return path, target, args
 
 
-def _descendant(pid: int, command: str) -> int | None:
-    """The first process under `pid` (at any depth) running `command`, from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(entry))
-        except (OSError, ValueError, IndexError):
-            continue
-    todo = list(children.get(pid, []))
-    while todo:
-        child = todo.pop()
-        try:
-            with open(f"/proc/{child}/comm") as f:
-                if f.read().strip() == command:
-                    return child
-        except OSError:
-            continue
-        todo.extend(children.get(child, []))
-    return None
-
-
 def test_random_kills_converge(built, spark, cli, http_sink, server, fault_proxy, database, tmp_path):
     """kill -9 after a random number of ClickHouse requests, three times over, then finish."""
     rng = random.Random(20261122)
@@ -433,9 +411,7 @@ def test_random_kills_converge(built, spark, cli, http_sink, server, fault_proxy
 
         victim: list[Proc] = []
         fault_proxy.clear()
-        fault_proxy.add_fault(
-            "call", match=count, fn=lambda req, v=victim: v[0].signal(signal.SIGKILL), forward=False
-        )
+        fault_proxy.add_fault("call", match=count, fn=lambda req, v=victim: v[0].kill_9(), forward=False)
         victim.append(Proc(*args, env=_env(server)))
         code = victim[0].wait()
         assert code in (0, -signal.SIGKILL), victim[0].stderr[-2000:]
@@ -507,7 +483,7 @@ def test_one_runner_per_pipeline_on_a_server(built, spark, cli, http_sink, serve
         err = " ".join(result.stderr.split())
         assert "is already being run by cdc2ch run on host" in err and f"(pid {holder.pid})" in err
     finally:
-        holder.signal(signal.SIGKILL)
+        holder.kill_9()
         holder.wait()
     # Killed on this host: its claim is released at once, not after the TTL.
     result = cli(*args, "--once")

@@ -24,24 +24,7 @@ from tests.support.helpers import (
     java_home_that_waits,
     latest_version,
 )
-
-
-def _descendants(pid: int) -> list[tuple[int, int]]:
-    """(pid, process group) of every process below `pid`."""
-    children: dict[int, list[tuple[int, int]]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2 :].split()
-        children.setdefault(int(fields[1]), []).append((int(stat.parent.name), int(fields[2])))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child[0])
-    return out
+from tests.support.processes import descendants
 
 
 def _cmdline(pid: int) -> str:
@@ -122,14 +105,14 @@ def test_ctrl_c_while_spark_starts_and_while_idle(spark, cli, http_sink, clickho
 
     with _killed_at_the_end(early, late):
         # While Spark starts: as soon as its JVM exists.
-        _until(lambda: any("java" in _cmdline(p) for p, _ in _descendants(early.pid)), 300, "the JVM", early)
+        _until(lambda: any("java" in _cmdline(c.pid) for c in descendants(early.pid)), 300, "the JVM", early)
         early.interrupt()
 
         # Idle: caught up to the latest version, then nothing to do.
         caught_up = lambda: any(e["version"] == latest for e in late.events("committed"))  # noqa: E731
         _until(caught_up, 300, "the catch-up", late)
         # What Ctrl-C reaches besides cdc2ch ignores it (the JVM); PySpark's workers have their own group.
-        group = [p for p, g in _descendants(late.pid) if g == late.pid]
+        group = [c.pid for c in descendants(late.pid) if c.group == late.pid]
         assert group and all(_ignores_sigint(p) for p in group), [(p, _cmdline(p)[:80]) for p in group]
         time.sleep(1.5)
         late.interrupt()
@@ -245,7 +228,7 @@ def test_a_stop_while_spark_starts_slowly_ends_at_once_and_begins_nothing(
     with _killed_at_the_end(run, snapshot):
         for proc in (run, snapshot):  # the slow java runs: the JVM is starting
             _until(
-                lambda p=proc: any(str(home) in _cmdline(c) for c, _ in _descendants(p.pid)),
+                lambda p=proc: any(str(home) in _cmdline(c.pid) for c in descendants(p.pid)),
                 300,
                 "java",
                 proc,

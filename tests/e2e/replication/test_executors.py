@@ -112,6 +112,11 @@ class StandaloneCluster:
             daemon("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port)),
             daemon("org.apache.spark.deploy.worker.Worker", self.url, "--cores", "2", "--memory", "2g"),
         ]
+        # An application may register once the master leads (its jobs wait for the worker): the driver's JVM
+        # starts beside the worker's instead of after it.
+        self._wait_for("I have been elected leader", 180)
+
+    def wait_for_worker(self) -> None:
         self._wait_for("Successfully registered with master", 180)
 
     def _wait_for(self, text: str, timeout: float) -> None:
@@ -121,7 +126,7 @@ class StandaloneCluster:
         while text not in self.log.read_text():
             assert all(p.poll() is None for p in self.procs), self.log.read_text()[-3000:]
             assert time.monotonic() < deadline, f"cluster did not start:\n{self.log.read_text()[-3000:]}"
-            time.sleep(1)
+            time.sleep(0.1)
 
     def stop(self) -> None:
         for p in self.procs:
@@ -170,6 +175,7 @@ def test_on_a_standalone_cluster_with_a_killed_task(
             "--spark-master", cluster.url, "--clickhouse", fault_proxy.url_for(),
             env={"CDC2CH_CLICKHOUSE_PASSWORD": clickhouse_http.password, "PYSPARK_PYTHON": sys.executable},
         )  # fmt: skip
+        cluster.wait_for_worker()
         assert proc.wait() == 0, proc.stderr[-3000:]
     finally:
         cluster.stop()

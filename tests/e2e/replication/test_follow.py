@@ -129,7 +129,7 @@ def test_a_kill_at_the_rename_then_a_rerun(spark, http_sink, cli, server, fault_
     proc = None
 
     def kill(req):
-        proc.signal(signal.SIGKILL)
+        proc.kill_9()
 
     # Killed as the ALTER goes out: it still reaches ClickHouse, the view and the offset stay behind.
     rule = fault_proxy.add_fault("call", match=lambda req: "RENAME COLUMN" in req.sql, fn=kill)

@@ -4,7 +4,6 @@ history or costs clearly more than a copy, else with the change feed; real Spark
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from tests.support.helpers import (
     latest_version,
     vacuum_everything,
 )
+from tests.support.processes import kill_9
 
 
 def _tables(sink, database: str) -> int:
@@ -161,7 +161,7 @@ def test_a_killed_initial_snapshot_resumes_at_its_version(spark, tmp_path):
         if line.startswith("{") and json.loads(line).get("event") == "chunk":
             seen += 1
             if seen == 3:
-                os.kill(proc.pid, signal.SIGKILL)
+                kill_9(proc.pid)
                 break
     proc.wait(timeout=120)
     assert proc.returncode == -signal.SIGKILL

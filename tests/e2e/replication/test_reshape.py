@@ -92,7 +92,7 @@ def test_reshape_killed_at_each_step_finishes_when_run_again(
     proc = None
 
     def kill(req):
-        proc.signal(signal.SIGKILL)
+        proc.kill_9()
 
     def into_side(snapshot: bool):
         def match(req) -> bool:

@@ -24,6 +24,7 @@ from tests.support.helpers import (
     latest_version,
     out_of_memory_paragraph,
 )
+from tests.support.processes import kill_9
 
 COLS = "id BIGINT, part STRING, name STRING, amount DECIMAL(18,4), at TIMESTAMP, day DATE"
 
@@ -206,7 +207,7 @@ def test_killed_snapshot_resumes(spark, tmp_path):
             if line.startswith("{") and json.loads(line).get("event") == "chunk":
                 seen += 1
                 if seen == kill_after:
-                    os.kill(proc.pid, signal.SIGKILL)
+                    kill_9(proc.pid)
                     break
         proc.wait(timeout=120)
         assert proc.returncode == -signal.SIGKILL

@@ -172,7 +172,7 @@ def test_killed_snapshot_resumes_then_run_continues(
     share.slow(1.5, path_contains="/files/", times=8)
     first = Proc(*snapshot)
     first.wait_for("chunk", timeout=240)
-    first.signal(signal.SIGKILL)
+    first.kill_9()
     assert first.wait(60) == -signal.SIGKILL
     with share._lock:
         share._rules.clear()
@@ -206,7 +206,7 @@ def test_killed_catch_up_converges_without_duplicates(share, spark, tmp_path):
             "--once", "--max-rows-per-read", "40", "--spark-master", "local[1]")  # fmt: skip
     first = Proc(*args)
     first.wait_for("committed", timeout=240)
-    first.signal(signal.SIGKILL)
+    first.kill_9()
     assert first.wait(60) == -signal.SIGKILL
     second = Proc(*args)
     assert second.wait(300) == 0, second.stderr[-3000:]
