@@ -33,6 +33,7 @@ LONGEST_FIRST = (
     "e2e/fleet/test_patterns.py",
     "e2e/replication/test_executors.py",
     "e2e/clickhouse/test_serve.py",
+    "e2e/commands/test_getting_started.py",
     "e2e/commands/test_verify.py",
     "e2e/fleet/test_catalog.py",
     "e2e/commands/test_cli.py",
