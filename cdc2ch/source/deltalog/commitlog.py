@@ -199,7 +199,7 @@ class DeltaLog:
         return sorted(int(n[:-5]) for n in self._files.names() if n.endswith(".json") and n[:-5].isdigit())
 
     def _exists(self, version: int) -> bool:
-        return self._files.modified(f"{version:020d}.json") is not None
+        return self._files.exists(f"{version:020d}.json")
 
     def latest_version(self) -> int:
         """The newest commit version: versions are contiguous, so search upwards from one known to exist

@@ -1,5 +1,5 @@
-"""Where a table's log files are read from, each source with the same small interface (`dir`, `modified`,
-`read`, `first_line`, `names`, `table_file_exists`, and `parquet` where Python reads): plain file calls for
+"""Where a table's log files are read from, each source with the same small interface (`dir`, `exists`,
+`modified`, `read`, `first_line`, `names`, `table_file_exists`, and `parquet` where Python reads): plain file calls for
 a local table, pyarrow's file systems for object storage, Spark's Hadoop file system for the rest; and
 `TableLog`, which picks one for a table: Python for local tables and S3 where pyarrow reaches it, so
 that a poll and the table's metadata need no JVM.
@@ -35,6 +35,9 @@ class HadoopLogFiles:
 
     def _path(self, name: str):
         return self._Path(self.dir + name)
+
+    def exists(self, name: str) -> bool:
+        return self.modified(name) is not None
 
     def modified(self, name: str) -> int | None:
         try:
@@ -88,9 +91,8 @@ class ArrowLogFiles:
         if scheme not in self.SCHEMES:
             raise ValueError(f"no Python file system for {scheme}:// URIs")
         self._fs: pafs.FileSystem
-        if (
-            self.SCHEMES[scheme] == "s3"
-        ):  # with the endpoint and keys Spark is given, not only the environment's
+        self._s3 = self.SCHEMES[scheme] == "s3"
+        if self._s3:  # with the endpoint and keys Spark is given, not only the environment's
             options: dict[str, Any] = (s3 or S3Settings()).arrow_options()
             self._fs, root = pafs.S3FileSystem(**options), parts.netloc + parts.path
         elif scheme:
@@ -99,6 +101,17 @@ class ArrowLogFiles:
             self._fs, root = pafs.LocalFileSystem(), os.path.abspath(uri)
         self.dir = root.rstrip("/") + "/_delta_log/"
         self._pafs = pafs
+
+    def exists(self, name: str) -> bool:
+        """Whether the log holds `name`: on S3 one HEAD, where a file's info asks a LIST too when the file is
+        not there (is it a directory?), which every poll with nothing new would pay."""
+        if not self._s3:
+            return self.modified(name) is not None
+        try:
+            self._fs.open_input_file(self.dir + name).close()
+        except FileNotFoundError:
+            return False
+        return True
 
     def modified(self, name: str) -> int | None:
         info = self._fs.get_file_info(self.dir + name)
@@ -159,6 +172,9 @@ class LocalLogFiles:
         self.root, self.dir = root.rstrip("/") + "/", root.rstrip("/") + "/_delta_log/"
         self._hadoop = hadoop
         self._through_spark: HadoopLogFiles | None = None
+
+    def exists(self, name: str) -> bool:
+        return self.modified(name) is not None
 
     def modified(self, name: str) -> int | None:
         try:

@@ -16,6 +16,8 @@ import pytest
 from deltalake import write_deltalake
 
 from cdc2ch.model.config import TargetName
+from cdc2ch.model.objectstore import S3Settings
+from cdc2ch.source.deltalog.logfiles import python_log
 from cdc2ch.source.spark.jars import delta_jars
 from tests.e2e.commands.test_no_java import cdc2ch, no_java_env
 from tests.support.helpers import assert_replicated, assert_rows_equal, committed_version
@@ -228,6 +230,28 @@ def test_auto_has_a_server_read_s3_with_its_collection_once_a_probe_shows_it_rea
     )
     assert "reader spark (auto: a probe of ClickHouse reading it at version 3 failed" in missing.stdout
     assert SECRET not in ran.stderr + missing.stdout + missing.stderr
+
+
+def test_a_poll_with_nothing_new_asks_the_store_two_heads_and_no_listing(s3, monkeypatch):
+    """A fleet polls every table each second: with nothing new, a poll checks that the newest version it
+    knows is there and the next is not, one HEAD each (a missing key's file info would also LIST)."""
+    name = f"lake-{uuid.uuid4().hex[:12]}"
+    s3.bucket(name)
+    proxy = S3FaultProxy(s3).start()
+    try:
+        uri = f"s3a://{name}/polled"
+        for _ in range(3):
+            write_deltalake(uri.replace("s3a://", "s3://"), orders(5), mode="append",
+                            storage_options=storage_options(s3.env()))  # fmt: skip
+        for key, value in s3.env(proxy.endpoint).items():
+            monkeypatch.setenv(key, value)
+        log = python_log(uri, s3=S3Settings.of({}, os.environ))  # the store's, from the environment
+        assert log.latest_version() == 2
+        proxy.requests.clear()
+        assert log.latest_version() == 2
+        assert [method for method, _ in proxy.requests] == ["HEAD", "HEAD"], proxy.requests
+    finally:
+        proxy.down()
 
 
 def test_storage_that_throttles_refuses_or_is_down_leaves_the_offset_and_says_why(
