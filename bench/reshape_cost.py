@@ -42,7 +42,7 @@ def main(rows: int) -> None:
         )
         dsn = f"chdb://{Path(tmp) / 'clickhouse'}"
         cfg = RunConfig(table=path, primary_key=("id",), target=TargetName("bench", "orders"), clickhouse_dsn=dsn,
-                        pipeline="bench", once=True)  # fmt: skip
+                        pipeline="bench", once=True, reader="spark")  # fmt: skip
         with connect(dsn) as sink:
             t0 = time.monotonic()
             clickhouse_snapshotter(cfg, DeltaSource(spark, path), sink).run()

@@ -271,8 +271,10 @@ class PeakRss:
 
 
 def cdc2ch_run(path: str, table: str, dsn: str, *extra: str) -> tuple[subprocess.Popen, PeakRss]:
-    """`cdc2ch run` of `path` into bench.<table> as its own process, its memory sampled."""
+    """`cdc2ch run` of `path` into bench.<table> as its own process, its memory sampled; read by Spark unless
+    `extra` names a reader (the figures compare Spark's reader with the streaming peer)."""
     args = ["run", "--table", path, "--primary-key", "id", "--target", f"bench.{table}", "--clickhouse", dsn]
+    args += [] if "--reader" in extra else ["--reader", "spark"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "cdc2ch", *args, *extra, "--log-format", "json"],
         stdout=subprocess.DEVNULL,
@@ -463,9 +465,21 @@ def run_native(path: str, start: int, end: int, dsn: str, table: str, shape) -> 
 
 # -- W3, W4 ------------------------------------------------------------------------------------------
 def _service(args: list[str]) -> tuple[subprocess.Popen, PeakRss, list[str]]:
-    """A continuous `cdc2ch run` with its stderr lines collected as they come."""
+    """A continuous `cdc2ch run`, read by Spark (W3's figure), with its stderr lines collected as they come."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cdc2ch", "run", *args, "--poll-interval", "1", "--log-format", "json"],
+        [
+            sys.executable,
+            "-m",
+            "cdc2ch",
+            "run",
+            *args,
+            "--reader",
+            "spark",
+            "--poll-interval",
+            "1",
+            "--log-format",
+            "json",
+        ],  # fmt: skip
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

@@ -176,7 +176,7 @@ class RunConfig:
     changes_from: str = "auto"
     # snapshot only
     snapshot_version: int | None = None
-    reader: str = "spark"
+    reader: str = "auto"
     # a named collection on the ClickHouse server with the credentials its reader (--reader clickhouse) reads
     # object storage with; None: the server's own S3 settings (the embedded engine: the environment's)
     lake_collection: str | None = None

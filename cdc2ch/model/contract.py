@@ -282,6 +282,15 @@ def null_keys(rows: pa.Table, primary_key: Iterable[str]) -> tuple[str, int, obj
     return None
 
 
+def files_gone_error(uri: str, span: str) -> SourceError:
+    """A range whose change or data files VACUUM or log retention removed, by either reader."""
+    return SourceError(
+        f"Files needed to read {span} of {uri} are gone (removed by VACUUM or log retention). "
+        f"These changes can no longer be replayed: resync with `cdc2ch snapshot` at the latest "
+        f"version, then `cdc2ch run` continues from there."
+    )
+
+
 def null_key_error(nulls: int, key: str, first_version: object, where: str) -> SourceError:
     return SourceError(
         f"{nulls} row(s) in {where} have a null in primary-key column {key!r} (first at version "

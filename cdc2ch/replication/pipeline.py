@@ -91,8 +91,7 @@ class Replicator:
         """Check table, keys, change data feed, offsets and options, writing nothing (what `validate` runs).
         `--reader auto` is decided first, from the table as it is now (its log, a ClickHouse setting)."""
         if self.cfg.reader == "auto":
-            p = self.ports
-            self.choice = readers.decided(self.cfg, self.source, p.remote_target, p.lake_reader, self.log)
+            self.choice = readers.decided_at_start(self.cfg, self.source, self.ports, self.log)
             self._configure(dataclasses.replace(self.cfg, reader=self.choice.reader))
         return check_inputs(self.cfg, self.source, self.ports, self.bootstrap)
 

@@ -345,8 +345,8 @@ def clickhouse_reader_error(
     """The refusal of --reader clickhouse for a table with `features` (unsupported_by_clickhouse_reader)."""
     return ConfigError(
         f"{uri} uses {' and '.join(features)}, which ClickHouse's Delta reader (--reader clickhouse) cannot "
-        f"read, so {outcome}. Replicate this table with --reader spark (the default), which reads every "
-        f"table feature Spark reads."
+        f"read, so {outcome}. Replicate this table with --reader spark, or auto (the default), which "
+        f"chooses Spark for it: Spark reads every table feature."
     )
 
 

@@ -284,7 +284,8 @@ class Proc:
 
 
 def job_config(path: str, target: TargetName, dsn: str, **options):
-    """The RunConfig `cdc2ch run --once` would build, for driving a job in-process."""
+    """The RunConfig `cdc2ch run --once --reader spark` would build, for driving a job in-process over a
+    DeltaSource (Spark's reads)."""
     from cdc2ch.model.config import RunConfig
 
     return RunConfig(
@@ -294,7 +295,7 @@ def job_config(path: str, target: TargetName, dsn: str, **options):
         clickhouse_dsn=dsn,
         pipeline=str(target),
         once=True,
-        **options,
+        **{"reader": "spark", **options},
     )
 
 

@@ -11,6 +11,7 @@ check come from the Delta log as before.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -64,7 +65,7 @@ def lake_function(uri: str, access: LakeAccess | None = None) -> str:
         return f"deltaLake({schema.literal(uri.rstrip('/') + '/')})"
     raise SourceError(
         f"--reader clickhouse cannot read {uri}: ClickHouse reads local paths and S3/HTTP(S) URLs "
-        f"(credentials from the server's own S3 settings). Use the default --reader spark for this table."
+        f"(credentials from the server's own S3 settings). Use --reader spark, or auto (the default), for this table."
     )
 
 
@@ -176,6 +177,19 @@ class LakeFunctionReader:
         return "this process's S3 endpoint and AWS environment"
 
 
+# How ClickHouse's Delta reader says a file it was sent to read is not there: the local and object-store
+# errors of its Delta kernel and of its own file readers.
+FILE_MISSING = ("not found", "No such file", "NoSuchKey", "FILE_DOESNT_EXIST", "does not exist")
+
+
+def files_gone(text: str, location: str) -> bool:
+    """Whether ClickHouse's read failed on a file of the table at `location` that is not there (VACUUM or
+    log retention removed it): its error names a path under the table's and says it is missing."""
+    prefix = unquote(urlsplit(location).path).strip("/")
+    named = re.search(re.escape(prefix) + r"/\S*\.(parquet|json|bin)", text) if prefix else None
+    return named is not None and any(missing in text for missing in FILE_MISSING)
+
+
 def insert_settings(token: str) -> dict[str, int | str]:
     """A lake read inserted as every target insert is (a replay dropped), and a null key fails it instead of
     becoming 0 or ''."""
@@ -193,7 +207,13 @@ class PushdownWriter:
     def check(self, rng: Changes, estimate: int) -> None:
         """ClickHouse counts the range's null keys (one read of it, on a new pipeline's first range only)."""
         for read in lake_reads(self.cfg, rng):
-            found = self._null_keys_in_lake(rng, read)
+            try:
+                found = self._null_keys_in_lake(rng, read)
+            except SinkError as exc:
+                refused = self._refusal(exc, rng)
+                if refused is None:
+                    raise
+                raise refused from exc
             if found is not None:
                 raise found
 
@@ -245,9 +265,7 @@ class PushdownWriter:
                     settings={**read.settings, **insert_settings(read.token)},
                 )
         except SinkError as exc:
-            refused = self.to.storage_refusal(
-                str(exc), rng.location, f"versions {start}..{end} (by ClickHouse)"
-            )
+            refused = self._refusal(exc, rng)
             if refused is not None:
                 raise refused from exc
             refused_null = (
@@ -257,6 +275,15 @@ class PushdownWriter:
             if found is not None:
                 raise found from exc
             raise
+
+    def _refusal(self, exc: SinkError, rng: Changes) -> Exception | None:
+        """What a failed read of `rng` by ClickHouse means to the user, where its error tells: the storage
+        refused it, or files it needs are gone (VACUUM, log retention); None: the error as it is."""
+        span = f"versions {rng.start}..{rng.end}"
+        refused = self.to.storage_refusal(str(exc), rng.location, f"{span} (by ClickHouse)")
+        if refused is None and files_gone(str(exc), rng.location):
+            refused = contract.files_gone_error(rng.uri, span)
+        return refused
 
     def _absent(self, rng: Changes, columns: list[str], read: LakeRead) -> set[str]:
         """The Delta names of `columns` the table did not have at the version `read` reads (a commit that

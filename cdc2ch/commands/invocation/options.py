@@ -304,7 +304,7 @@ def check_shared(ref, values: Mapping[str, Any]) -> None:
         raise ConfigError(
             f"--reader clickhouse has ClickHouse read the Delta table's own files, which a Delta Sharing "
             f"recipient cannot reach: {ref.text} is read through the share's pre-signed file URLs by Spark. "
-            f"Drop --reader clickhouse (the default, --reader spark, reads shares)."
+            f"Drop --reader clickhouse: the default, --reader auto, reads shares through Spark."
         )
 
 

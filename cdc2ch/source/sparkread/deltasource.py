@@ -331,11 +331,7 @@ def translated(
         or "DELTA_FILE_NOT_FOUND" in text
         or "VersionNotFound" in text
     ):
-        return SourceError(
-            f"Files needed to read {span} of {uri} are gone (removed by VACUUM or log retention). "
-            f"These changes can no longer be replayed: resync with `cdc2ch snapshot` at the latest "
-            f"version, then `cdc2ch run` continues from there."
-        )
+        return contract.files_gone_error(uri, span)
     too_large = range_out_of_memory(what, text, uri, span)
     if too_large is not None:
         return too_large

@@ -275,7 +275,7 @@ def test_run_serve_while_replicating(spark, monkeypatch, tmp_path):
     env = {"CDC2CH_SERVE_PASSWORD": PASSWORD}
     home = {**env, "CDC2CH_HOME": str(tmp_path)}  # the default directory is $CDC2CH_HOME/clickhouse
     config = tmp_path / "cdc2ch.toml"
-    entry = f'[[pipelines]]\ntable = "{path}"\nprimary-key = "id"\n'
+    entry = f'[[pipelines]]\ntable = "{path}"\nprimary-key = "id"\nreader = "spark"\n'  # gated below
     config.write_text(f'clickhouse = "{dsn}"\npoll-interval = 0.2\n{entry}')
     gate = tmp_path / "spark-may-start"  # Spark's JVM starts once it exists: its first range waits for it
     gated = java_home_that_waits(tmp_path / "gated-jdk", f"while [ ! -e {gate} ]; do sleep 0.1; done")

@@ -56,7 +56,8 @@ def test_replicate_uses_the_session_as_it_is_and_logs_through_logging(
     conf, level, logging_set_up = spark.conf.getAll, _log_level(spark), structlog.get_config()
     handlers = list(logging.getLogger().handlers)
     caplog.set_level(logging.INFO, logger="cdc2ch")
-    first = cdc2ch.replicate(spark, table=path, primary_key=["id"], clickhouse=chdb_dsn, target=str(target))
+    first = cdc2ch.replicate(spark, table=path, primary_key=["id"], clickhouse=chdb_dsn, target=str(target),
+                             reader="spark")  # fmt: skip  # through the session, whose ranking counts rows below
 
     assert first.pipeline == first.target == str(target)
     assert (first.start_version, first.end_version, first.committed_version) == (
@@ -139,7 +140,7 @@ def test_every_read_runs_in_the_callers_job_group_also_those_read_ahead(
     try:
         result = replicate(
             spark, table=path, primary_key="id", clickhouse=chdb_dsn, target=str(target),
-            batch_size=10, max_rows_per_read=10,
+            batch_size=10, max_rows_per_read=10, reader="spark",
         )  # fmt: skip
     finally:
         for key in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel"):

@@ -83,11 +83,11 @@ def test_a_read_that_needs_spark_without_java_says_so_and_writes_nothing(spark, 
     path, dsn = str(tmp_path / "orders"), f"chdb://{tmp_path / 'clickhouse'}"
     orders(spark, path)
     table = ["--table", path, "--primary-key", "id", "--clickhouse", dsn, "--log-format", "json"]
-    cdc2ch(env, "run", "--once", "--reader", "clickhouse", "--target", "shop.orders", *table)
+    cdc2ch(env, "run", "--once", "--target", "shop.orders", *table)  # the default reader: no Java needed here
     spark.sql(f"INSERT INTO delta.`{path}` VALUES (4, 'd')")
 
     for target in ("shop.orders", "shop.fresh"):  # a pipeline with an offset, and a new one
-        failed = cdc2ch(env, "run", "--once", "--target", target, *table, expect=1)
+        failed = cdc2ch(env, "run", "--once", "--reader", "spark", "--target", target, *table, expect=1)
         last = failed.stderr.strip().splitlines()[-1]
         assert "Traceback" not in failed.stderr and "JAVA_GATEWAY_EXITED" not in failed.stderr
         final = json.loads(last)  # the command's last word: one paragraph, its exit code

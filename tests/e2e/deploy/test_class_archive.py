@@ -36,7 +36,8 @@ def test_a_run_leaves_a_class_archive_that_the_next_jvm_maps(spark, tmp_path):
     env = {"CDC2CH_JARS_DIR": str(jars)}
 
     first = Proc(
-        "run", "--table", path, "--primary-key", "id", "--clickhouse", f"chdb://{tmp_path}/ch", "--once", env=env
+        "run", "--table", path, "--primary-key", "id", "--clickhouse", f"chdb://{tmp_path}/ch", "--once",
+        "--reader", "spark", env=env,
     )  # fmt: skip
     assert first.wait() == 0, first.stderr[-3000:]
     saved = first.events("class_archive_saved")

@@ -254,7 +254,7 @@ def service(tmp_path_factory):
             f'[[pipelines]]\nname = "{name}"\ntable = "{path}"\nprimary-key = "id"\ntarget = "ops.{name}"\n{extra}'
             for name, path, extra in (
                 ("orders", orders, 'initial-load = "changes"\n'),
-                ("customers", customers, 'initial-load = "snapshot"\n'),
+                ("customers", customers, 'initial-load = "snapshot"\nreader = "spark"\n'),  # a JVM to watch
                 ("broken", str(root / "not-delta"), ""),
             )
         )

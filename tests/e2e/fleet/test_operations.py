@@ -48,7 +48,7 @@ def test_config_replicates_the_good_pipelines_and_reports_the_bad_one(spark, cli
     config = _write_config(
         tmp_path,
         "batch-size = 1  # every row its own insert, for all pipelines but b\n"
-        + _pipeline(database, "a", a)
+        + _pipeline(database, "a", a, reader='"spark"')
         + _pipeline(database, "b", b, reader='"clickhouse"', batch_size=1000)
         + _pipeline(database, "missing", missing),
     )
@@ -124,7 +124,7 @@ target = "crm.customers"
     assert (
         orders.poll_interval == 7 and orders.clickhouse_dsn == "chdb:///tmp/from-file"
     )  # file beats default
-    assert orders.lock_ttl == 60.0 and orders.reader == "spark"  # defaults
+    assert orders.lock_ttl == 60.0 and orders.reader == "auto"  # defaults
     assert orders.primary_key == ("tenant", "id") and orders.target == TargetName("cdc2ch", "orders")
     assert orders.from_timestamp.isoformat() == "2026-11-01T00:00:00+00:00"
     assert orders.spark.conf == (("spark.driver.memory", "2g"),)

@@ -64,14 +64,14 @@ def test_a_late_change_feed_read_as_the_only_source_begins_with_a_snapshot_then_
     (chosen,) = cli.events(run, "initial_load")
     assert (chosen["choice"], chosen["version"]) == ("snapshot", loaded_at)
     assert f"enabled at version {enabled_at}" in chosen["reason"]
-    assert not cli.events(run, "range_read")  # no change was replayed
+    assert not cli.events(run, "batch")  # no range of changes was written, by either reader
     assert_replicated(spark, sink, path, target)
 
     spark.sql(f"UPDATE delta.`{path}` SET id = 20 WHERE id = 2")  # a key changes
     spark.sql(f"INSERT INTO delta.`{path}` VALUES (5, 'e')")
     spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 3")
     run = cli.replicate("run", path, target, "--once", *cdf)
-    assert not cli.events(run, "initial_load") and cli.events(run, "range_read")[0]["start"] == loaded_at + 1
+    assert not cli.events(run, "initial_load") and cli.events(run, "batch")[0]["start"] == loaded_at + 1
     assert_replicated(spark, sink, path, target)
     cli.replicate("verify", path, target)  # exits 0: FINAL equals the table at the committed version
 
@@ -116,7 +116,7 @@ def test_a_table_with_its_whole_change_feed_replays_it(spark, sink, cli, databas
     (chosen,) = cli.events(run, "initial_load")
     assert (chosen["choice"], chosen["version"]) == ("changes", 0)
     assert chosen["reason"].startswith("the changes of versions 0..3 can be replayed, and replaying them")
-    assert cli.events(run, "range_read")[0]["start"] == 0
+    assert cli.events(run, "batch")[0]["start"] == 0
     assert_replicated(spark, sink, path, target)
     # the history is there: the deleted key is kept as a tombstone
     assert sink.query_rows(f"SELECT id FROM {target} WHERE _change_type = 'delete'") == [(1,)]
@@ -151,7 +151,7 @@ def test_a_killed_initial_snapshot_resumes_at_its_version(spark, tmp_path):
     dsn = f"chdb://{tmp_path / 'ch'}"
     args = [sys.executable, "-m", "cdc2ch", "run", "--table", path, "--primary-key", "id", "--target", "k.kill",
             "--once", "--initial-load", "snapshot", "--clickhouse", dsn, "--log-format", "json",
-            "--batch-size", "500", "--spark-master", "local[1]",
+            "--batch-size", "500", "--spark-master", "local[1]", "--reader", "spark",
             # one Delta file per Spark partition, so one chunk per file: 15 chunks
             "--spark-conf", "spark.sql.files.maxPartitionBytes=65536",
             "--spark-conf", "spark.sql.files.openCostInBytes=65536"]  # fmt: skip

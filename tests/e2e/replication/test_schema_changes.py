@@ -51,7 +51,7 @@ def test_added_columns_are_added_and_filled(spark, sink, cli, database, tmp_path
         "tag": "Nullable(String)",
         "extra": "Nullable(Int32)",
     }
-    assert len(cli.events(result, "range_read")) >= 3
+    assert len({(e["start"], e["end"]) for e in cli.events(result, "batch")}) >= 3  # ranges, by either reader
     assert_replicated(spark, sink, path, target)
     assert committed_version(sink, database, str(target)) == latest_version(spark, path)
 

@@ -198,6 +198,8 @@ def test_killed_snapshot_resumes(spark, tmp_path):
         "spark.sql.files.openCostInBytes=65536",
         "--spark-master",
         "local[1]",
+        "--reader",
+        "spark",
     )
     done_chunks = 0
     for kill_after in (3, 3):
@@ -258,13 +260,13 @@ def test_a_read_too_large_for_spark_says_what_to_change(spark, tmp_path):
     _one_file(spark, path, 500_000, "repeat('x', 1000) AS pad", row_group_bytes=1 << 30, mode="append")
     dsn = f"chdb://{tmp_path / 'ch'}"
     last = out_of_memory_paragraph(
-        "snapshot", "--table", path, "--primary-key", "id", "--target", "k.big", dsn=dsn
+        "snapshot", "--table", path, "--primary-key", "id", "--target", "k.big", "--reader", "spark", dsn=dsn
     )  # fmt: skip
     assert last.startswith("cdc2ch: error: Spark ran out of memory reading chunk"), last
     assert "500,000 rows each" in last and "spark.driver.memory" in last and "--reader clickhouse" in last
     last = out_of_memory_paragraph(
         "run", "--table", path, "--primary-key", "id", "--target", "k.big", "--once", "--from-version", "1",
-        dsn=dsn,
+        "--reader", "spark", dsn=dsn,
     )  # fmt: skip
     assert last.startswith("cdc2ch: error: Spark ran out of memory reading the change data feed for"), last
     assert "--max-rows-per-read" in last and "spark.driver.memory" in last and "--reader clickhouse" in last

@@ -33,7 +33,7 @@ def test_an_older_layout_is_upgraded_in_place_and_replication_goes_on(spark, sin
     spark.sql(f"INSERT INTO delta.`{path}` VALUES (3, 'c')")
     result = cli.replicate("run", path, target, "--once")
     assert _layouts(sink, database) == [LAYOUT]
-    assert [e["start"] for e in cli.events(result, "range_read")][:1] == [before + 1]  # resumed, not replayed
+    assert [e["start"] for e in cli.events(result, "batch")][:1] == [before + 1]  # resumed, not replayed
     assert committed_version(sink, database, str(target)) == latest_version(spark, path)
     assert_replicated(spark, sink, path, target)
 

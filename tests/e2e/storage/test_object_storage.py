@@ -254,24 +254,27 @@ def test_a_poll_with_nothing_new_asks_the_store_two_heads_and_no_listing(s3, mon
         proxy.down()
 
 
+SPARK = ("--reader", "spark")
+
+
 def test_storage_that_throttles_refuses_or_is_down_leaves_the_offset_and_says_why(
     spark, s3, bucket, cli, sink, database, monkeypatch
 ):
     proxy = S3FaultProxy(s3).start()
     try:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
-        # few retries, so that a store down for longer than them is met in seconds
+        # Spark's s3a client, with few retries, so that a store down for longer than them is met in seconds
         reach(spark, proxy.endpoint, bucket, **{"retry.limit": "1", "retry.throttle.limit": "1",
                                                 "attempts.maximum": "1", "retry.interval": "10ms"})  # fmt: skip
         uri = f"s3a://{bucket}/orders"
         write_orders(uri, s3.env(), n=60)
         target = TargetName(database, "orders")
-        cli.replicate("run", uri, target, "--once")
+        cli.replicate("run", uri, target, "--once", *SPARK)
         change(spark, uri, 0)
         change(spark, uri, 1)
 
         def refused(expect_words: str) -> None:
-            out = cli.replicate("run", uri, target, "--once", expect=1).stderr
+            out = cli.replicate("run", uri, target, "--once", *SPARK, expect=1).stderr
             assert expect_words in out and "no offset moved" in out, out[-3000:]
             assert committed_version(sink, database, str(target)) == 0
 
@@ -287,7 +290,7 @@ def test_storage_that_throttles_refuses_or_is_down_leaves_the_offset_and_says_wh
         refused("could not be reached")
         proxy.up()
         proxy.add_fault("delay", seconds=0.2)  # slow, not failing: it only takes longer
-        cli.replicate("run", uri, target, "--once")
+        cli.replicate("run", uri, target, "--once", *SPARK)
         assert committed_version(sink, database, str(target)) == 2
         assert_replicated(spark, sink, uri, target)
     finally:

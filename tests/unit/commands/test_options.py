@@ -230,7 +230,7 @@ def test_precedence_flag_environment_entry_top_level_default(tmp_path, monkeypat
     assert a.retries == b.retries == 3  # environment over entry and top level
     assert (a.batch_size, b.batch_size) == (50, 100)  # entry over top level
     assert a.lock_ttl == b.lock_ttl == 30.0  # top level over default
-    assert a.poll_interval == 5.0 and a.reader == "spark"  # defaults
+    assert a.poll_interval == 5.0 and a.reader == "auto"  # defaults
     assert a.clickhouse_dsn == b.clickhouse_dsn == process.clickhouse_dsn == "chdb:///from-file"
     assert (a.pipeline, b.pipeline, str(a.target), str(b.target)) == ("a", "b", "cdc2ch.a", "crm.b")
     assert process.config_path == config and process.log_level == "info"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cdc2ch.base.errors import ConfigError, SourceError
-from cdc2ch.clickhouse.writers.pushdown import LakeAccess, lake_access, lake_function
+from cdc2ch.clickhouse.writers.pushdown import LakeAccess, files_gone, lake_access, lake_function
 from cdc2ch.model.config import RunConfig, SparkSettings, TargetName
 from cdc2ch.model.objectstore import S3Settings
 
@@ -28,3 +28,22 @@ def test_clickhouse_s_lake_function_for_each_place_and_a_server_s_named_collecti
     assert lake_access(cfg) == LakeAccess(S3Settings.of(dict(cfg.spark.conf), {}), "ceph")
     with pytest.raises(ConfigError, match="letters, digits and underscores"):
         RunConfig("s3a://lake/t", ("id",), TargetName("db", "t"), "chdb://x", "p", lake_collection="x) --")
+
+
+def test_a_file_of_the_table_that_is_gone_is_told_apart_from_other_read_failures():
+    kernel = (
+        "Code: 742. DB::Exception: Received DeltaLake kernel error ParquetError: Arrow error: External: Object "
+        "at location /tmp/p/orders/_change_data/cdc-00000-d5.c000.snappy.parquet not found: No such file or "
+        "directory (os error 2) (in scan_table_changes_next)"
+    )
+    assert files_gone(kernel, "/tmp/p/orders")
+    assert files_gone(
+        "Code: 499. DB::Exception: The specified key does not exist. (NoSuchKey) while reading "
+        "lake/sales/orders/part-00000-1.snappy.parquet",
+        "s3a://lake/sales/orders",
+    )
+    assert not files_gone(kernel, "/tmp/p/customers")  # another table's file
+    assert not files_gone(
+        "Code: 47. Missing columns: 'x' while reading /tmp/p/orders/part-0.parquet", "/tmp/p/orders"
+    )
+    assert not files_gone("Code: 60. Table t not found", "/tmp/p/orders")

@@ -119,6 +119,13 @@ def test_s3_keys_only_in_sparks_conf_keep_the_embedded_engine_off_the_table_with
     assert choose(cfg, s3_table(FILES), True, lake).reader == "clickhouse"  # a server has its own
 
 
+def test_executors_that_insert_what_spark_reads_keep_the_table_with_spark_without_a_probe():
+    lake = ProbedLake({"lake/orders/a.parquet": 10, "lake/orders/b.parquet": 5})
+    chosen = choose(s3_config(writer="executors"), s3_table(FILES), True, lake)
+    assert chosen.reader == "spark" and "--writer executors" in chosen.reason and lake.probed == []
+    assert choose(s3_config(writer="driver"), s3_table(FILES), True, lake).reader == "clickhouse"
+
+
 def test_timestamps_at_any_depth_and_unreadable_features_go_to_spark():
     assert table_needs_spark(schema_of(("id", "long"), ("at", "timestamp_ntz")), {}, {}) is None
     assert table_needs_spark(schema_of(("id", "long"), ("day", "date")), {}, {}) is None
