@@ -93,6 +93,9 @@ def insert_from_lake(
 
 CDF_SETTING = "delta_lake_snapshot_start_version"  # a server without it cannot read a change data feed
 VERSION_SETTING = "delta_lake_snapshot_version"  # the table as of a version (older servers have it too)
+# A probe decides between readers: where the store throttles or fails, it fails in seconds and `auto` keeps
+# Spark, rather than wait through the S3 client's own retries (hundreds, by default) as a read would.
+PROBE_SETTINGS = {"s3_retry_attempts": 2, "s3_max_single_read_retries": 2}
 
 
 def cdf_settings(start: int, end: int) -> dict[str, int]:
@@ -165,7 +168,10 @@ class LakeFunctionReader:
             rows = self.sink.query_rows(
                 f"SELECT _path, count() FROM {lake} GROUP BY _path",
                 what=f"read {location} at version {version} (a probe of its reader)",
-                settings={VERSION_SETTING: version},
+                settings={
+                    VERSION_SETTING: version,
+                    **{k: v for k, v in PROBE_SETTINGS.items() if self.has_setting(k)},
+                },
             )
         return {str(path): int(count) for path, count in rows}
 

@@ -254,9 +254,6 @@ def test_a_poll_with_nothing_new_asks_the_store_two_heads_and_no_listing(s3, mon
         proxy.down()
 
 
-SPARK = ("--reader", "spark")
-
-
 def test_storage_that_throttles_refuses_or_is_down_leaves_the_offset_and_says_why(
     spark, s3, bucket, cli, sink, database, monkeypatch
 ):
@@ -269,28 +266,34 @@ def test_storage_that_throttles_refuses_or_is_down_leaves_the_offset_and_says_wh
         uri = f"s3a://{bucket}/orders"
         write_orders(uri, s3.env(), n=60)
         target = TargetName(database, "orders")
-        cli.replicate("run", uri, target, "--once", *SPARK)
+        cli.replicate("run", uri, target, "--once")
         change(spark, uri, 0)
         change(spark, uri, 1)
 
-        def refused(expect_words: str) -> None:
-            out = cli.replicate("run", uri, target, "--once", *SPARK, expect=1).stderr
+        def refused(expect_words: str) -> list[dict]:
+            result = cli.replicate("run", uri, target, "--once", expect=1)
+            out = result.stderr
             assert expect_words in out and "no offset moved" in out, out[-3000:]
             assert committed_version(sink, database, str(target)) == 0
+            return cli.events(result, "reader_chosen")
 
         proxy.add_fault("slowdown")  # every request, the log's first
         refused("throttling")
         proxy.clear()
         proxy.add_fault(
             "slowdown", lambda method, path: method == "GET" and ".parquet" in path
-        )  # Spark's reads
-        refused("throttling")
+        )  # the data files' reads
+        # The default reader's probe of ClickHouse fails in seconds (its S3 client bounded), and Spark, chosen
+        # instead, is refused in turn.
+        (chosen,) = refused("throttling")
+        assert chosen["reader"] == "spark" and "a probe of ClickHouse reading it" in chosen["reason"], chosen
         proxy.clear()
         proxy.down()
         refused("could not be reached")
         proxy.up()
         proxy.add_fault("delay", seconds=0.2)  # slow, not failing: it only takes longer
-        cli.replicate("run", uri, target, "--once", *SPARK)
+        done = cli.replicate("run", uri, target, "--once")
+        assert [e["reader"] for e in cli.events(done, "reader_chosen")] == ["clickhouse"]
         assert committed_version(sink, database, str(target)) == 2
         assert_replicated(spark, sink, uri, target)
     finally:

@@ -3,6 +3,7 @@ place, schema and, on object storage, a probe of the target's reader (faked: no 
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import pytest
@@ -158,3 +159,30 @@ def test_the_clickhouse_reader_refuses_by_the_tables_location_features_and_the_e
         check_clickhouse_reads(
             local, current, variant, outcome="replication stopped with version 3 committed"
         )
+
+
+class ProbeSink:
+    """The target as a probe uses it: the statement and settings it was sent, and the rows it answers."""
+
+    def __init__(self):
+        self.sent: list[tuple[str, dict]] = []
+
+    @contextmanager
+    def reads_files(self):
+        yield
+
+    def query_rows(self, sql: str, what: str = "", settings: dict | None = None):
+        self.sent.append((sql, settings or {}))
+        return [("lake/orders/a.parquet", 10)]
+
+
+def test_a_probe_reads_the_version_and_bounds_the_s3_clients_retries_where_the_server_has_the_settings():
+    sink = ProbeSink()
+    newer = LakeFunctionReader(lambda name: True, sink)  # type: ignore[arg-type]
+    assert newer.probe(s3_config(), "s3a://lake/orders", 7) == {"lake/orders/a.parquet": 10}
+    sql, settings = sink.sent[-1]
+    assert "GROUP BY _path" in sql and settings["delta_lake_snapshot_version"] == 7
+    assert settings["s3_retry_attempts"] <= 3 and settings["s3_max_single_read_retries"] <= 3
+    older = LakeFunctionReader(lambda name: name == "delta_lake_snapshot_version", sink)  # type: ignore[arg-type]
+    older.probe(s3_config(), "s3a://lake/orders", 7)
+    assert sink.sent[-1][1] == {"delta_lake_snapshot_version": 7}  # no setting it would refuse
