@@ -132,6 +132,7 @@ class PipelineStatus:
     initial_load: str | None = None  # how it began: "snapshot at version 12", "changes from version 0"
     initial_reason: str | None = None  # why
     changes_from: str | None = None  # where its last range's changes came from: cdf (the feed) or log
+    reader: str | None = None  # what read its last range: spark or clickhouse (what `auto` chose)
 
 
 def replicate(

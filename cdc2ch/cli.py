@@ -161,8 +161,9 @@ def status(**_):
                       DIFFERS, and when), compacted (the last compaction: when, and the tombstones it
                       removed), paused, initial_load (how it began: snapshot or changes), changes (where
                       its last range's changes came from: cdf, the table's change data feed; log, derived
-                      from the data files its commits add and remove), source and location (a catalog
-                      table's name and where it was found), error
+                      from the data files its commits add and remove), reader (what read it: spark, or
+                      clickhouse; what --reader auto chose), source and location (a catalog table's name
+                      and where it was found), error
     """
     app.status(_current())
 

@@ -64,6 +64,7 @@ TABLE_COLUMNS = (
     ("paused", "paused"),
     ("initial_load", "initial_load"),
     ("changes", "changes_from"),
+    ("reader", "reader"),
     # Shown when some pipeline names its table through a catalog: the name and where it was found.
     ("source", "source"),
     ("location", "location"),
@@ -221,6 +222,7 @@ def _row(state: PipelineState | None, health: Health | None) -> dict:
         "initial_load": (state.initial_load or None) if state else None,  # how it began, and why
         "initial_reason": (state.initial_reason or None) if state else None,
         "changes_from": (state.changes_from or None) if state else None,
+        "reader": (state.reader or None) if state else None,
         "last_success": _iso(health.last_success_at) if health else None,
         "last_commit": _iso(state.updated_at) if state else None,
         "failing": failing,

@@ -37,6 +37,8 @@ class PipelineState:
     initial_reason: str = ""
     # Where the last committed range's changes came from (model/changeset.py: cdc or log); "" where not recorded.
     changes_from: str = ""
+    # The reader that wrote the last range (spark or clickhouse: what `auto` chose); "" where not recorded.
+    reader: str = ""
 
     @property
     def recorded_location(self) -> str:
@@ -88,9 +90,12 @@ class PipelineState:
             committed_version=version, pending_version=version, rows_written=self.rows_written + rows
         )
 
-    def writing(self, end: int, origin: str = "") -> "PipelineState":
-        """About to write the range ending at `end`, its changes from `origin`; not committed yet."""
-        return self._touched(pending_version=end, changes_from=origin or self.changes_from)
+    def writing(self, end: int, origin: str = "", reader: str = "") -> "PipelineState":
+        """About to write the range ending at `end`, its changes from `origin`, read by `reader`; not committed
+        yet."""
+        return self._touched(
+            pending_version=end, changes_from=origin or self.changes_from, reader=reader or self.reader
+        )
 
     @property
     def interrupted_range(self) -> tuple[int, int] | None:

@@ -40,7 +40,7 @@ class RangeSteps:
         """Step 2, write the range: record it as being written (pending_version), then insert its rows.
         After a crash: rows of versions past the offset; the replay writes the same keys and versions with
         the same deduplication tokens, so FINAL is unchanged."""
-        state = state.writing(changes.end, changes.origin)
+        state = state.writing(changes.end, changes.origin, self.cfg.reader)
         self.ports.store.save(state)
         return state, writer.write(changes, state, estimate)
 

@@ -15,8 +15,9 @@ from cdc2ch.model import schema
 LAYOUT_TABLE = "cdc2ch_layout"
 # 1: the tables of releases that recorded no layout (the offsets table may lack later columns);
 # 2: the columns of state.ADDED_STATE_COLUMNS up to initial_reason present, and the layout recorded;
-# 3: changes_from too (every column of ADDED_STATE_COLUMNS).
-LAYOUT = 3
+# 3: changes_from too;
+# 4: reader too (every column of ADDED_STATE_COLUMNS).
+LAYOUT = 4
 UNRECORDED = 1
 
 

@@ -50,6 +50,7 @@ _STATE_FIELDS = (
     "initial_load",
     "initial_reason",
     "changes_from",
+    "reader",
 )
 _COLUMNS = "pipeline, source, target, committed_version, pending_version, rows_written, updated_at"
 
@@ -61,6 +62,7 @@ ADDED_STATE_COLUMNS = {
     "initial_load": "String DEFAULT ''",
     "initial_reason": "String DEFAULT ''",
     "changes_from": "String DEFAULT ''",
+    "reader": "String DEFAULT ''",
 }
 
 
@@ -206,7 +208,21 @@ class StateStore:
 
 
 def _state(row: tuple) -> PipelineState:
-    pipeline, source, target, version, pending, rows, updated, location, table_id, initial, why, origin = row
+    (
+        pipeline,
+        source,
+        target,
+        version,
+        pending,
+        rows,
+        updated,
+        location,
+        table_id,
+        initial,
+        why,
+        origin,
+        reader,
+    ) = row
     return PipelineState(
         pipeline,
         source,
@@ -220,6 +236,7 @@ def _state(row: tuple) -> PipelineState:
         initial or "",
         why or "",
         origin or "",
+        reader or "",
     )
 
 

@@ -3,6 +3,8 @@ replication goes on exactly; a layout newer than this release knows is refused b
 
 from __future__ import annotations
 
+import json
+
 from cdc2ch.clickhouse.state.layout import LAYOUT, LAYOUT_TABLE
 from cdc2ch.model.config import TargetName
 from tests.support.helpers import assert_replicated, committed_version, create_table, latest_version
@@ -26,7 +28,7 @@ def test_an_older_layout_is_upgraded_in_place_and_replication_goes_on(spark, sin
     # The tables as a release before layouts left them: no record, and an offsets table without the
     # columns added since.
     sink.command(f"DROP TABLE {database}.{LAYOUT_TABLE}")
-    for column in ("location", "table_id", "initial_load", "initial_reason"):
+    for column in ("location", "table_id", "initial_load", "initial_reason", "changes_from", "reader"):
         sink.command(f"ALTER TABLE {database}.cdc2ch_state DROP COLUMN {column}")
     before = committed_version(sink, database, str(target))
     spark.sql(f"UPDATE delta.`{path}` SET v = 'bb' WHERE id = 2")
@@ -36,6 +38,14 @@ def test_an_older_layout_is_upgraded_in_place_and_replication_goes_on(spark, sin
     assert [e["start"] for e in cli.events(result, "batch")][:1] == [before + 1]  # resumed, not replayed
     assert committed_version(sink, database, str(target)) == latest_version(spark, path)
     assert_replicated(spark, sink, path, target)
+    # The columns added since are recorded again: where the range came from, and what read it.
+    (chosen,) = cli.events(result, "reader_chosen")
+    (listed,) = [p for p in json.loads(cli("status", "--json").stdout) if p["pipeline"] == str(target)]
+    assert (listed["changes_from"], listed["reader"]) == ("cdf", chosen["reader"])
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (4, 'd')")
+    cli.replicate("run", path, target, "--once", "--reader", "spark")
+    (listed,) = [p for p in json.loads(cli("status", "--json").stdout) if p["pipeline"] == str(target)]
+    assert listed["reader"] == "spark"
 
 
 def test_a_newer_layout_is_refused_by_writers_and_readers(spark, sink, cli, database, tmp_path):
