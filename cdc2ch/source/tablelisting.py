@@ -1,12 +1,21 @@
-"""What a storage glob, a catalog schema or a share holds now: storage listed through Hadoop's FileSystem
-(with the credentials Spark reads with), a schema through Spark's catalog, a share through its server's
-listings. The port is fleet/serviceports.py's TableListing; which of these tables a pattern replicates is
-fleet/discovery.py's."""
+"""What a storage glob, a catalog schema or a share holds now: S3 listed by Python (pyarrow, with the
+endpoint and keys Spark is given), other storage through Hadoop's FileSystem (with the credentials Spark
+reads with), a schema through Spark's catalog, a share through its server's listings. The port is
+fleet/serviceports.py's TableListing; which of these tables a pattern replicates is fleet/discovery.py's."""
 
 from __future__ import annotations
 
+import fnmatch
+from urllib.parse import urlsplit
+
+from cdc2ch.model.objectstore import S3Settings
 from cdc2ch.model.tableref import DELTA_LOG, normalize_uri, quote_name
-from cdc2ch.source.spark.lazysession import session_of
+from cdc2ch.source.deltalog.logfiles import s3_filesystem
+from cdc2ch.source.spark.lazysession import s3_settings, session_of
+
+GLOB_CHARS = "*?["
+# Glob syntax only Hadoop's matcher reads ({a,b}, [^a], escapes): such a glob is listed by Hadoop.
+HADOOP_ONLY = ("{", "[^", "\\")
 
 
 class LakeTables:
@@ -18,7 +27,15 @@ class LakeTables:
 
     def directories(self, glob: str, why: str) -> list[tuple[str, str, str, bool]]:
         """(table, name, parent's name, whether it is a Delta table) of each directory `glob` matches. Local
-        directories keep the plain absolute path `--table /lake/t` would have (a pipeline's identity)."""
+        directories keep the plain absolute path `--table /lake/t` would have (a pipeline's identity). S3 is
+        listed without a JVM where pyarrow reaches it; where it cannot (or the glob is Hadoop's own
+        syntax), Hadoop lists it, and says what is wrong."""
+        try:
+            listed = s3_directories(glob, s3_settings(self.spark))
+        except OSError:  # refused, unreachable: Hadoop's listing gives the paragraph storage errors get
+            listed = None
+        if listed is not None:
+            return listed
         spark = session_of(self.spark, why)
         jvm = spark._jvm
         text = normalize_uri(glob)
@@ -49,3 +66,35 @@ class LakeTables:
         from cdc2ch.source.sharing.restclient import SharingClient, load_profile
 
         return SharingClient(load_profile(profile), share, schema, "*").tables()
+
+
+def s3_directories(glob: str, s3: S3Settings) -> list[tuple[str, str, str, bool]] | None:
+    """What LakeTables.directories gives for an s3:// or s3a:// `glob`, listed through pyarrow as Hadoop's
+    glob lists it (each path segment matched alone, directories only); None for other storage and for
+    Hadoop-only syntax. One listing per directory a segment is matched in, and one per match for its log."""
+    parts = urlsplit(glob)
+    if parts.scheme not in ("s3", "s3a") or any(mark in parts.path for mark in HADOOP_ONLY):
+        return None
+    import pyarrow.fs as pafs
+
+    fs = s3_filesystem(s3)
+    segments = [s for s in parts.path.split("/") if s]
+    fixed = next((i for i, s in enumerate(segments) if any(c in s for c in GLOB_CHARS)), len(segments))
+    level = ["/".join([parts.netloc, *segments[:fixed]])]
+    for segment in segments[fixed:]:
+        below = []
+        for directory in level:
+            listed = fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
+            below += [
+                info.path
+                for info in listed
+                if info.type == pafs.FileType.Directory and fnmatch.fnmatchcase(info.base_name, segment)
+            ]
+        level = below
+    out = []
+    for path in sorted(level):
+        names = path.rstrip("/").split("/")
+        log = fs.get_file_info(pafs.FileSelector(f"{path}/{DELTA_LOG}", allow_not_found=True))
+        parent = names[-2] if len(names) > 2 else ""  # (a directory at the bucket's root has none)
+        out.append((f"{parts.scheme}://{path}", names[-1], parent, bool(log)))
+    return out

@@ -76,6 +76,14 @@ class HadoopLogFiles:
             return None
 
 
+def s3_filesystem(s3: S3Settings):
+    """pyarrow's S3 file system with the endpoint and keys Spark is given, not only the environment's."""
+    import pyarrow.fs as pafs
+
+    options: dict[str, Any] = s3.arrow_options()
+    return pafs.S3FileSystem(**options)
+
+
 class ArrowLogFiles:
     """Log files through pyarrow's file systems, without a JVM: local paths, and object stores with their
     standard credential chains (S3 with the endpoint and keys Spark is given too, GCS, Azure)."""
@@ -92,9 +100,8 @@ class ArrowLogFiles:
             raise ValueError(f"no Python file system for {scheme}:// URIs")
         self._fs: pafs.FileSystem
         self._s3 = self.SCHEMES[scheme] == "s3"
-        if self._s3:  # with the endpoint and keys Spark is given, not only the environment's
-            options: dict[str, Any] = (s3 or S3Settings()).arrow_options()
-            self._fs, root = pafs.S3FileSystem(**options), parts.netloc + parts.path
+        if self._s3:
+            self._fs, root = s3_filesystem(s3 or S3Settings()), parts.netloc + parts.path
         elif scheme:
             self._fs, root = pafs.FileSystem.from_uri(uri)
         else:  # a path, not a URI: a space, '#' or '?' in it is part of the name

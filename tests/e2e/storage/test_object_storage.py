@@ -19,6 +19,7 @@ from cdc2ch.model.config import TargetName
 from cdc2ch.model.objectstore import S3Settings
 from cdc2ch.source.deltalog.logfiles import python_log
 from cdc2ch.source.spark.jars import delta_jars
+from cdc2ch.source.tablelisting import LakeTables
 from tests.e2e.commands.test_no_java import cdc2ch, no_java_env
 from tests.support.helpers import assert_replicated, assert_rows_equal, committed_version
 from tests.support.s3server import KEY_ID, REGION, SECRET, S3FaultProxy, S3Server, storage_options
@@ -322,3 +323,33 @@ def test_a_wrong_key_and_a_missing_connector_say_what_to_do_and_create_nothing(t
         assert "No pipelines found" in status.stdout + status.stderr
     finally:
         server.stop()
+
+
+def test_a_pattern_on_s3_is_listed_without_spark_as_hadoop_lists_it(spark, s3, monkeypatch):
+    """A fleet re-lists its patterns: on S3, pyarrow lists them with the endpoint and keys of the environment
+    (no JVM is asked for), each segment matched alone, directories only; a directory without a log is
+    listed as not Delta. The same glob in Hadoop's own syntax is listed by Hadoop, with the same answer."""
+    name = s3.bucket(f"lake-{uuid.uuid4().hex[:12]}")
+    for table in ("sales/items", "sales/shops", "hr/people"):
+        write_deltalake(f"s3://{name}/{table}", orders(3), storage_options=storage_options(s3.env()))
+    s3.client().put_object(Bucket=name, Key="sales/notes/readme.txt", Body=b"not a table")
+    s3.client().put_object(Bucket=name, Key="sales/file.txt", Body=b"not a directory")
+    for key, value in s3.env().items():
+        monkeypatch.setenv(key, value)
+
+    def no_spark():
+        raise AssertionError("Spark was started to list S3")
+
+    expected = [
+        (f"s3a://{name}/sales/items", "items", "sales", True),
+        (f"s3a://{name}/sales/notes", "notes", "sales", False),
+        (f"s3a://{name}/sales/shops", "shops", "sales", True),
+    ]
+    assert LakeTables(no_spark).directories(f"s3a://{name}/sales/*", "a test") == expected
+    assert LakeTables(no_spark).directories(f"s3a://{name}/*/[ip]*", "a test") == [
+        (f"s3a://{name}/hr/people", "people", "hr", True),
+        expected[0],
+    ]
+    reach(spark, s3.endpoint, name)
+    hadoop = LakeTables(spark).directories(f"s3a://{name}/sales/{{items,notes,shops}}", "a test")
+    assert sorted(hadoop) == expected
