@@ -88,12 +88,13 @@ class Replicator:
 
     # -- start-up ---------------------------------------------------------------------------------
     def check_inputs(self) -> Inputs:
-        """Check table, keys, change data feed, offsets and options, writing nothing (what `validate` runs).
-        `--reader auto` is decided first, from the table as it is now (its log, a ClickHouse setting)."""
-        if self.cfg.reader == "auto":
-            self.choice = readers.decided_at_start(self.cfg, self.source, self.ports, self.log)
-            self._configure(dataclasses.replace(self.cfg, reader=self.choice.reader))
-        return check_inputs(self.cfg, self.source, self.ports, self.bootstrap)
+        """Check table, keys, change data feed, offsets and options, writing nothing (what `validate` runs);
+        then run with the reader `--reader auto` chose there."""
+        inputs = check_inputs(self.cfg, self.source, self.ports, self.bootstrap, self.log)
+        if inputs.reader is not None:
+            self.choice = inputs.reader
+            self._configure(dataclasses.replace(self.cfg, reader=inputs.reader.reader))
+        return inputs
 
     def claim(self, inputs: Inputs | None = None) -> None:
         """Claim the pipeline's offset by `inputs`, or one held unclaimed before a write it did not foresee (a

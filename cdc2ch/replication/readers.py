@@ -24,8 +24,8 @@ from cdc2ch.model.config import RunConfig
 from cdc2ch.model.objectstore import S3Settings
 from cdc2ch.model.records import PipelineState
 from cdc2ch.model.tableref import is_local
-from cdc2ch.replication import follow, plan
-from cdc2ch.replication.ports import ChangeSource, LakeReader, Ports
+from cdc2ch.replication import plan
+from cdc2ch.replication.ports import ChangeSource, LakeReader
 
 OBJECT_STORE_SCHEMES = ("s3", "s3a", "s3n")  # the object storage ClickHouse's Delta reader reaches here
 PROBE_REASON_CHARS = 300  # of a failed probe's error in the reason logged
@@ -154,15 +154,6 @@ def decided(
     if log is not None:
         log.info("reader_chosen", reader=chosen.reader, reason=chosen.reason)
     return chosen
-
-
-def decided_at_start(cfg: RunConfig, source: ChangeSource, ports: Ports, log: Logger) -> ReaderChoice:
-    """What `auto` chooses for a pipeline as it starts (decided). A key column Delta renamed since its offset
-    is refused first, in check_inputs' paragraph, before the choice reads the latest schema."""
-    stored = ports.store.load(cfg.pipeline)
-    if stored is not None:
-        follow.check_key_moves(cfg, source, stored.committed_version, source.latest().version)
-    return decided(cfg, source, ports.remote_target, ports.lake_reader, log)
 
 
 def resolved(

@@ -3,8 +3,10 @@ other, writing nothing (what `run` checks first and `validate` reports)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
+from cdc2ch.base.log import Logger
 from cdc2ch.model import schema
 from cdc2ch.model.changeset import FEED, LOG
 from cdc2ch.model.config import RunConfig
@@ -25,10 +27,15 @@ class Inputs:
     writer: str
     table_id: str = ""  # the Delta table's id, recorded with the offset
     initial: Choice | None = None  # how a new pipeline begins (None: it has an offset)
+    reader: readers.ReaderChoice | None = None  # what `--reader auto` chose, and why (None: a reader given)
 
 
-def check_inputs(cfg: RunConfig, source: ChangeSource, ports: Ports, bootstrap: Bootstrap) -> Inputs:
-    """Check table, keys, change data feed, offsets and options, writing nothing (what `validate` runs)."""
+def check_inputs(
+    cfg: RunConfig, source: ChangeSource, ports: Ports, bootstrap: Bootstrap, log: Logger | None = None
+) -> Inputs:
+    """Check table, keys, change data feed, offsets and options, writing nothing (what `validate` runs).
+    `--reader auto` is decided here (logged to `log`), from the table as it is now, once a key column Delta
+    renamed since the offset has been told: the choice reads the latest schema."""
     uri = source.uri
     latest = source.latest().version
     if cfg.changes_from == LOG and not source.derives:
@@ -45,6 +52,10 @@ def check_inputs(cfg: RunConfig, source: ChangeSource, ports: Ports, bootstrap: 
     )  # fmt: skip
     if stored is not None:  # before the key is looked for in the latest schema
         follow.check_key_moves(cfg, source, stored.committed_version, latest)
+    chosen = None
+    if cfg.reader == "auto":
+        chosen = readers.decided(cfg, source, ports.remote_target, ports.lake_reader, log)
+        cfg = dataclasses.replace(cfg, reader=chosen.reader)
     latest_schema = source.schema_at(latest)
     ports.tables.check(  # an existing target fits the design (a new pipeline's: the types too)
         schema.column_types(latest_schema, cfg.design), new=stored is None
@@ -63,4 +74,4 @@ def check_inputs(cfg: RunConfig, source: ChangeSource, ports: Ports, bootstrap: 
             source, ports.lake_reader, latest_schema, protocol, properties, feed=feed, outcome=outcome
         )
     initial = bootstrap.choose(stored, requested, start, latest)  # a new pipeline's first load
-    return Inputs(start, stored, latest, writer, table_id, initial)
+    return Inputs(start, stored, latest, writer, table_id, initial, chosen)
