@@ -70,10 +70,11 @@ class LakeTables:
 
 def s3_directories(glob: str, s3: S3Settings) -> list[tuple[str, str, str, bool]] | None:
     """What LakeTables.directories gives for an s3:// or s3a:// `glob`, listed through pyarrow as Hadoop's
-    glob lists it (each path segment matched alone, directories only); None for other storage and for
-    Hadoop-only syntax. One listing per directory a segment is matched in, and one per match for its log."""
-    parts = urlsplit(glob)
-    if parts.scheme not in ("s3", "s3a") or any(mark in parts.path for mark in HADOOP_ONLY):
+    glob lists it (each path segment matched alone, directories only; tables named s3a://, as every S3
+    table is); None for other storage and for Hadoop-only syntax. One listing per directory a segment is
+    matched in, and one per match for its log."""
+    parts = urlsplit(normalize_uri(glob))
+    if parts.scheme != "s3a" or any(mark in parts.path for mark in HADOOP_ONLY):
         return None
     import pyarrow.fs as pafs
 
@@ -96,5 +97,5 @@ def s3_directories(glob: str, s3: S3Settings) -> list[tuple[str, str, str, bool]
         names = path.rstrip("/").split("/")
         log = fs.get_file_info(pafs.FileSelector(f"{path}/{DELTA_LOG}", allow_not_found=True))
         parent = names[-2] if len(names) > 2 else ""  # (a directory at the bucket's root has none)
-        out.append((f"{parts.scheme}://{path}", names[-1], parent, bool(log)))
+        out.append((f"s3a://{path}", names[-1], parent, bool(log)))
     return out

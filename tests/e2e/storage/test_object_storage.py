@@ -346,6 +346,7 @@ def test_a_pattern_on_s3_is_listed_without_spark_as_hadoop_lists_it(spark, s3, m
         (f"s3a://{name}/sales/shops", "shops", "sales", True),
     ]
     assert LakeTables(no_spark).directories(f"s3a://{name}/sales/*", "a test") == expected
+    assert LakeTables(no_spark).directories(f"s3://{name}/sales/*", "a test") == expected  # named as s3a://
     assert LakeTables(no_spark).directories(f"s3a://{name}/*/[ip]*", "a test") == [
         (f"s3a://{name}/hr/people", "people", "hr", True),
         expected[0],
