@@ -57,7 +57,7 @@ class Bootstrap:
         if gone is not None and self.source.file_exists(gone[1]) is not False:
             gone = None  # still there (or the source cannot tell): nothing a replay reads is gone
         derives = self.cfg.changes_from != FEED and self.source.derives
-        return initial.Facts(commits, found, gone, derives=derives)
+        return initial.Facts(commits, found, gone, derives=derives, read_rows=self.cfg.max_rows_per_read)
 
     def _interrupted(self, latest: int) -> int | None:
         """The version of a snapshot of this pipeline begun and not finished, when it can be resumed: its

@@ -17,6 +17,10 @@ when the replay costs clearly more than a snapshot:
   than Spark's start-up, and the replay keeps what a snapshot cannot have — every version's rows and the
   tombstones of keys deleted before it.
 
+- or when one version of it holds more than LARGE_VERSION (10) times the rows a read is meant to hold
+  (--max-rows-per-read): a version is never split across reads, and Spark holds a read whole in memory, where
+  a snapshot reads the table in chunks. A table loaded in one large commit is the usual case.
+
 Otherwise it replays the change feed from version 0: the whole history, exactly as `--initial-load changes`,
 which also keeps today's refusals where the feed cannot be replayed. `snapshot` always starts with one. An
 explicit --from-version/--from-timestamp means the change feed from there. A snapshot that an earlier run
@@ -33,6 +37,7 @@ from cdc2ch.replication.startup.replay import Replay
 
 REPLAY_RATIO = 2
 REPLAY_FLOOR = 1_000_000
+LARGE_VERSION = 10
 SNAPSHOT, CHANGES = "snapshot", "changes"
 
 
@@ -59,6 +64,7 @@ class Facts:
     gone: tuple[int, str] | None = None  # (version, file) a replay reads that storage no longer has
     interrupted: int | None = None
     derives: bool = False  # versions the feed does not record are derived from the log (--changes-from)
+    read_rows: int | None = None  # the rows one read is meant to hold (--max-rows-per-read)
 
 
 def decide(mode: str, requested: int | None, start: int, latest: int, facts: Facts) -> Choice:
@@ -77,7 +83,7 @@ def decide(mode: str, requested: int | None, start: int, latest: int, facts: Fac
         )
     if mode == SNAPSHOT:
         return Choice(SNAPSHOT, latest, "--initial-load snapshot")
-    why = cannot_replay(start, facts) or costs_more(facts.replay)
+    why = cannot_replay(start, facts) or costs_more(facts.replay) or too_large(facts)
     if why:
         return Choice(SNAPSHOT, latest, why)
     return Choice(CHANGES, start, replays(start, latest, facts.replay))
@@ -108,6 +114,19 @@ def costs_more(replay: Replay | None) -> str | None:
             f"{replay.rows:,}: more than {REPLAY_RATIO}x as many and over {REPLAY_FLOOR:,} more"
         )
     return None
+
+
+def too_large(facts: Facts) -> str | None:
+    """Why one version of the replay is too large to read whole, where a snapshot reads in chunks, or None."""
+    if not facts.commits or not facts.read_rows:
+        return None
+    largest = max(facts.commits, key=lambda c: c.estimated_rows)
+    if largest.estimated_rows <= LARGE_VERSION * facts.read_rows:
+        return None
+    return (
+        f"version {largest.version} alone holds about {largest.estimated_rows:,} change rows, over "
+        f"{LARGE_VERSION}x --max-rows-per-read ({facts.read_rows:,}); a version is read whole, a snapshot in chunks"
+    )
 
 
 def replays(start: int, latest: int, replay: Replay | None) -> str:

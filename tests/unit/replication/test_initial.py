@@ -57,6 +57,11 @@ def test_snapshot_loads_the_latest_version_and_an_interrupted_snapshot_is_resume
         ),
         # the history is much longer than the table
         (Facts(commits((0, CDF_ON, 0)), Replay(100_000, 1_500_000, None)), "about 1,500,000 change rows"),
+        # one version holds more than ten reads' worth: read whole, where a snapshot reads in chunks
+        (
+            Facts(commits((0, CDF_ON, 20_000_000), (1, None, 5)), read_rows=500_000),
+            "version 0 alone holds about 20,000,000 change rows, over 10x --max-rows-per-read (500,000)",
+        ),
     ],
 )
 def test_auto_snapshots_where_the_feed_cannot_replay_the_history_or_costs_clearly_more(facts, why):
@@ -88,6 +93,13 @@ def test_auto_replays_a_feed_that_covers_the_history_at_about_a_snapshots_cost(r
     assert (chosen.load, chosen.version) == (CHANGES, 0)
     assert chosen.reason.startswith("the changes of versions 0..4 can be replayed")
     assert chosen.describe() == "changes from version 0"
+
+
+def test_auto_replays_a_version_of_up_to_ten_reads():
+    chosen = decide(
+        "auto", None, 0, 4, Facts(commits((0, CDF_ON, 5_000_000), (1, None, 5)), read_rows=500_000)
+    )
+    assert (chosen.load, chosen.version) == (CHANGES, 0)
 
 
 def test_snapshot_and_an_explicit_start_are_refused_together():
@@ -285,3 +297,14 @@ def test_initial_load_is_a_flag_a_config_key_and_a_keyword(tmp_path):
     )
     with pytest.raises(ConfigError, match="is not one of 'auto', 'snapshot', 'changes'"):
         api._config("run", "replicate", {**keyword, "initial_load": "later"}, True)
+
+
+def test_a_table_loaded_in_one_commit_larger_than_ten_reads_begins_with_a_snapshot():
+    t = FakeTable()
+    t.versions[0]["commit"] = Commit(0, T0, "CREATE TABLE", 0, {}, True, CDF_ON, Files())
+    t.commit(
+        *[("insert", {"id": i, "name": f"n{i}"}) for i in range(25)], files=Files((("a.parquet", 25, True),))
+    )
+    h = Harness(t, batch_size=2, max_rows_per_read=2)
+    assert "version 1 alone holds about 25 change rows, over 10x" in h.run().initial_reason
+    assert h.snapshots == [1] and h.final() == h.expected()
