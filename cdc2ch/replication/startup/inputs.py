@@ -54,7 +54,7 @@ def check_inputs(
         follow.check_key_moves(cfg, source, stored.committed_version, latest)
     chosen = None
     if cfg.reader == "auto":
-        chosen = readers.decided(cfg, source, ports.remote_target, ports.lake_reader, log)
+        chosen = readers.decided(cfg, source, ports.remote_target, ports.lake_reader, log, latest)
         cfg = dataclasses.replace(cfg, reader=chosen.reader)
     latest_schema = source.schema_at(latest)
     ports.tables.check(  # an existing target fits the design (a new pipeline's: the types too)
