@@ -218,10 +218,11 @@ class Snapshotter:
             return error
         return SourceError(
             f"Spark ran out of memory reading chunk {chunk} of the snapshot of version {version} of "
-            f"{self.source.uri}. A chunk is read whole into memory, and Parquet files are split only between "
-            f"row groups: the files of this version hold {rows_per_file:,} rows each on average. Give Spark "
-            f"more memory (--spark-conf spark.driver.memory=4g), or load with --reader clickhouse, which "
-            f"streams the files. Chunks already loaded are recorded: the same command resumes after them."
+            f"{self.source.uri}. A chunk, about --max-rows-per-read rows ({self.cfg.max_rows_per_read:,}), is "
+            f"held whole in memory (the files of this version hold {rows_per_file:,} rows each on average). "
+            f"Read smaller chunks with a lower --max-rows-per-read, give Spark more memory (--spark-conf "
+            f"spark.driver.memory=4g), or load with --reader clickhouse, which streams the files. Chunks "
+            f"already loaded are recorded: the same command resumes after them."
         )
 
     def _clickhouse_chunks(self, table: _Table, version: int, ts_ms: int, columns: list[str]) -> int | None:

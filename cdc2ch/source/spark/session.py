@@ -141,10 +141,13 @@ def _build(settings: SparkSettings):
         # near its live data instead of growing to the maximum (-300 MiB on W1 at 10x, same speed). Higher
         # compile thresholds leave the JIT only the truly hot code: it took half the JVM's CPU of a short
         # run on two cores, a third less with them. A metaspace threshold above what Spark and Delta load
-        # spares the full collections that loading their classes triggered.
+        # spares the full collections that loading their classes triggered. A local JVM already exits when
+        # a task runs out of memory; one of the driver's own threads (the one taking task results) would
+        # only die, and leave its job waiting for ever: the JVM exits then too, and the read fails.
         conf["spark.driver.extraJavaOptions"] = (
             f"-Dlog4j.configurationFile=file:{log4j} -XX:+UseSerialGC -XX:MinHeapFreeRatio=10 "
-            "-XX:MaxHeapFreeRatio=30 -XX:CompileThresholdScaling=3 -XX:MetaspaceSize=160m"
+            "-XX:MaxHeapFreeRatio=30 -XX:CompileThresholdScaling=3 -XX:MetaspaceSize=160m "
+            "-XX:+ExitOnOutOfMemoryError"
         )
     user = dict(settings.conf)
     if local:

@@ -5,8 +5,11 @@ turns them into Arrow record batches, as `DataFrame.toArrow` does, and `PythonRD
 partitions asked for and serves their batches to this process. No Python worker and no per-row work.
 
 Memory is bounded by a chunk, so a chunk is bounded by rows: partitions are split from the table's bytes per
-row to hold at most `max_rows` / cores rows, where the files allow it (Parquet splits only between row
-groups). A chunk is as many partitions as Spark has cores, or fewer when larger partitions would not fit.
+row to hold at most `max_rows` / cores rows. Parquet splits only between row groups, and a row group of a
+narrow table can hold millions of rows (Spark writes them up to 128 MB): where one holds more than a
+partition should (SHUFFLE_BEYOND times), the rows are spread over partitions of the right size by a
+shuffle instead, which Spark streams through its local disk. A chunk is as many partitions as Spark has
+cores, or fewer when larger partitions would not fit.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from cdc2ch.source.spark.sessionconf import session_conf
 SPLIT = "spark.sql.files.maxPartitionBytes"
 OPEN_COST = "spark.sql.files.openCostInBytes"
 MIN_SPLIT = 1 << 20  # smaller splits only add tasks: a row group is read whole anyway
+# A row group up to this many partitions' rows is read whole, a chunk holding it beside the others; beyond,
+# its rows are spread by a shuffle, which the load pays for in time (docs/benchmarks.md).
+SHUFFLE_BEYOND = 4
 
 
 class ChunkedFrame:
@@ -27,7 +33,12 @@ class ChunkedFrame:
         spark = self._spark = df.sparkSession
         cores = max(1, spark.sparkContext.defaultParallelism)
         current = spark._jsparkSession.sessionState().conf().filesMaxPartitionBytes()
-        split = _split_bytes(df, rows, max(1, max_rows // cores), current)
+        bound = max(1, max_rows // cores)
+        split = _split_bytes(df, rows, bound, current)
+        self.files = sorted(df.inputFiles())
+        self.shuffled = rows > bound and largest_row_group(spark, self.files) > SHUFFLE_BEYOND * bound
+        if self.shuffled:
+            df, split = df.repartition(-(-rows // bound)), None
         # Spark splits the files when the plan is executed: the setting counts only while the RDD is built.
         with session_conf(spark, {SPLIT: str(split)} if split else {}):
             self._rdd = df._jdf.toArrowBatchRdd().toJavaRDD()
@@ -37,12 +48,12 @@ class ChunkedFrame:
         per_partition = -(-rows // max(1, self.partitions))
         self.per_chunk = max(1, min(cores, max_rows // max(1, per_partition)))
         self.count = -(-self.partitions // self.per_chunk)
-        self.files = sorted(df.inputFiles())
 
     def fingerprint(self) -> str:
         """Identifies the chunking: the same files split the same way. Resuming needs a match."""
         digest = hashlib.sha1()
-        for part in (f"{self.partitions}/{self.per_chunk}", *self._splits, *self.files):
+        shape = f"{self.partitions}/{self.per_chunk}" + ("/shuffled" if self.shuffled else "")
+        for part in (shape, *self._splits, *self.files):
             digest.update(part.encode() + b"\0")
         return digest.hexdigest()[:16]
 
@@ -87,3 +98,22 @@ def _split_bytes(df, rows: int, per_partition: int, current: int) -> int | None:
     size = sum(int(str(leaves.apply(i).stats().sizeInBytes())) for i in range(leaves.size()))
     split = max(MIN_SPLIT, size * per_partition // rows)
     return split if split < current else None
+
+
+def largest_row_group(spark, files: list[str]) -> int:
+    """The most rows a row group of the Parquet `files` holds, from their footers (read through the session's
+    Hadoop configuration, so from any store Spark reads)."""
+    jvm = spark._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    largest = 0
+    for name in files:
+        source = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(
+            jvm.org.apache.hadoop.fs.Path(name), conf
+        )
+        reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(source)
+        try:
+            groups = reader.getRowGroups()
+            largest = max([largest, *(groups.get(i).getRowCount() for i in range(groups.size()))])
+        finally:
+            reader.close()
+    return largest

@@ -251,10 +251,10 @@ def _one_file(spark, path: str, rows: int, column: str, row_group_bytes: int, mo
 
 
 def test_a_read_too_large_for_spark_says_what_to_change(spark, tmp_path):
-    """One version of one file of one large row group: a snapshot reads the row group whole (Parquet splits
-    only between them) and `run` reads the version whole. When that does not fit in the JVM (which then
-    exits), each stops with a paragraph naming the cause and the fixes, and records no offset; a new
-    pipeline (its first range this one) leaves nothing behind."""
+    """One version of one file of one large row group of wide rows: a snapshot spreads it over chunks of
+    --max-rows-per-read rows, each still too large here, and `run` reads the version whole. When that does
+    not fit in the JVM (which then exits), each stops with a paragraph naming the cause and the fixes, and
+    records no offset; a new pipeline (its first range this one) leaves nothing behind."""
     path = str(tmp_path / "big_version")
     create_table(spark, path, "id BIGINT, pad STRING")
     _one_file(spark, path, 500_000, "repeat('x', 1000) AS pad", row_group_bytes=1 << 30, mode="append")
@@ -264,6 +264,7 @@ def test_a_read_too_large_for_spark_says_what_to_change(spark, tmp_path):
     )  # fmt: skip
     assert last.startswith("cdc2ch: error: Spark ran out of memory reading chunk"), last
     assert "500,000 rows each" in last and "spark.driver.memory" in last and "--reader clickhouse" in last
+    assert "a lower --max-rows-per-read" in last
     last = out_of_memory_paragraph(
         "run", "--table", path, "--primary-key", "id", "--target", "k.big", "--once", "--from-version", "1",
         "--reader", "spark", dsn=dsn,
@@ -272,10 +273,40 @@ def test_a_read_too_large_for_spark_says_what_to_change(spark, tmp_path):
     assert "--max-rows-per-read" in last and "spark.driver.memory" in last and "--reader clickhouse" in last
 
 
+OUT_OF_MEMORY_IN_THE_DRIVER = """
+import time
+from cdc2ch.model.config import SparkSettings
+from cdc2ch.source.spark import session as sparksession
+
+jvm = sparksession.session(SparkSettings(conf={"spark.driver.memory": "512m"}))._jvm
+try:
+    jvm.java.lang.reflect.Array.newInstance(jvm.java.lang.Long.TYPE, 100_000_000)
+except Exception as exc:
+    print("failed:", type(exc).__name__)
+time.sleep(1)
+print("exited:", sparksession._launched.poll() is not None)
+"""
+
+
+def test_running_out_of_memory_in_a_driver_thread_ends_the_jvm():
+    """Where a driver thread rather than a task runs out of memory, a local JVM exits as it does for a task.
+    Before, the thread only died: when it was the one taking a chunk's task results (a 20M-row table whose
+    row groups held 6.8M rows each), the snapshot's job waited for them for ever, the JVM idle. Here the
+    driver's gateway thread allocates more than the heap."""
+    proc = subprocess.run(
+        [sys.executable, "-c", OUT_OF_MEMORY_IN_THE_DRIVER], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    failed, exited = proc.stdout.splitlines()
+    # the gateway's connection broke or was refused: not a Py4JJavaError, the answer of a JVM that lived on
+    assert failed in ("failed: Py4JNetworkError", "failed: ConnectionRefusedError"), proc.stdout
+    assert exited == "exited: True", proc.stdout
+
+
 def test_chunks_hold_at_most_max_rows_as_far_as_row_groups_allow(spark, tmp_path):
     """What the driver holds of a snapshot is bounded by --max-rows-per-read: Spark's file splits are sized
-    from the table's bytes per row. Parquet splits only between row groups, so a chunk may exceed the bound
-    by at most a row group."""
+    from the table's bytes per row. Parquet splits only between row groups: where they are smaller than a
+    partition, a chunk may exceed the bound by at most a row group, and no shuffle is needed."""
     import pyarrow.parquet as pq
 
     from cdc2ch.source.sparkread.chunked import ChunkedFrame
@@ -289,4 +320,31 @@ def test_chunks_hold_at_most_max_rows_as_far_as_row_groups_allow(spark, tmp_path
     frame = ChunkedFrame(DeltaSource(spark, path).snapshot(0), 200_000, 30_000)
     sizes = [t.num_rows if t else 0 for t in (frame.read(i) for i in range(frame.count))]
     assert sum(sizes) == 200_000 and sum(1 for n in sizes if n) >= 6
-    assert max(sizes) <= 30_000 + largest_group
+    assert max(sizes) <= 30_000 + largest_group and not frame.shuffled
+
+
+def test_a_row_group_larger_than_a_chunk_is_spread_over_chunks(spark, tmp_path):
+    """A narrow table's row group can hold millions of rows, and Spark cannot split it: read as one
+    partition it was a chunk many times --max-rows-per-read (a 20M-row table of two files ran a 1 GiB driver
+    out of memory). Such a table's rows are spread by a shuffle: every chunk holds at most the bound, and
+    together they hold every row once."""
+    import pyarrow.parquet as pq
+
+    from cdc2ch.source.sparkread.chunked import ChunkedFrame, largest_row_group
+
+    path = str(tmp_path / "one_row_group")
+    _one_file(spark, path, 200_000, "sha2(cast(id AS STRING), 256) AS h", row_group_bytes=1 << 30)
+    (data_file,) = [p for p in os.listdir(path) if p.endswith(".parquet")]
+    assert pq.ParquetFile(os.path.join(path, data_file)).metadata.num_row_groups == 1
+    snapshot = DeltaSource(spark, path).snapshot(0)
+    assert largest_row_group(spark, snapshot.inputFiles()) == 200_000
+    frame = ChunkedFrame(snapshot, 200_000, 30_000)
+    chunks = [frame.read(i) for i in range(frame.count)]
+    sizes = [t.num_rows if t else 0 for t in chunks]
+    assert max(sizes) <= 30_000, sizes
+    assert frame.shuffled
+    ids = sorted(i for t in chunks if t for i in t.column("id").to_pylist())
+    assert ids == list(range(200_000))
+    again = ChunkedFrame(DeltaSource(spark, path).snapshot(0), 200_000, 30_000)
+    assert again.fingerprint() == frame.fingerprint()  # a resumed snapshot finds its chunks
+    assert again.read(3).column("id").to_pylist() == chunks[3].column("id").to_pylist()
