@@ -131,10 +131,10 @@ $(BENCH_STAMP): $(STAMP)
 # cdc2ch against the delta-rs reference loop and ClickHouse's own Delta reader (W1-W3), then the snapshot
 # readers; writes bench/results.md and bench/results.png; then the cost of reshape, verify, sharing and `status`
 # for 300 pipelines (goal < 2 s), what one light turn costs, what a cron poll with nothing new costs (whole
-# processes: wall, CPU, peak RSS, beside opening the embedded engine), a fleet of small tables beside a load,
-# and queries on the replica's current view against a plain table (20M rows; bench-quick: 2M).
+# processes: wall, CPU, peak RSS, beside opening the embedded engine), a fleet of small tables beside a load
+# (on local disk, then on an S3 server into a ClickHouse server), and queries on the replica's current view against a plain table (20M rows; bench-quick: 2M).
 # bench-quick: the workloads at a tenth of the size.
-bench: $(BENCH_STAMP) bytecode
+bench: $(BENCH_STAMP) bytecode seaweedfs
 	$(BIN)/python bench/workloads.py
 	cd bench && ../$(BIN)/python log_changes.py --quick
 	$(BIN)/python bench/snapshot_readers.py 2000000
@@ -145,6 +145,7 @@ bench: $(BENCH_STAMP) bytecode
 	$(BIN)/python bench/light_turn.py
 	$(BIN)/python bench/idle_poll.py
 	$(BIN)/python bench/fleet.py
+	$(BIN)/python bench/fleet.py --s3
 	$(BIN)/python bench/queries.py
 
 bench-quick: $(BENCH_STAMP) bytecode
@@ -153,6 +154,32 @@ bench-quick: $(BENCH_STAMP) bytecode
 	$(BIN)/python bench/light_turn.py
 	$(BIN)/python bench/idle_poll.py --runs 3
 	$(BIN)/python bench/fleet.py --quick
+
+# SeaweedFS, the S3 store of `bench/fleet.py --s3` (bench/seaweed.py), built from the Go module proxy: its
+# module has replace directives, so `go install` refuses it and it is built from its downloaded source. Best
+# effort: where Go or the module is missing, the reason goes to $(SEAWEED_DIR)/UNAVAILABLE and the bench
+# falls back to moto's server, saying so.
+SEAWEED_DIR     := build/seaweedfs
+SEAWEED_VERSION := v0.0.0-20261109003541-7506e5f91cd6
+.PHONY: seaweedfs
+seaweedfs: $(SEAWEED_DIR)/weed
+
+$(SEAWEED_DIR)/weed:
+	@mkdir -p $(SEAWEED_DIR) && rm -f $(SEAWEED_DIR)/UNAVAILABLE
+	@echo "Building SeaweedFS $(SEAWEED_VERSION) from the Go module proxy into $(SEAWEED_DIR) (about 4 minutes; once)..."
+	@$(CLOCK); src=$$(command -v go > /dev/null && cd $(SEAWEED_DIR) && GOFLAGS=-mod=mod go mod download -json \
+	        github.com/seaweedfs/seaweedfs@$(SEAWEED_VERSION) 2> download.log | sed -n 's/.*"Dir": "\(.*\)",/\1/p'); \
+	if ! command -v go > /dev/null; then \
+	    echo "go not found: cannot build SeaweedFS" > $(SEAWEED_DIR)/UNAVAILABLE; \
+	elif [ -z "$$src" ]; then \
+	    echo "go mod download of SeaweedFS failed: $$(tail -n 1 $(SEAWEED_DIR)/download.log)" > $(SEAWEED_DIR)/UNAVAILABLE; \
+	else \
+	    rm -rf $(SEAWEED_DIR)/src && cp -r "$$src" $(SEAWEED_DIR)/src && chmod -R u+w $(SEAWEED_DIR)/src && \
+	    (cd $(SEAWEED_DIR)/src && GOFLAGS=-mod=mod go build -o ../weed ./weed > ../build.log 2>&1) || \
+	    echo "go build of SeaweedFS failed: $$(tail -n 1 $(SEAWEED_DIR)/build.log)" > $(SEAWEED_DIR)/UNAVAILABLE; \
+	    rm -rf $(SEAWEED_DIR)/src; \
+	fi; $(TOOK)
+	@if [ -f $(SEAWEED_DIR)/UNAVAILABLE ]; then echo "warning: $$(cat $(SEAWEED_DIR)/UNAVAILABLE); bench/fleet.py --s3 uses moto"; fi
 
 # cdc2ch's modules compiled before anything is timed, as a wheel's install leaves them: an editable install
 # leaves that to each import, which writes nothing under PYTHONDONTWRITEBYTECODE, so every timed process

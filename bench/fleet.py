@@ -3,8 +3,9 @@
 
 Writes N small Delta tables (1-10k rows each) with delta-rs under one directory and serves them with one
 `cdc2ch run --table DIR/* --poll-interval 1` on the embedded engine (`--serve`, so that this script reads
-the replica while it runs). With `--s3` the tables are on object storage instead (moto's S3 server,
-tests/support/s3server.py) and the target is a ClickHouse server (tests/support/chserver.py in a process of
+the replica while it runs). With `--s3` the tables are on object storage instead (SeaweedFS's S3 gateway,
+bench/seaweed.py, built by `make seaweedfs`; moto's server, tests/support/s3server.py, where it is not built
+or with `--store moto`) and the target is a ClickHouse server (tests/support/chserver.py in a process of
 its own) holding the store's keys in a named collection (`--lake-collection`): the case where `--reader auto`
 may have the server read the lake itself; which reader it chose, and why, is printed (`--reader` defaults to
 auto there, to spark on local disk).
@@ -45,6 +46,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import write_deltalake
 from light_turn import tree_cpu  # this script's own directory: bench/
+from seaweed import SeaweedServer, available
 from workloads import descendants, rss_bytes
 
 from tests.support.s3server import KEY_ID, SECRET, S3Server, storage_options
@@ -260,6 +262,18 @@ class Target:
             self.server.wait(60)
 
 
+def cpu_by_process(service: Service, target: Target, lake: Lake) -> dict[str, float]:
+    """CPU seconds so far of cdc2ch (with its JVM), the ClickHouse server, the S3 store, and this script
+    (the writer of the small tables' commits): where a run's cores went."""
+    own = os.times()
+    return {
+        "cdc2ch": tree_cpu(service.proc.pid),
+        "ClickHouse server": tree_cpu(target.server.pid) if target.server else 0.0,
+        "S3 store": tree_cpu(lake.s3.proc.pid) if lake.s3 else 0.0,
+        "writer": own.user + own.system,
+    }
+
+
 def serve(lake: Lake, target: Target, discover_interval: float, reader: str, *extra: str) -> Service:
     """`cdc2ch run --table LAKE/* --poll-interval 1` into the target (the embedded engine with `--serve`)."""
     served = [] if target.server else ["--serve", f"127.0.0.1:{free_port()}"]
@@ -318,6 +332,8 @@ def main() -> None:
                         help="no big table: the writer runs this long alone (capacity without fairness)")  # fmt: skip
     parser.add_argument("--s3", action="store_true",
                         help="the tables on an S3 server, the target a ClickHouse server (reader: auto)")  # fmt: skip
+    parser.add_argument("--store", choices=("seaweedfs", "moto"),
+                        help="the S3 server of --s3 (default: SeaweedFS where built, else moto)")  # fmt: skip
     parser.add_argument(
         "--reader",
         choices=("spark", "clickhouse", "auto"),
@@ -334,14 +350,19 @@ def main() -> None:
         args.big_rows = 0
     rng = random.Random(SEED)
     work = Path(tempfile.mkdtemp(prefix="cdc2ch-fleet-"))
-    s3 = S3Server() if args.s3 else None
+    if args.s3 and not args.store:
+        args.store = "moto" if available() else "seaweedfs"
+        if args.store == "moto":
+            print(f"SeaweedFS unavailable ({available()}): the store is moto's server, which answers one "
+                  "request at a time; the lag then measures moto", flush=True)  # fmt: skip
+    s3 = (SeaweedServer() if args.store == "seaweedfs" else S3Server()) if args.s3 else None
     try:
         lake = Lake(work, s3)
         names = write_lake(lake, args.tables, args.big_rows, rng)
         target = Target(work, lake)
         try:
             where = (
-                "on an S3 server, into a ClickHouse server"
+                f"on an S3 server ({args.store}), into a ClickHouse server"
                 if s3
                 else "on local disk, into the embedded engine"
             )
@@ -381,8 +402,11 @@ def with_load(args, lake: Lake, target: Target, names: list[str], rng: random.Ra
 
     service.wait_for(lambda: any(e.get("pipeline") == "bench.big" for e in service.events), 600, "the load")
     discovered = time.time() - created_at
+    cpu0, wall0 = cpu_by_process(service, target, lake), time.monotonic()
     written = write_changes(lake, names, rng, lambda: big_running() and service.proc.poll() is None)
     service.wait_for(lambda: not big_running(), 3600, "the big load")
+    cpu = {k: v - cpu0[k] for k, v in cpu_by_process(service, target, lake).items()}
+    load_wall = time.monotonic() - wall0
     done = next(e for e in service.events if e["event"] == "committed" and e.get("pipeline") == "bench.big"
                 and e.get("version") == last_version)  # fmt: skip
     to_clickhouse = datetime.fromisoformat(done["timestamp"]).timestamp() - created_at
@@ -414,6 +438,8 @@ def with_load(args, lake: Lake, target: Target, names: list[str], rng: random.Ra
     print(f"new table to its rows in ClickHouse: {to_clickhouse:.1f}s (discovered after {discovered:.1f}s, "
           f"discover interval {args.discover_interval:.0f}s; load {big_rows / big_rate:.1f}s)")  # fmt: skip
     print(f"--reader {args.reader} chose: {chosen_readers(service.events)}")
+    print(f"CPU seconds while the big table loaded ({load_wall:.1f} s wall, {os.cpu_count()} cores): "
+          + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()))  # fmt: skip
     print(
         f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores"
     )
