@@ -35,6 +35,8 @@ class Files:
     added: tuple[tuple[str, int | None, bool], ...] = ()  # (path, live rows or None, dataChange)
     removed: tuple[tuple[str, bool], ...] = ()  # (path, dataChange)
     change_files: tuple[str, ...] = ()  # its change files (_change_data/...), if it wrote any
+    vectors: bool = False  # an added file carries a deletion vector
+    partitioned: bool = False  # an added file carries partition values (kept in the log, not in the file)
 
 
 def table_file(location: str, path: str) -> str:

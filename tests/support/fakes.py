@@ -516,6 +516,8 @@ class RecordingSink:
     """A ClickHouse connection (clickhouse/connection) that records the statements and queries sent to it:
     each statement reports `written` rows or fails with `fail_code`; each query answers `answer`."""
 
+    one_process = False  # a server's: it reads no local table's files itself
+
     def __init__(self, fail_code: int | None = None, written: int = 2, answer=((1, 7),)):
         self.fail_code, self.written, self.answer = fail_code, written, list(answer)
         self.commands: list = []

@@ -16,12 +16,17 @@ parses at most `max_query_size` (256 KiB by default) of it: a read of more files
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
+from typing import Any
 
 from cdc2ch.base.errors import SourceError
 from cdc2ch.model.changeset import Commit, table_file
 
 INSERT, DELETE = "insert", "delete"
+# A data file at the table's root whose name needs no escaping in a URL, a path or a glob
+PLAIN_FILE = re.compile(r"[A-Za-z0-9._=-]+")
 # A statement's files: each name counts its length and FILE_BYTES (quotes, its commit version and time); four
 # times that (the names are in its WHERE and in its metadata) stays within max_query_size with room to spare.
 PART_BYTES, FILE_BYTES = 50_000, 12
@@ -114,3 +119,31 @@ def _parts(files: list[tuple[str, int, int]]) -> list[tuple[tuple[str, int, int]
         parts[-1].append(file)
         size += weight
     return [tuple(p) for p in parts]
+
+
+def appends_only(start: int, end: int, commits: list[Commit], fields: list[dict[str, Any]]) -> bool:
+    """Whether every commit of versions [start, end] only adds files, so that its changes are the rows of
+    those files and nothing else, and the files can be read as they are, without the Delta log: no file
+    removed or rewritten, no change files, no deletion vectors, no schema or feature change, no partition
+    values (which live in the log) and no column mapping (whose physical names do); each file at the table's
+    root with a plain name; columns of types a Parquet file holds as Delta reads them (no timestamps, which
+    a file may hold as INT96, and no nested types). Either reader's change feed yields exactly these rows as
+    inserts. `fields`: the table's columns (Spark's JSON schema's)."""
+    known = {c.version: c for c in commits}
+    for v in range(start, end + 1):
+        commit = known.get(v)
+        files = commit.files if commit is not None else None
+        if commit is None or files is None or commit.metadata or commit.protocol:
+            return False
+        if files.removed or files.change_files or files.vectors or files.partitioned:
+            return False
+        if not all(PLAIN_FILE.fullmatch(path) for path, _, _ in files.added):
+            return False
+    return "delta.columnMapping" not in json.dumps(fields) and all(_plain(f.get("type")) for f in fields)
+
+
+PLAIN_TYPES = {"string", "long", "integer", "short", "byte", "double", "float", "boolean", "date", "binary"}
+
+
+def _plain(kind: Any) -> bool:
+    return isinstance(kind, str) and (kind in PLAIN_TYPES or kind.startswith("decimal("))

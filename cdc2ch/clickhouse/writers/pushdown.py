@@ -23,9 +23,9 @@ from cdc2ch.clickhouse import codes
 from cdc2ch.clickhouse.connection import compatibility
 from cdc2ch.clickhouse.connection.transport import Sink
 from cdc2ch.clickhouse.writers import Destination
-from cdc2ch.clickhouse.writers.logreads import file_reads
+from cdc2ch.clickhouse.writers.logreads import PLAIN_FILE, appends_only, file_reads
 from cdc2ch.model import contract, schema
-from cdc2ch.model.changeset import LOG, Changes, RangeResult
+from cdc2ch.model.changeset import LOG, Changes, Commit, RangeResult
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.design import TableDesign
 from cdc2ch.model.objectstore import S3Settings
@@ -69,25 +69,58 @@ def lake_function(uri: str, access: LakeAccess | None = None) -> str:
     )
 
 
+# Files one statement reads as they are; a read of more goes through the lake function
+DIRECT_FILES = 100
+
+
+def files_function(location: str, paths: list[str], access: LakeAccess, local_files: bool) -> str | None:
+    """What reads the table's data files `paths` (plain names at its root) as they are, where ClickHouse can:
+    `s3()` of an object store's table, `file()` of a local one on the embedded engine (a server reads only its
+    own files directory); None where it cannot. Each file is named alone, never in a glob: a glob skips a file
+    that is not there, and a file vacuumed away must fail the read, not leave its rows out."""
+    if not paths or len(paths) > DIRECT_FILES or not all(PLAIN_FILE.fullmatch(p) for p in paths):
+        return None
+    parts = urlsplit(location)
+    if is_local(location):
+        if not local_files:
+            return None
+        root = unquote(parts.path).rstrip("/")
+        reads = [f"file({schema.literal(root + '/' + name)}, 'Parquet')" for name in paths]
+    elif parts.scheme in ("s3", "s3a"):
+        root = access.s3.http_url(location).rstrip("/")
+        urls = [schema.literal(root + "/" + name) for name in paths]
+        reads = [
+            f"s3({access.collection}, url = {url}, format = 'Parquet')"
+            if access.collection
+            else f"s3({url}, 'Parquet')"
+            for url in urls
+        ]
+    else:
+        return None
+    if len(reads) == 1:
+        return reads[0]
+    return "(" + " UNION ALL ".join(f"SELECT *, _path FROM {read}" for read in reads) + ")"
+
+
 def insert_from_lake(
     table_sql: str,
-    uri: str,
+    source: str,
     columns: list[str],
     meta: list[str],
     where: str = "",
     design: TableDesign | None = None,
-    access: LakeAccess | None = None,
     absent: Collection[str] = (),
 ) -> str:
-    """INSERT ... SELECT of the user columns (target names) read from the lake (by their Delta names, which
-    `design` knows; NULL for those `absent` from the version read), followed by the expressions of `meta` for
+    """INSERT ... SELECT of the user columns (target names) read from `source`, the table function that reads
+    the lake (lake_function, or files_function for files as they are), by their Delta names, which `design`
+    knows (NULL for those `absent` from the version read), followed by the expressions of `meta` for
     contract.WRITTEN_META."""
     cols = ", ".join(schema.quote(c) for c in columns)
     names = [design.source_name(c) if design else c for c in columns]
     read = ", ".join("NULL" if name in absent else schema.quote(name) for name in names)
     return (
         f"INSERT INTO {table_sql} ({cols}, {', '.join(contract.WRITTEN_META)}) "
-        f"SELECT {read}, {', '.join(meta)} FROM {lake_function(uri, access)}{where}"
+        f"SELECT {read}, {', '.join(meta)} FROM {source}{where}"
     )
 
 
@@ -119,16 +152,34 @@ class LakeRead:
     token: str
     # read at a version before the range whose first commit changes the schema: read the columns it has
     older_schema: bool = False
+    # the files read as they are (files_function; `settings` then serve the lake function's reads of them)
+    source: str | None = None
 
 
-def lake_reads(cfg: RunConfig, rng: Changes) -> list[LakeRead]:
+def lake_reads(cfg: RunConfig, rng: Changes, local_files: bool = False) -> list[LakeRead]:
     """The statements that write the range: one read of its change data feed, or the reads of the files its
-    commits add and remove (logreads.py; none where no commit changes data)."""
+    commits add and remove (logreads.py; none where no commit changes data). A range that only appends is
+    read from the files its commits add, as they are, where ClickHouse can read them so: the lake function
+    would read the Delta log again (dozens of requests to an object store for one small commit) to find what
+    the log already says."""
+    commits = rng.commits()
+    if appends_only(rng.start, rng.end, commits, schema.user_fields(rng.schema)):
+        reads = _file_reads(cfg, rng, commits, local_files)
+        if all(read.source for read in reads):
+            return reads
     if rng.origin != LOG:
         token = contract.pushdown_range_token(cfg.pipeline, rng.start, rng.end)
         where = contract.sql_change_filter(cfg.immutable_keys)
         return [LakeRead(contract.sql_change_meta(), where, cdf_settings(rng.start, rng.end), token)]
-    commits = rng.commits()
+    return _file_reads(cfg, rng, commits, None)
+
+
+def _file_reads(
+    cfg: RunConfig, rng: Changes, commits: list[Commit], local_files: bool | None
+) -> list[LakeRead]:
+    """The reads of logreads.py, each of files named at a version of the lake function; with `local_files`
+    given (a range of appends), each with the function that reads its files as they are, where there is one."""
+    access = lake_access(cfg)
     schema_changed = any(c.version == rng.start and c.metadata for c in commits)
     return [
         LakeRead(
@@ -139,6 +190,12 @@ def lake_reads(cfg: RunConfig, rng: Changes) -> list[LakeRead]:
                 cfg.pipeline, rng.start, rng.end, read.change_type, read.version, read.part
             ),
             schema_changed and read.version < rng.start,
+            # (each a plain name at the table's root: its `_path`'s last part)
+            None
+            if local_files is None
+            else files_function(
+                rng.location, [p.rsplit("/", 1)[-1] for p, _, _ in read.files], access, local_files
+            ),
         )
         for read in file_reads(rng.location, rng.start, rng.end, commits, rng.uri)
     ]
@@ -212,7 +269,7 @@ class PushdownWriter:
 
     def check(self, rng: Changes, estimate: int) -> None:
         """ClickHouse counts the range's null keys (one read of it, on a new pipeline's first range only)."""
-        for read in lake_reads(self.cfg, rng):
+        for read in lake_reads(self.cfg, rng, self.to.sink.one_process):
             try:
                 found = self._null_keys_in_lake(rng, read)
             except SinkError as exc:
@@ -234,7 +291,7 @@ class PushdownWriter:
         columns = [f["name"] for f in schema.user_fields(rng.schema)]
         before = self.to.sink.row_count(self.to.table_sql)
         reported = nbytes = 0
-        for read in lake_reads(self.cfg, rng):
+        for read in lake_reads(self.cfg, rng, self.to.sink.one_process):
             summary = self._insert(rng, columns, read)
             reported += int(getattr(summary, "written_rows", 0) or 0)
             nbytes += int((summary.written_bytes() if hasattr(summary, "written_bytes") else 0) or 0)
@@ -256,19 +313,18 @@ class PushdownWriter:
             absent = self._absent(rng, columns, read) if read.older_schema else set()
             sql = insert_from_lake(
                 self.to.table_sql,
-                rng.location,
+                read.source or lake_function(rng.location, lake_access(cfg)),
                 columns,
                 read.meta,
                 read.where,
                 cfg.design,
-                lake_access(cfg),
                 absent,
             )
             with self.to.sink.reads_files():
                 return self.to.sink.command(
                     sql,
                     what=f"read versions {start}..{end} of {rng.uri} into {self.to.table_sql}",
-                    settings={**read.settings, **insert_settings(read.token)},
+                    settings={**({} if read.source else read.settings), **insert_settings(read.token)},
                 )
         except SinkError as exc:
             refused = self._refusal(exc, rng)

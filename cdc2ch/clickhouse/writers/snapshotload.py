@@ -18,6 +18,7 @@ from cdc2ch.clickhouse.writers.pushdown import (
     insert_from_lake,
     insert_settings,
     lake_access,
+    lake_function,
 )
 from cdc2ch.model import contract, schema
 from cdc2ch.model.config import RunConfig
@@ -57,12 +58,11 @@ class SnapshotTable:
             self.sink.command(
                 insert_from_lake(
                     self.table_sql,
-                    location,
+                    lake_function(location, lake_access(cfg)),
                     names,
                     meta,
                     files_where(files),
                     cfg.design,
-                    lake_access(cfg),
                 ),
                 what=f"load snapshot chunk {index}",
                 settings={

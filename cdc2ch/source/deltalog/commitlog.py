@@ -59,6 +59,8 @@ def parse_commit(version: int, text: str, modified_ms: int) -> Commit:
             tuple((a["path"], _live(a), a.get("dataChange", True)) for a in adds),
             tuple((r["path"], r.get("dataChange", True)) for r in removes),
             tuple(c["path"] for c in cdcs),
+            vectors=any(a.get("deletionVector") for a in adds),
+            partitioned=any(a.get("partitionValues") for a in adds),
         ),
         protocol=protocol,
         rows_preserved=str((info.get("tags") or {}).get(ROWS_PRESERVED, "")).lower() == "true",

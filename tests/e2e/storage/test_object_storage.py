@@ -354,3 +354,36 @@ def test_a_pattern_on_s3_is_listed_without_spark_as_hadoop_lists_it(spark, s3, m
     reach(spark, s3.endpoint, name)
     hadoop = LakeTables(spark).directories(f"s3a://{name}/sales/{{items,notes,shops}}", "a test")
     assert sorted(hadoop) == expected
+
+
+def test_a_range_of_appends_is_read_from_its_files_without_reading_the_log_again(s3, tmp_path):
+    """ClickHouse's Delta reader reads the table's log again for each range it reads (its checkpoint pointer,
+    seven listings of the log, each commit file again), to find what cdc2ch's own reading of the log already
+    found. A range that only appends is read from the files its commits add: the store sees no read of the
+    checkpoint pointer and one listing (cdc2ch's); the rows are the table's. No Java is reachable: every
+    request is cdc2ch's or its engine's."""
+    name = f"lake-{uuid.uuid4().hex[:12]}"
+    s3.bucket(name)
+    uri = f"s3a://{name}/appended"
+    write_orders(uri, s3.env(), n=50)
+    proxy = S3FaultProxy(s3).start()
+    try:
+        env = user_env(s3.env(proxy.endpoint), java=False, tmp_path=tmp_path)
+        dsn = f"chdb://{tmp_path / 'ch'}"
+        cdc2ch(env, *run_once(uri, dsn, "--reader", "clickhouse", "--target", "s3.appended"))
+        for i in range(3):  # versions 1..3, one row each
+            more = pa.table({"id": pa.array([100 + i], pa.int64()), "name": [f"x{i}"], "amount": [0.5]})
+            write_deltalake(uri.replace("s3a://", "s3://"), more, mode="append",
+                            storage_options=storage_options(s3.env()))  # fmt: skip
+        proxy.requests.clear()
+        result = cdc2ch(env, *run_once(uri, dsn, "--reader", "clickhouse", "--target", "s3.appended"))
+        requests = list(proxy.requests)
+        batches = [json.loads(line) for line in result.stderr.splitlines() if '"batch"' in line]
+        assert [(b["start"], b["end"], b["rows"]) for b in batches] == [(1, 3, 3)]
+        expected = [(i, f"n{i}", i * 1.5) for i in range(50)] + [(100 + i, f"x{i}", 0.5) for i in range(3)]
+        assert sorted(live_rows(env, dsn, "s3.appended")) == expected
+        listings = [p for m, p in requests if m == "GET" and "list-type" in p]
+        assert len(listings) <= 1, listings  # ClickHouse's Delta reader: 8
+        assert ("GET", f"/{name}/appended/_delta_log/_last_checkpoint") not in requests, requests
+    finally:
+        proxy.down()

@@ -208,5 +208,60 @@ def test_a_read_of_many_files_is_cut_into_statements_clickhouse_parses():
     assert {r.token for r in reads[:2]} == {"p:1-2:clickhouse:insert@2", "p:1-2:clickhouse:insert@2.1"}
     assert sum(r.where.count("parquet") for r in reads) == 12_000
     for read in reads:
-        sql = insert_from_lake("`db`.`t`", "/lake/t", ["id", "name"], read.meta, read.where)
+        sql = insert_from_lake("`db`.`t`", "deltaLakeLocal('/lake/t')", ["id", "name"], read.meta, read.where)
         assert len(sql.encode()) < 256 * 1024 - 20_000  # (room for many more columns)
+
+
+def test_a_range_that_only_appends_reads_its_files_as_they_are():
+    """A range of appends (either origin) is read from the files its commits add, with `s3()` or, on the
+    embedded engine, `file()`: ClickHouse's Delta reader would read the log again for them. Each file keeps
+    its own commit's version; the lake function and its version stay for the reads of the error paths."""
+    from cdc2ch.clickhouse.writers.pushdown import LakeAccess, files_function, lake_reads
+
+    t = FakeTable(cdf=True)
+    t.commit(("insert", {"id": 1, "name": "a"}), files=Files(added=(("part-1.parquet", 1, True),)))
+    t.commit(("insert", {"id": 2, "name": "b"}), files=Files(added=(("part-2.parquet", 1, True),)))
+    h = Harness(t)
+    (read,) = lake_reads(h.cfg, h.source.changes(1, 2), local_files=True)
+    assert read.source == (
+        f"(SELECT *, _path FROM file('{h.source.location}/part-1.parquet', 'Parquet') "
+        f"UNION ALL SELECT *, _path FROM file('{h.source.location}/part-2.parquet', 'Parquet'))"
+    )
+    assert read.token == "p:1-2:clickhouse:insert@2" and read.settings == {"delta_lake_snapshot_version": 2}
+    assert read.meta[0] == (
+        f"toUInt64(transform(_path, ['{h.source.location}/part-1.parquet', "
+        f"'{h.source.location}/part-2.parquet'], [1, 2], 0))"
+    )
+    # on a server a local table's files are not its own: the change feed, as before
+    (cdf,) = lake_reads(h.cfg, h.source.changes(1, 2), local_files=False)
+    assert cdf.source is None and "delta_lake_snapshot_start_version" in cdf.settings
+    s3 = files_function("s3a://b/t", ["part-1.parquet"], LakeAccess(collection="lake"), False)
+    assert s3 == "s3(lake, url = 'https://b.s3.amazonaws.com/t/part-1.parquet', format = 'Parquet')"
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        Files(added=(("part-2.parquet", 1, True),), removed=(("part-1.parquet", True),)),
+        Files(added=(("part-2.parquet", 1, True),), change_files=("_change_data/c.parquet",)),
+        Files(added=(("part-2.parquet", 1, True),), vectors=True),
+        Files(added=(("p=1/part-2.parquet", 1, True),), partitioned=True),
+        Files(added=(("part%20two.parquet", 1, True),)),
+    ],
+    ids=["removes", "change files", "deletion vector", "partition values", "escaped name"],
+)
+def test_a_range_that_does_more_than_append_plain_files_reads_through_the_lake_function(files):
+    from cdc2ch.clickhouse.writers.logreads import appends_only
+
+    plain = commit(1, [("part-1.parquet", True)])
+    columns = [{"name": "id", "type": "long"}, {"name": "d", "type": "decimal(10,2)"}]
+    assert appends_only(1, 1, [plain], columns)
+    assert not appends_only(1, 2, [plain, commit(2, files=files)], columns)
+    assert not appends_only(1, 2, [plain], columns)  # a version not known
+    assert not appends_only(1, 1, [dataclasses.replace(plain, metadata=True)], columns)
+    mapped = {
+        "fields": [{"name": "id", "type": "long", "metadata": {"delta.columnMapping.physicalName": "c"}}]
+    }
+    assert not appends_only(1, 1, [plain], mapped)
+    for kind in ("timestamp", "timestamp_ntz", "variant", {"type": "struct", "fields": []}):
+        assert not appends_only(1, 1, [plain], [{"name": "x", "type": kind}])
