@@ -132,7 +132,8 @@ $(BENCH_STAMP): $(STAMP)
 # readers; writes bench/results.md and bench/results.png; then the cost of reshape, verify, sharing and `status`
 # for 300 pipelines (goal < 2 s), what one light turn costs, what a cron poll with nothing new costs (whole
 # processes: wall, CPU, peak RSS, beside opening the embedded engine), a fleet of small tables beside a load
-# (on local disk, then on an S3 server into a ClickHouse server), and queries on the replica's current view against a plain table (20M rows; bench-quick: 2M).
+# (on local disk, then on an S3 server into a ClickHouse server), and queries on the replica's current view
+# against a plain table (20M rows; bench-quick: 2M).
 # bench-quick: the workloads at a tenth of the size.
 bench: $(BENCH_STAMP) bytecode seaweedfs
 	$(BIN)/python bench/workloads.py

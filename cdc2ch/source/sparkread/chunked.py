@@ -34,11 +34,13 @@ class ChunkedFrame:
         cores = max(1, spark.sparkContext.defaultParallelism)
         current = spark._jsparkSession.sessionState().conf().filesMaxPartitionBytes()
         bound = max(1, max_rows // cores)
-        split = _split_bytes(df, rows, bound, current)
         self.files = sorted(df.inputFiles())
-        self.shuffled = rows > bound and largest_row_group(spark, self.files) > SHUFFLE_BEYOND * bound
+        limit = SHUFFLE_BEYOND * bound
+        self.shuffled = rows > bound and largest_row_group(spark, self.files, limit) > limit
         if self.shuffled:
             df, split = df.repartition(-(-rows // bound)), None
+        else:
+            split = _split_bytes(df, rows, bound, current)
         # Spark splits the files when the plan is executed: the setting counts only while the RDD is built.
         with session_conf(spark, {SPLIT: str(split)} if split else {}):
             self._rdd = df._jdf.toArrowBatchRdd().toJavaRDD()
@@ -100,13 +102,16 @@ def _split_bytes(df, rows: int, per_partition: int, current: int) -> int | None:
     return split if split < current else None
 
 
-def largest_row_group(spark, files: list[str]) -> int:
+def largest_row_group(spark, files: list[str], enough: int | None = None) -> int:
     """The most rows a row group of the Parquet `files` holds, from their footers (read through the session's
-    Hadoop configuration, so from any store Spark reads)."""
+    Hadoop configuration, so from any store Spark reads); the first count above `enough`, where given, without
+    reading the other footers."""
     jvm = spark._jvm
     conf = spark.sparkContext._jsc.hadoopConfiguration()
     largest = 0
     for name in files:
+        if enough is not None and largest > enough:
+            break
         source = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(
             jvm.org.apache.hadoop.fs.Path(name), conf
         )
