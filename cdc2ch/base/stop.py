@@ -23,6 +23,18 @@ _early: list[int] = []  # signals caught before a command took them over
 _before: dict[signal.Signals, _Handler] = {}  # the handlers catch_early replaced
 
 
+class _StopEvent(threading.Event):
+    """Set by the watcher thread, but set already for `is_set` from the moment the handler ran: a batch
+    that ends before that thread gets its turn (a busy machine) sees the stop and begins no other."""
+
+    def __init__(self, received: list[int]) -> None:
+        super().__init__()
+        self._received = received
+
+    def is_set(self) -> bool:
+        return bool(self._received) or super().is_set()
+
+
 class Stopped(BaseException):
     """A stop came while the work waited for something to begin (Spark's start): it ends there, having begun
     nothing more. A BaseException, as KeyboardInterrupt is, so that no `except Exception` on its way takes it
@@ -59,13 +71,14 @@ def stop_on_signals() -> Iterator[threading.Event]:
 
     The handler may run between any two bytecodes of the main thread, inside a py4j call or a write to
     stderr, or while that thread holds the event's lock: it takes no lock and writes nothing but one byte
-    to a pipe. A thread reads it, sets the event and logs the signal."""
-    stop = threading.Event()
+    to a pipe. A thread reads it, sets the event (for waiters) and logs the signal; `is_set` is true from the
+    handler on."""
+    received: list[int] = []
+    stop = _StopEvent(received)
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
     read_end, write_end = os.pipe()
-    received: list[int] = []
 
     def handler(signum: int, frame: FrameType | None) -> None:
         if received:

@@ -27,6 +27,21 @@ def test_first_signal_stops_second_interrupts(sig):
     assert signal.getsignal(sig) is before  # restored
 
 
+def test_the_stop_is_seen_as_soon_as_the_handler_ran():
+    # The watcher thread that sets the event may not run before the current batch ends; the check between
+    # batches must not depend on it.
+    with stop.stop_on_signals() as stopped:
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(10)  # the watcher does not take the interpreter from this thread meanwhile
+        try:
+            signal.raise_signal(signal.SIGTERM)
+            seen = stopped.is_set()
+        finally:
+            sys.setswitchinterval(switch)
+        assert seen
+        assert stopped.wait(5)
+
+
 def test_no_signal_no_stop():
     with stop.stop_on_signals() as stopped:
         pass
