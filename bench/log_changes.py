@@ -3,8 +3,8 @@
 W1 (appends), W2 (MERGEs touching ~6% of a loaded table) and W5 (MERGEs changing 1% of a large table, a few
 files each) are built on twins that differ only in their table properties: one records a feed, the others do
 not (copy-on-write; with deletion vectors; with row tracking). `cdc2ch run --once` replicates each backlog, as a
-pipeline that exists meets it (bench/workloads.py run_cdc2ch), alternating the twins; the median run of each
-counts, and each log twin's time is printed as a ratio to the feed's.
+pipeline that exists meets it (bench/workloads.py run_cdc2ch), with each reader, alternating the twins; the
+median run of each counts, and each log twin's time is printed as a ratio to the feed's.
 
     python bench/log_changes.py [--quick] [--runs N]
 """
@@ -34,6 +34,7 @@ SIZES = {
     "quick": {"W1": (200_000, 5), "W2": (100_000, 3), "W5": (2_000_000, 10)},
 }
 BUILDS = {"W1": build_w1, "W2": build_w2, "W5": build_w5}
+READERS = ("spark", "clickhouse")
 
 
 def main() -> None:
@@ -53,24 +54,31 @@ def main() -> None:
                 start = BUILDS[name](spark, paths[twin], rows, versions, properties)
                 print(f"{name} {twin}: built versions {start}..{latest_version(spark, paths[twin])} in "
                       f"{time.monotonic() - t0:.1f} s", flush=True)  # fmt: skip
-            took: dict[str, list[float]] = {twin: [] for twin in TWINS}
-            written: dict[str, int] = {}
-            for i in range(runs):
-                for twin, path in paths.items():
-                    own = Path(tmp) / f"ch-{name}-{i}-{len(took[twin])}-{abs(hash(twin))}"
-                    r = run_cdc2ch(path, start, f"chdb://{own}", "t")
-                    took[twin].append(r["span"])
-                    written[twin] = r["rows"]
-                    shutil.rmtree(own)
-            feed = statistics.median(took["feed"])
-            for twin, spans in took.items():
-                mid = statistics.median(spans)
-                each = ", ".join(f"{s:.2f}" for s in spans)
-                print(f"{name} {twin}: {mid:.2f} s ({each}; Spark start-up excluded), {written[twin]:,} rows "
-                      f"written, {mid / feed:.2f}x the feed", flush=True)  # fmt: skip
+            for reader in READERS:
+                _compare(name, reader, paths, start, runs, Path(tmp))
             for path in paths.values():
                 shutil.rmtree(path)
     spark.stop()
+
+
+def _compare(name: str, reader: str, paths: dict[str, str], start: int, runs: int, tmp: Path) -> None:
+    """Each twin's backlog replicated by `reader`, the twins alternating; the median of each against the
+    feed's."""
+    took: dict[str, list[float]] = {twin: [] for twin in TWINS}
+    written: dict[str, int] = {}
+    for i in range(runs):
+        for twin, path in paths.items():
+            own = tmp / f"ch-{name}-{reader}-{i}-{abs(hash(twin))}"
+            r = run_cdc2ch(path, start, f"chdb://{own}", "t", "--reader", reader)
+            took[twin].append(r["span"])
+            written[twin] = r["rows"]
+            shutil.rmtree(own)
+    feed = statistics.median(took["feed"])
+    for twin, spans in took.items():
+        mid = statistics.median(spans)
+        each = ", ".join(f"{s:.2f}" for s in spans)
+        print(f"{name} {twin}, --reader {reader}: {mid:.2f} s ({each}; Spark start-up excluded), "
+              f"{written[twin]:,} rows written, {mid / feed:.2f}x the feed", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

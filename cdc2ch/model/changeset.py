@@ -35,8 +35,11 @@ class Files:
     added: tuple[tuple[str, int | None, bool], ...] = ()  # (path, live rows or None, dataChange)
     removed: tuple[tuple[str, bool], ...] = ()  # (path, dataChange)
     change_files: tuple[str, ...] = ()  # its change files (_change_data/...), if it wrote any
-    vectors: bool = False  # an added file carries a deletion vector
+    vectors: bool = False  # an added or removed file carries a deletion vector
     partitioned: bool = False  # an added file carries partition values (kept in the log, not in the file)
+    # Every added file has row ids and was first added by this commit (row tracking: a row of it whose
+    # commit version is not this commit's was copied unchanged)
+    tracked: bool = False
 
 
 def table_file(location: str, path: str) -> str:
@@ -94,6 +97,9 @@ class Changes(Protocol):
     def commits(self) -> list[Commit]:
         """The range's commits, oldest first, with their file actions where the source knows them (what a
         reader that derives the changes from the log's files itself reads)."""
+
+    def properties(self) -> dict[str, str]:
+        """The table properties at the range's end (empty where the source does not tell them)."""
 
 
 @dataclass(frozen=True)

@@ -112,3 +112,6 @@ class DesignedChanges:
 
     def commits(self) -> list[Commit]:
         return self.changes.commits()
+
+    def properties(self) -> dict[str, str]:
+        return self.changes.properties()

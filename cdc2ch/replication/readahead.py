@@ -99,3 +99,6 @@ class Prefetched:
 
     def commits(self) -> list[Commit]:
         return self.changes.commits()
+
+    def properties(self) -> dict[str, str]:
+        return self.changes.properties()

@@ -190,6 +190,7 @@ class FakeSource:
             rows = [r for v in range(start, end + 1) for r in self.table.versions[v]["changes"]]
         changes = FakeChanges(start, end, self.uri, self.table.versions[end]["schema"], rows, origin)
         changes.range_commits = [v["commit"] for v in self.table.versions[start : end + 1]]
+        changes.range_properties = self.properties(end)
         return changes
 
     def _derived(self, version: int) -> list[dict]:
@@ -221,6 +222,7 @@ class FakeChanges:
         self.location = uri
         self.schema = spark_schema(columns)
         self.range_commits: list[Commit] = []
+        self.range_properties: dict[str, str] = {}
 
     def arrow_rows(self, immutable_keys: bool) -> pa.Table:
         fields = [(c, SPARK_TYPES[t]) for c, t in self.columns.items()]
@@ -240,6 +242,9 @@ class FakeChanges:
 
     def commits(self) -> list[Commit]:
         return list(self.range_commits)
+
+    def properties(self) -> dict[str, str]:
+        return dict(self.range_properties)
 
 
 class MemoryTarget:

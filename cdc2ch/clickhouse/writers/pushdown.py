@@ -23,7 +23,8 @@ from cdc2ch.clickhouse import codes
 from cdc2ch.clickhouse.connection import compatibility
 from cdc2ch.clickhouse.connection.transport import Sink
 from cdc2ch.clickhouse.writers import Destination
-from cdc2ch.clickhouse.writers.logreads import PLAIN_FILE, appends_only, file_reads
+from cdc2ch.clickhouse.writers.logreads import INSERT, PLAIN_FILE, appends_only, file_reads
+from cdc2ch.clickhouse.writers.trackedreads import VERSIONS_PROPERTY, tracked_reads
 from cdc2ch.model import contract, schema
 from cdc2ch.model.changeset import LOG, Changes, Commit, RangeResult
 from cdc2ch.model.config import RunConfig
@@ -73,11 +74,15 @@ def lake_function(uri: str, access: LakeAccess | None = None) -> str:
 DIRECT_FILES = 100
 
 
-def files_function(location: str, paths: list[str], access: LakeAccess, local_files: bool) -> str | None:
+def files_function(
+    location: str, paths: list[str], access: LakeAccess, local_files: bool, structure: str | None = None
+) -> str | None:
     """What reads the table's data files `paths` (plain names at its root) as they are, where ClickHouse can:
     `s3()` of an object store's table, `file()` of a local one on the embedded engine (a server reads only its
     own files directory); None where it cannot. Each file is named alone, never in a glob: a glob skips a file
-    that is not there, and a file vacuumed away must fail the read, not leave its rows out."""
+    that is not there, and a file vacuumed away must fail the read, not leave its rows out. With `structure`
+    (ClickHouse's `name type, ...`), each file is read with those columns (one a file lacks reads as NULL),
+    else with those the file has."""
     if not paths or len(paths) > DIRECT_FILES or not all(PLAIN_FILE.fullmatch(p) for p in paths):
         return None
     parts = urlsplit(location)
@@ -85,14 +90,17 @@ def files_function(location: str, paths: list[str], access: LakeAccess, local_fi
         if not local_files:
             return None
         root = unquote(parts.path).rstrip("/")
-        reads = [f"file({schema.literal(root + '/' + name)}, 'Parquet')" for name in paths]
+        shape = f", {schema.literal(structure)}" if structure else ""
+        reads = [f"file({schema.literal(root + '/' + name)}, 'Parquet'{shape})" for name in paths]
     elif parts.scheme in ("s3", "s3a"):
         root = access.s3.http_url(location).rstrip("/")
         urls = [schema.literal(root + "/" + name) for name in paths]
+        named = f", structure = {schema.literal(structure)}" if structure else ""
+        shape = f", {schema.literal(structure)}" if structure else ""
         reads = [
-            f"s3({access.collection}, url = {url}, format = 'Parquet')"
+            f"s3({access.collection}, url = {url}, format = 'Parquet'{named})"
             if access.collection
-            else f"s3({url}, 'Parquet')"
+            else f"s3({url}, 'Parquet'{shape})"
             for url in urls
         ]
     else:
@@ -152,7 +160,7 @@ class LakeRead:
     token: str
     # read at a version before the range whose first commit changes the schema: read the columns it has
     older_schema: bool = False
-    # the files read as they are (files_function; `settings` then serve the lake function's reads of them)
+    # the files read as they are (files_function), else the lake function reads them
     source: str | None = None
 
 
@@ -171,7 +179,67 @@ def lake_reads(cfg: RunConfig, rng: Changes, local_files: bool = False) -> list[
         token = contract.pushdown_range_token(cfg.pipeline, rng.start, rng.end)
         where = contract.sql_change_filter(cfg.immutable_keys)
         return [LakeRead(contract.sql_change_meta(), where, cdf_settings(rng.start, rng.end), token)]
-    return _file_reads(cfg, rng, commits, None)
+    return _tracked_reads(cfg, rng, commits, local_files) or _file_reads(cfg, rng, commits, None)
+
+
+def _tracked_reads(cfg: RunConfig, rng: Changes, commits: list[Commit], local_files: bool) -> list[LakeRead]:
+    """The reads of trackedreads.py, each of files as they are, with the table's types; none where the range
+    cannot be read so, or one of its reads names files ClickHouse cannot read as they are."""
+    fields, properties = schema.user_fields(rng.schema), rng.properties()
+    planned = tracked_reads(rng.start, rng.end, commits, fields, properties) or []
+    if not planned:
+        return []
+    access = lake_access(cfg)
+    structure = ", ".join(
+        f"{schema.quote(f['name'])} {schema.clickhouse_type(f['type'], f.get('nullable', True), f['name'])}"
+        for f in fields
+    )
+    versions = schema.quote(properties[VERSIONS_PROPERTY])
+    reads = []
+    for read in planned:
+        if read.change_type == INSERT:
+            source = files_function(
+                rng.location,
+                list(read.files),
+                access,
+                local_files,
+                f"{structure}, {versions} Nullable(Int64)",
+            )
+            where = f" WHERE coalesce({versions}, {read.version}) = {read.version}"
+        else:
+            removed = files_function(rng.location, list(read.files), access, local_files, structure)
+            added = files_function(rng.location, list(read.against), access, local_files, structure)
+            if read.against and added is None:
+                return []
+            source = None if removed is None else _unheld(cfg, removed, added)
+            where = ""
+        if source is None:
+            return []
+        token = contract.pushdown_read_token(
+            cfg.pipeline, rng.start, rng.end, f"{read.change_type}-tracked", read.version
+        )
+        meta = contract.sql_fixed_meta(read.version, read.ts_ms, read.change_type)
+        reads.append(LakeRead(meta, where, {}, token, source=source))
+    return reads
+
+
+def _unheld(cfg: RunConfig, removed: str, added: str | None) -> str:
+    """The rows of `removed` whose key no row of `added` holds (all of them without `added`): an anti-join,
+    which ClickHouse runs in about half the time of a NOT IN over the same keys. A key's columns beyond the
+    primary key may be NULL, and NULL matches NULL there, as a row's identity in the target."""
+    if added is None:
+        return removed
+    identity = cfg.identity
+    held = ", ".join(
+        f"{schema.quote(cfg.design.source_name(c))} AS _held_{i}" for i, c in enumerate(identity.columns)
+    )
+    same = " AND ".join(
+        f"{schema.quote(cfg.design.source_name(c))} = _held_{i}"
+        if c in identity.primary_key
+        else f"isNotDistinctFrom({schema.quote(cfg.design.source_name(c))}, _held_{i})"
+        for i, c in enumerate(identity.columns)
+    )
+    return f"{removed} AS _removed LEFT ANTI JOIN (SELECT {held} FROM {added}) AS _held ON {same}"
 
 
 def _file_reads(
@@ -181,24 +249,24 @@ def _file_reads(
     given (a range of appends), each with the function that reads its files as they are, where there is one."""
     access = lake_access(cfg)
     schema_changed = any(c.version == rng.start and c.metadata for c in commits)
-    return [
-        LakeRead(
-            contract.sql_files_meta("_path", read.files, read.change_type),
-            files_where([path for path, _, _ in read.files]),
-            {VERSION_SETTING: read.version},
-            contract.pushdown_read_token(
-                cfg.pipeline, rng.start, rng.end, read.change_type, read.version, read.part
-            ),
-            schema_changed and read.version < rng.start,
-            # (each a plain name at the table's root: its `_path`'s last part)
-            None
-            if local_files is None
-            else files_function(
-                rng.location, [p.rsplit("/", 1)[-1] for p, _, _ in read.files], access, local_files
-            ),
+    reads = []
+    for read in file_reads(rng.location, rng.start, rng.end, commits, rng.uri):
+        # (each a plain name at the table's root: its `_path`'s last part)
+        names = [p.rsplit("/", 1)[-1] for p, _, _ in read.files]
+        source = None if local_files is None else files_function(rng.location, names, access, local_files)
+        reads.append(
+            LakeRead(
+                contract.sql_files_meta("_path", read.files, read.change_type),
+                files_where([path for path, _, _ in read.files]),
+                {} if source else {VERSION_SETTING: read.version},
+                contract.pushdown_read_token(
+                    cfg.pipeline, rng.start, rng.end, read.change_type, read.version, read.part
+                ),
+                schema_changed and read.version < rng.start,
+                source,
+            )
         )
-        for read in file_reads(rng.location, rng.start, rng.end, commits, rng.uri)
-    ]
+    return reads
 
 
 class LakeFunctionReader:
@@ -324,7 +392,7 @@ class PushdownWriter:
                 return self.to.sink.command(
                     sql,
                     what=f"read versions {start}..{end} of {rng.uri} into {self.to.table_sql}",
-                    settings={**({} if read.source else read.settings), **insert_settings(read.token)},
+                    settings={**read.settings, **insert_settings(read.token)},
                 )
         except SinkError as exc:
             refused = self._refusal(exc, rng)

@@ -47,11 +47,22 @@ def parse_commit(version: int, text: str, modified_ms: int) -> Commit:
         elif "protocol" in action:
             protocol = True
     ts_ms = info.get("inCommitTimestamp") or modified_ms
+    preserved = str((info.get("tags") or {}).get(ROWS_PRESERVED, "")).lower() == "true"
+    tracked = all(
+        a.get("baseRowId") is not None and a.get("defaultRowCommitVersion") == version for a in adds
+    )
+    vectors = any(a.get("deletionVector") for a in adds + removes)
     return Commit(
         version=version,
         timestamp=datetime.fromtimestamp(ts_ms / 1000, tz=timezone.utc),
         operation=str(info.get("operation", "")),
-        estimated_rows=estimate_rows(adds, removes, cdcs, _row_level_metrics(info)),
+        estimated_rows=estimate_rows(
+            adds,
+            removes,
+            cdcs,
+            _row_level_metrics(info),
+            copies_left_out=preserved and tracked and not vectors,
+        ),
         parameters=dict(info.get("operationParameters") or {}),
         metadata=meta is not None,
         properties=dict(meta.get("configuration") or {}) if meta is not None else None,
@@ -59,11 +70,12 @@ def parse_commit(version: int, text: str, modified_ms: int) -> Commit:
             tuple((a["path"], _live(a), a.get("dataChange", True)) for a in adds),
             tuple((r["path"], r.get("dataChange", True)) for r in removes),
             tuple(c["path"] for c in cdcs),
-            vectors=any(a.get("deletionVector") for a in adds),
+            vectors=vectors,
             partitioned=any(a.get("partitionValues") for a in adds),
+            tracked=tracked,
         ),
         protocol=protocol,
-        rows_preserved=str((info.get("tags") or {}).get(ROWS_PRESERVED, "")).lower() == "true",
+        rows_preserved=preserved,
     )
 
 
@@ -81,14 +93,20 @@ def _records(action: dict) -> int | None:
 
 
 def estimate_rows(
-    adds: list[dict], removes: list[dict], cdcs: list[dict], metrics: dict | None = None
+    adds: list[dict],
+    removes: list[dict],
+    cdcs: list[dict],
+    metrics: dict | None = None,
+    copies_left_out: bool = False,
 ) -> int:
     """Change rows a commit yields, from its log entry (an upper bound; it only sizes reads).
 
     With change files, the feed is exactly their rows: the count the commit's operation metrics give when
     it records them, else their size over the bytes per row of the data files in the same commit. Without,
     added files are inserts and removed files deletes. A file that only got a deletion vector yields the
-    rows the vector newly deletes.
+    rows the vector newly deletes. `copies_left_out`: row tracking tells the rows the commit copied into the
+    files it rewrote, which both readers leave out (sparkread/rowcopies.py, clickhouse/writers/trackedreads.py):
+    at most what the operation metrics count.
     """
     sized = [(a["size"], n) for a in adds + removes if (n := _records(a)) and a.get("size")]
     per_row = min((s / n for s, n in sized), default=DEFAULT_BYTES_PER_ROW)
@@ -101,6 +119,7 @@ def estimate_rows(
         n = _records(action)
         return n if n is not None else int(action.get("size", 0) / per_row) + 1
 
+    counted = _metric_rows(metrics or {}) if copies_left_out else None
     removed = {r["path"]: r for r in removes if r.get("dataChange", True)}
     total = 0
     for add in adds:
@@ -113,7 +132,8 @@ def estimate_rows(
             total += max(after - before, 0)
         else:
             total += rows(add)
-    return total + sum(rows(r) for r in removed.values())
+    total += sum(rows(r) for r in removed.values())
+    return total if counted is None else min(counted, total)
 
 
 # The change rows of a row-level operation, from the counts in its commit's operationMetrics: an updated row

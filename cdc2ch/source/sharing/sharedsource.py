@@ -342,6 +342,9 @@ class SharedChanges:
     def commits(self) -> list[Commit]:
         return self.source.commits(self.start, self.end)
 
+    def properties(self) -> dict[str, str]:
+        return {}  # (a share's commits do not name their files: nothing reads them as they are)
+
 
 def no_history_advice(uri: str, span: str, why: str) -> str:
     return (

@@ -107,3 +107,6 @@ class SparkChanges:
 
     def commits(self) -> list[Commit]:
         return self.source.commits(self.start, self.end)
+
+    def properties(self) -> dict[str, str]:
+        return self.source.properties(self.end)

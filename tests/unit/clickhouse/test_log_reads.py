@@ -227,7 +227,7 @@ def test_a_range_that_only_appends_reads_its_files_as_they_are():
         f"(SELECT *, _path FROM file('{h.source.location}/part-1.parquet', 'Parquet') "
         f"UNION ALL SELECT *, _path FROM file('{h.source.location}/part-2.parquet', 'Parquet'))"
     )
-    assert read.token == "p:1-2:clickhouse:insert@2" and read.settings == {"delta_lake_snapshot_version": 2}
+    assert read.token == "p:1-2:clickhouse:insert@2" and read.settings == {}
     assert read.meta[0] == (
         f"toUInt64(transform(_path, ['{h.source.location}/part-1.parquet', "
         f"'{h.source.location}/part-2.parquet'], [1, 2], 0))"

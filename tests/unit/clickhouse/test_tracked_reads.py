@@ -1,0 +1,149 @@
+"""`--reader clickhouse` for a range of a row-tracked table derived from its log: each commit read from its own
+files as they are, its inserts the rows of its own commit version, its deletes the removed rows whose key no
+added row holds; every range the files alone cannot tell is left to logreads.py."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+import pytest
+
+from cdc2ch.clickhouse.writers.pushdown import lake_reads
+from cdc2ch.clickhouse.writers.trackedreads import VERSIONS_PROPERTY, TrackedRead, tracked_reads
+from cdc2ch.model.changeset import LOG, Commit, Files
+from cdc2ch.model.design import TableDesign
+from cdc2ch.source.deltalog.commitlog import parse_commit
+from tests.support.fakes import T0, FakeChanges, FakeTable, Harness
+
+PROPERTIES = {VERSIONS_PROPERTY: "_row-commit-version-col-x"}
+FIELDS = [{"name": "id", "type": "long"}, {"name": "g", "type": "long"}, {"name": "at", "type": "timestamp"}]
+MS = int(T0.timestamp() * 1000)
+
+
+def commit(version: int, added=(), removed=(), preserved=True, **files) -> Commit:
+    """`added`, `removed`: paths with a data change; `files`: the rest of Files."""
+    return Commit(
+        version, T0 + timedelta(seconds=version), "MERGE", 1, rows_preserved=preserved,
+        files=Files(tuple((p, 1, True) for p in added), tuple((p, True) for p in removed), tracked=True, **files),
+    )  # fmt: skip
+
+
+def history() -> list[Commit]:
+    optimize = Files((("c.parquet", 3, False),), (("a.parquet", False), ("b2.parquet", False)), tracked=True)
+    return [
+        commit(1, ["a.parquet"], preserved=False),  # an append
+        commit(2, ["b2.parquet"], ["b.parquet"]),  # a rewrite
+        dataclasses.replace(commit(3), operation="OPTIMIZE", files=optimize),  # no data change
+        commit(4, removed=["c.parquet"]),  # a whole file deleted
+    ]
+
+
+def test_each_commit_is_read_from_its_own_files_and_deletes_against_its_adds():
+    assert tracked_reads(1, 4, history(), FIELDS, PROPERTIES) == [
+        TrackedRead(1, MS + 1000, "insert", ("a.parquet",)),
+        TrackedRead(2, MS + 2000, "insert", ("b2.parquet",)),
+        TrackedRead(2, MS + 2000, "delete", ("b.parquet",), ("b2.parquet",)),
+        TrackedRead(4, MS + 4000, "delete", ("c.parquet",)),
+    ]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda c: dataclasses.replace(c, rows_preserved=False),
+        lambda c: dataclasses.replace(c, files=dataclasses.replace(c.files, tracked=False)),
+        lambda c: dataclasses.replace(c, files=dataclasses.replace(c.files, vectors=True)),
+        lambda c: dataclasses.replace(c, files=dataclasses.replace(c.files, partitioned=True)),
+        lambda c: dataclasses.replace(
+            c, files=dataclasses.replace(c.files, change_files=("_change_data/x",))
+        ),
+        lambda c: dataclasses.replace(
+            c, files=dataclasses.replace(c.files, removed=(("b%20c.parquet", True),))
+        ),
+        lambda c: dataclasses.replace(c, files=None),
+        lambda c: dataclasses.replace(c, metadata=True),
+        lambda c: dataclasses.replace(c, protocol=True),
+    ],
+    ids=[
+        "copies not kept",
+        "untracked file",
+        "deletion vector",
+        "partition values",
+        "change files",
+        "escaped name",
+        "files unknown",
+        "schema change",
+        "feature change",
+    ],  # fmt: skip
+)
+def test_a_rewrite_the_files_alone_do_not_tell_leaves_the_range_to_the_coarse_reads(change):
+    commits = history()
+    commits[1] = change(commits[1])
+    assert tracked_reads(1, 4, commits, FIELDS, PROPERTIES) is None
+
+
+def test_a_table_without_its_versions_column_mapped_columns_or_nested_types_is_not_read_so():
+    assert tracked_reads(1, 4, history(), FIELDS, {}) is None
+    assert tracked_reads(1, 5, history(), FIELDS, PROPERTIES) is None  # a version not known
+    mapped = [{"name": "id", "type": "long", "metadata": {"delta.columnMapping.physicalName": "c"}}]
+    assert tracked_reads(1, 4, history(), mapped, PROPERTIES) is None
+    nested = [*FIELDS, {"name": "s", "type": {"type": "struct", "fields": []}}]
+    assert tracked_reads(1, 4, history(), nested, PROPERTIES) is None
+
+
+def test_the_statements_read_new_rows_by_version_and_hold_copied_keys_null_safely():
+    """The SQL: inserts keep the rows whose materialized version is missing or the commit's; deletes are an
+    anti-join on the target's identity (the primary key by `=`, a sorting-key column that may be NULL by
+    isNotDistinctFrom); the tokens are their own."""
+    table = FakeTable({"id": "long", "g": "long"}, cdf=False)
+    h = Harness(table)
+    cfg = dataclasses.replace(h.cfg, design=TableDesign(("id",), order_by=("g", "id")))
+    rng = FakeChanges(2, 2, "/lake/t", {"id": "long", "g": "long"}, [], LOG)
+    rng.range_commits, rng.range_properties = [history()[1]], PROPERTIES
+    inserted, deleted = lake_reads(cfg, rng, local_files=True)
+    column = "`_row-commit-version-col-x`"
+    assert inserted.source == (
+        "file('/lake/t/b2.parquet', 'Parquet', "
+        f"'`id` Nullable(Int64), `g` Nullable(Int64), {column} Nullable(Int64)')"
+    )
+    assert inserted.where == f" WHERE coalesce({column}, 2) = 2"
+    assert inserted.token == "p:2-2:clickhouse:insert-tracked@2"
+    assert deleted.where == "" and deleted.token == "p:2-2:clickhouse:delete-tracked@2"
+    assert deleted.source == (
+        "file('/lake/t/b.parquet', 'Parquet', '`id` Nullable(Int64), `g` Nullable(Int64)') AS _removed "
+        "LEFT ANTI JOIN (SELECT `g` AS _held_0, `id` AS _held_1 FROM file('/lake/t/b2.parquet', 'Parquet', "
+        "'`id` Nullable(Int64), `g` Nullable(Int64)')) AS _held ON isNotDistinctFrom(`g`, _held_0) AND "
+        "`id` = _held_1"
+    )
+    # on a server, a local table's files are not its own: the coarse reads through the lake function
+    assert all(read.source is None for read in lake_reads(cfg, rng, local_files=False))
+
+
+def test_a_commit_tells_whether_its_files_track_rows_and_how_many_rows_a_tracked_rewrite_yields():
+    """Row tracking: each added file's default row commit version is its commit's; then a preserved rewrite
+    yields at most what its metrics count (its copies are left out), not every row of its files."""
+    stats = '{"numRecords": 1000}'
+    add = {"path": "b2.parquet", "size": 10_000, "stats": stats, "baseRowId": 0, "defaultRowCommitVersion": 7}
+    remove = {"path": "b.parquet", "size": 10_000, "stats": stats}
+    info = {"operation": "MERGE", "tags": {"delta.rowTracking.preserved": "true"},
+            "operationMetrics": {"numTargetRowsUpdated": "3", "numTargetRowsDeleted": "1"}}  # fmt: skip
+
+    def parsed(info=info, add=add, remove=remove) -> Commit:
+        lines = [{"commitInfo": info}, {"add": add}, {"remove": remove}]
+        return parse_commit(7, "\n".join(json_line(x) for x in lines), MS)
+
+    tracked = parsed()
+    assert tracked.files is not None and tracked.files.tracked and tracked.rows_preserved
+    assert tracked.estimated_rows == 7  # 3 updates, each counted as two rows, and a delete
+    assert not parsed(add={**add, "defaultRowCommitVersion": 6}).files.tracked  # re-added (RESTORE)
+    assert parsed(add={**add, "defaultRowCommitVersion": 6}).estimated_rows == 2000
+    assert parsed(info={**info, "tags": {}}).estimated_rows == 2000  # copies not kept
+    vector = {"storageType": "u", "pathOrInlineDv": "x", "offset": 1, "sizeInBytes": 1, "cardinality": 1}
+    assert parsed(remove={**remove, "deletionVector": vector}).files.vectors
+
+
+def json_line(action: dict) -> str:
+    import json
+
+    return json.dumps(action)
