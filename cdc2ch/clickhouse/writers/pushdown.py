@@ -1,20 +1,17 @@
 """Push-down writes: ClickHouse reads the Delta table itself; no row passes through Spark or Python.
 
-`run --reader clickhouse` turns a version range into one `INSERT ... SELECT` over ClickHouse's Delta table
-function with `delta_lake_snapshot_start_version/end_version` (its change data feed), with the row
-contract's SQL form; a range whose changes come from the log, into the reads of logreads.py, each an
-`INSERT ... SELECT` of named files at one version (`delta_lake_snapshot_version`). `snapshot --reader
+`run --reader clickhouse` turns a version range into `INSERT ... SELECT` statements in which ClickHouse reads
+the lake (rangereads.py, in the SQL of lakesql.py), with the row contract's SQL form; `snapshot --reader
 clickhouse` reads a version's files the same way. Spark still plans: versions, schema, ranges and every
-check come from the Delta log as before.
+check come from the Delta log as before. Here: what this reader can read (a probe), and the writer that
+sends a range's statements.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import time
-from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from urllib.parse import unquote, urlsplit
 
 from cdc2ch.base import phases
@@ -23,250 +20,26 @@ from cdc2ch.clickhouse import codes
 from cdc2ch.clickhouse.connection import compatibility
 from cdc2ch.clickhouse.connection.transport import Sink
 from cdc2ch.clickhouse.writers import Destination
-from cdc2ch.clickhouse.writers.logreads import INSERT, PLAIN_FILE, appends_only, file_reads
-from cdc2ch.clickhouse.writers.trackedreads import VERSIONS_PROPERTY, tracked_reads
+from cdc2ch.clickhouse.writers.lakesql import (
+    CDF_SETTING,
+    VERSION_SETTING,
+    insert_from_lake,
+    lake_access,
+    lake_function,
+)
+from cdc2ch.clickhouse.writers.rangereads import LakeRead, lake_reads
 from cdc2ch.model import contract, schema
-from cdc2ch.model.changeset import LOG, Changes, Commit, RangeResult
+from cdc2ch.model.changeset import Changes, RangeResult
 from cdc2ch.model.config import RunConfig
-from cdc2ch.model.design import TableDesign
-from cdc2ch.model.objectstore import S3Settings
 from cdc2ch.model.records import PipelineState
-from cdc2ch.model.tableref import is_local
 
 # ClickHouse streams its own reads: a range's size only bounds what a crash makes it replay, and fewer,
 # larger statements save it re-reading the Delta log for each.
 RANGE_FACTOR = 10
 
-
-@dataclass(frozen=True)
-class LakeAccess:
-    """How ClickHouse reaches an object-storage table: the S3 endpoint and addressing the other readers use,
-    and a named collection on the server holding the credentials (None: its own S3 settings; the embedded
-    engine reads with the process's AWS environment)."""
-
-    s3: S3Settings = field(default_factory=S3Settings)
-    collection: str | None = None
-
-
-def lake_access(cfg: RunConfig) -> LakeAccess:
-    """A pipeline's: its Spark conf's S3 settings, then the process environment's, and its collection."""
-    return LakeAccess(S3Settings.of(dict(cfg.spark.conf), os.environ), cfg.lake_collection)
-
-
-def lake_function(uri: str, access: LakeAccess | None = None) -> str:
-    """The ClickHouse table function that reads this Delta table itself."""
-    parts = urlsplit(uri)
-    access = access or LakeAccess()
-    if is_local(uri):
-        return f"deltaLakeLocal({schema.literal(unquote(parts.path))})"
-    if parts.scheme in ("s3", "s3a"):
-        url = schema.literal(access.s3.http_url(uri))
-        return f"deltaLake({access.collection}, url = {url})" if access.collection else f"deltaLake({url})"
-    if parts.scheme in ("http", "https"):
-        return f"deltaLake({schema.literal(uri.rstrip('/') + '/')})"
-    raise SourceError(
-        f"--reader clickhouse cannot read {uri}: ClickHouse reads local paths and S3/HTTP(S) URLs "
-        f"(credentials from the server's own S3 settings). Use --reader spark, or auto (the default), for this table."
-    )
-
-
-# Files one statement reads as they are; a read of more goes through the lake function
-DIRECT_FILES = 100
-
-
-def files_function(
-    location: str, paths: list[str], access: LakeAccess, local_files: bool, structure: str | None = None
-) -> str | None:
-    """What reads the table's data files `paths` (plain names at its root) as they are, where ClickHouse can:
-    `s3()` of an object store's table, `file()` of a local one on the embedded engine (a server reads only its
-    own files directory); None where it cannot. Each file is named alone, never in a glob: a glob skips a file
-    that is not there, and a file vacuumed away must fail the read, not leave its rows out. With `structure`
-    (ClickHouse's `name type, ...`), each file is read with those columns (one a file lacks reads as NULL),
-    else with those the file has."""
-    if not paths or len(paths) > DIRECT_FILES or not all(PLAIN_FILE.fullmatch(p) for p in paths):
-        return None
-    parts = urlsplit(location)
-    if is_local(location):
-        if not local_files:
-            return None
-        root = unquote(parts.path).rstrip("/")
-        shape = f", {schema.literal(structure)}" if structure else ""
-        reads = [f"file({schema.literal(root + '/' + name)}, 'Parquet'{shape})" for name in paths]
-    elif parts.scheme in ("s3", "s3a"):
-        root = access.s3.http_url(location).rstrip("/")
-        urls = [schema.literal(root + "/" + name) for name in paths]
-        named = f", structure = {schema.literal(structure)}" if structure else ""
-        shape = f", {schema.literal(structure)}" if structure else ""
-        reads = [
-            f"s3({access.collection}, url = {url}, format = 'Parquet'{named})"
-            if access.collection
-            else f"s3({url}, 'Parquet'{shape})"
-            for url in urls
-        ]
-    else:
-        return None
-    if len(reads) == 1:
-        return reads[0]
-    return "(" + " UNION ALL ".join(f"SELECT *, _path FROM {read}" for read in reads) + ")"
-
-
-def insert_from_lake(
-    table_sql: str,
-    source: str,
-    columns: list[str],
-    meta: list[str],
-    where: str = "",
-    design: TableDesign | None = None,
-    absent: Collection[str] = (),
-) -> str:
-    """INSERT ... SELECT of the user columns (target names) read from `source`, the table function that reads
-    the lake (lake_function, or files_function for files as they are), by their Delta names, which `design`
-    knows (NULL for those `absent` from the version read), followed by the expressions of `meta` for
-    contract.WRITTEN_META."""
-    cols = ", ".join(schema.quote(c) for c in columns)
-    names = [design.source_name(c) if design else c for c in columns]
-    read = ", ".join("NULL" if name in absent else schema.quote(name) for name in names)
-    return (
-        f"INSERT INTO {table_sql} ({cols}, {', '.join(contract.WRITTEN_META)}) "
-        f"SELECT {read}, {', '.join(meta)} FROM {source}{where}"
-    )
-
-
-CDF_SETTING = "delta_lake_snapshot_start_version"  # a server without it cannot read a change data feed
-VERSION_SETTING = "delta_lake_snapshot_version"  # the table as of a version (older servers have it too)
 # A probe decides between readers: where the store throttles or fails, it fails in seconds and `auto` keeps
 # Spark, rather than wait through the S3 client's own retries (hundreds, by default) as a read would.
 PROBE_SETTINGS = {"s3_retry_attempts": 2, "s3_max_single_read_retries": 2}
-
-
-def cdf_settings(start: int, end: int) -> dict[str, int]:
-    """Settings that make the lake function read the change data feed of versions start..end."""
-    return {CDF_SETTING: start, "delta_lake_snapshot_end_version": end}
-
-
-def files_where(paths: list[str]) -> str:
-    """The WHERE clause that reads only the table's files `paths` (as its `_path` names them)."""
-    return f" WHERE _path IN ({', '.join(schema.literal(p) for p in paths)})"
-
-
-@dataclass(frozen=True)
-class LakeRead:
-    """One `INSERT ... SELECT` of a range: the WRITTEN_META expressions of its rows, what it reads of the lake
-    (a WHERE clause, settings) and its deduplication token."""
-
-    meta: list[str]
-    where: str
-    settings: dict[str, int]
-    token: str
-    # read at a version before the range whose first commit changes the schema: read the columns it has
-    older_schema: bool = False
-    # the files read as they are (files_function), else the lake function reads them
-    source: str | None = None
-
-
-def lake_reads(cfg: RunConfig, rng: Changes, local_files: bool = False) -> list[LakeRead]:
-    """The statements that write the range: one read of its change data feed, or the reads of the files its
-    commits add and remove (logreads.py; none where no commit changes data). A range that only appends is
-    read from the files its commits add, as they are, where ClickHouse can read them so: the lake function
-    would read the Delta log again (dozens of requests to an object store for one small commit) to find what
-    the log already says."""
-    commits = rng.commits()
-    if appends_only(rng.start, rng.end, commits, schema.user_fields(rng.schema)):
-        reads = _file_reads(cfg, rng, commits, local_files)
-        if all(read.source for read in reads):
-            return reads
-    if rng.origin != LOG:
-        token = contract.pushdown_range_token(cfg.pipeline, rng.start, rng.end)
-        where = contract.sql_change_filter(cfg.immutable_keys)
-        return [LakeRead(contract.sql_change_meta(), where, cdf_settings(rng.start, rng.end), token)]
-    return _tracked_reads(cfg, rng, commits, local_files) or _file_reads(cfg, rng, commits, None)
-
-
-def _tracked_reads(cfg: RunConfig, rng: Changes, commits: list[Commit], local_files: bool) -> list[LakeRead]:
-    """The reads of trackedreads.py, each of files as they are, with the table's types; none where the range
-    cannot be read so, or one of its reads names files ClickHouse cannot read as they are."""
-    fields, properties = schema.user_fields(rng.schema), rng.properties()
-    planned = tracked_reads(rng.start, rng.end, commits, fields, properties) or []
-    if not planned:
-        return []
-    access = lake_access(cfg)
-    structure = ", ".join(
-        f"{schema.quote(f['name'])} {schema.clickhouse_type(f['type'], f.get('nullable', True), f['name'])}"
-        for f in fields
-    )
-    versions = schema.quote(properties[VERSIONS_PROPERTY])
-    reads = []
-    for read in planned:
-        if read.change_type == INSERT:
-            source = files_function(
-                rng.location,
-                list(read.files),
-                access,
-                local_files,
-                f"{structure}, {versions} Nullable(Int64)",
-            )
-            where = f" WHERE coalesce({versions}, {read.version}) = {read.version}"
-        else:
-            removed = files_function(rng.location, list(read.files), access, local_files, structure)
-            added = files_function(rng.location, list(read.against), access, local_files, structure)
-            if read.against and added is None:
-                return []
-            source = None if removed is None else _unheld(cfg, removed, added)
-            where = ""
-        if source is None:
-            return []
-        token = contract.pushdown_read_token(
-            cfg.pipeline, rng.start, rng.end, f"{read.change_type}-tracked", read.version
-        )
-        meta = contract.sql_fixed_meta(read.version, read.ts_ms, read.change_type)
-        reads.append(LakeRead(meta, where, {}, token, source=source))
-    return reads
-
-
-def _unheld(cfg: RunConfig, removed: str, added: str | None) -> str:
-    """The rows of `removed` whose key no row of `added` holds (all of them without `added`): an anti-join,
-    which ClickHouse runs in about half the time of a NOT IN over the same keys. A key's columns beyond the
-    primary key may be NULL, and NULL matches NULL there, as a row's identity in the target."""
-    if added is None:
-        return removed
-    identity = cfg.identity
-    held = ", ".join(
-        f"{schema.quote(cfg.design.source_name(c))} AS _held_{i}" for i, c in enumerate(identity.columns)
-    )
-    same = " AND ".join(
-        f"{schema.quote(cfg.design.source_name(c))} = _held_{i}"
-        if c in identity.primary_key
-        else f"isNotDistinctFrom({schema.quote(cfg.design.source_name(c))}, _held_{i})"
-        for i, c in enumerate(identity.columns)
-    )
-    return f"{removed} AS _removed LEFT ANTI JOIN (SELECT {held} FROM {added}) AS _held ON {same}"
-
-
-def _file_reads(
-    cfg: RunConfig, rng: Changes, commits: list[Commit], local_files: bool | None
-) -> list[LakeRead]:
-    """The reads of logreads.py, each of files named at a version of the lake function; with `local_files`
-    given (a range of appends), each with the function that reads its files as they are, where there is one."""
-    access = lake_access(cfg)
-    schema_changed = any(c.version == rng.start and c.metadata for c in commits)
-    reads = []
-    for read in file_reads(rng.location, rng.start, rng.end, commits, rng.uri):
-        # (each a plain name at the table's root: its `_path`'s last part)
-        names = [p.rsplit("/", 1)[-1] for p, _, _ in read.files]
-        source = None if local_files is None else files_function(rng.location, names, access, local_files)
-        reads.append(
-            LakeRead(
-                contract.sql_files_meta("_path", read.files, read.change_type),
-                files_where([path for path, _, _ in read.files]),
-                {} if source else {VERSION_SETTING: read.version},
-                contract.pushdown_read_token(
-                    cfg.pipeline, rng.start, rng.end, read.change_type, read.version, read.part
-                ),
-                schema_changed and read.version < rng.start,
-                source,
-            )
-        )
-    return reads
 
 
 class LakeFunctionReader:

@@ -12,14 +12,14 @@ import pyarrow as pa
 from cdc2ch.base.log import Logger
 from cdc2ch.clickhouse.connection.transport import Sink
 from cdc2ch.clickhouse.writers.driver import InsertInto, insert_rows
-from cdc2ch.clickhouse.writers.pushdown import (
+from cdc2ch.clickhouse.writers.lakesql import (
     VERSION_SETTING,
     files_where,
     insert_from_lake,
-    insert_settings,
     lake_access,
     lake_function,
 )
+from cdc2ch.clickhouse.writers.pushdown import insert_settings
 from cdc2ch.model import contract, schema
 from cdc2ch.model.config import RunConfig
 

@@ -105,7 +105,7 @@ def estimate_rows(
     it records them, else their size over the bytes per row of the data files in the same commit. Without,
     added files are inserts and removed files deletes. A file that only got a deletion vector yields the
     rows the vector newly deletes. `copies_left_out`: row tracking tells the rows the commit copied into the
-    files it rewrote, which both readers leave out (sparkread/rowcopies.py, clickhouse/writers/trackedreads.py):
+    files it rewrote, which both readers leave out (sparkread/rowcopies.py, clickhouse/writers/commitreads.py):
     at most what the operation metrics count.
     """
     sized = [(a["size"], n) for a in adds + removes if (n := _records(a)) and a.get("size")]

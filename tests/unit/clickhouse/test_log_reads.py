@@ -195,7 +195,8 @@ def test_files_removed_by_a_commit_that_changes_the_schema_are_read_with_the_col
 
 def test_a_read_of_many_files_is_cut_into_statements_clickhouse_parses():
     """ClickHouse parses at most max_query_size (256 KiB) of a statement, which names each of its files thrice."""
-    from cdc2ch.clickhouse.writers.pushdown import insert_from_lake, lake_reads
+    from cdc2ch.clickhouse.writers.lakesql import insert_from_lake
+    from cdc2ch.clickhouse.writers.rangereads import lake_reads
 
     files = Files(added=tuple((f"p=ä/part-{i:05d}.parquet", 1, True) for i in range(6000)))
     t = FakeTable(cdf=False)
@@ -216,7 +217,8 @@ def test_a_range_that_only_appends_reads_its_files_as_they_are():
     """A range of appends (either origin) is read from the files its commits add, with `s3()` or, on the
     embedded engine, `file()`: ClickHouse's Delta reader would read the log again for them. Each file keeps
     its own commit's version; the lake function and its version stay for the reads of the error paths."""
-    from cdc2ch.clickhouse.writers.pushdown import LakeAccess, files_function, lake_reads
+    from cdc2ch.clickhouse.writers.lakesql import LakeAccess, files_function
+    from cdc2ch.clickhouse.writers.rangereads import lake_reads
 
     t = FakeTable(cdf=True)
     t.commit(("insert", {"id": 1, "name": "a"}), files=Files(added=(("part-1.parquet", 1, True),)))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from cdc2ch.base.errors import ConfigError, SourceError
-from cdc2ch.clickhouse.writers.pushdown import LakeAccess, files_gone, lake_access, lake_function
+from cdc2ch.clickhouse.writers.lakesql import LakeAccess, lake_access, lake_function
+from cdc2ch.clickhouse.writers.pushdown import files_gone
 from cdc2ch.model.config import RunConfig, SparkSettings, TargetName
 from cdc2ch.model.objectstore import S3Settings
 

@@ -1,6 +1,7 @@
-"""`--reader clickhouse` for a range of a row-tracked table derived from its log: each commit read from its own
-files as they are, its inserts the rows of its own commit version, its deletes the removed rows whose key no
-added row holds; every range the files alone cannot tell is left to logreads.py."""
+"""`--reader clickhouse` for a range derived from the log: each commit read from its own files as they are, its
+inserts the rows of the files it adds (where row tracking tells, only those of its own commit version), its
+deletes the removed rows whose key no added row holds; every range the files alone cannot tell is left to
+logreads.py."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from datetime import timedelta
 
 import pytest
 
-from cdc2ch.clickhouse.writers.pushdown import lake_reads
-from cdc2ch.clickhouse.writers.trackedreads import VERSIONS_PROPERTY, TrackedRead, tracked_reads
+from cdc2ch.clickhouse.writers.commitreads import VERSIONS_PROPERTY, CommitRead, commit_reads
+from cdc2ch.clickhouse.writers.rangereads import lake_reads
 from cdc2ch.model.changeset import LOG, Commit, Files
 from cdc2ch.model.design import TableDesign
 from cdc2ch.source.deltalog.commitlog import parse_commit
@@ -40,11 +41,11 @@ def history() -> list[Commit]:
 
 
 def test_each_commit_is_read_from_its_own_files_and_deletes_against_its_adds():
-    assert tracked_reads(1, 4, history(), FIELDS, PROPERTIES) == [
-        TrackedRead(1, MS + 1000, "insert", ("a.parquet",)),
-        TrackedRead(2, MS + 2000, "insert", ("b2.parquet",)),
-        TrackedRead(2, MS + 2000, "delete", ("b.parquet",), ("b2.parquet",)),
-        TrackedRead(4, MS + 4000, "delete", ("c.parquet",)),
+    assert commit_reads(1, 4, history(), FIELDS, PROPERTIES) == [
+        CommitRead(1, MS + 1000, "insert", ("a.parquet",)),  # an append: every row is new
+        CommitRead(2, MS + 2000, "insert", ("b2.parquet",), own_rows=True),
+        CommitRead(2, MS + 2000, "delete", ("b.parquet",), ("b2.parquet",)),
+        CommitRead(4, MS + 4000, "delete", ("c.parquet",)),
     ]
 
 
@@ -53,6 +54,21 @@ def test_each_commit_is_read_from_its_own_files_and_deletes_against_its_adds():
     [
         lambda c: dataclasses.replace(c, rows_preserved=False),
         lambda c: dataclasses.replace(c, files=dataclasses.replace(c.files, tracked=False)),
+    ],
+    ids=["copies not kept", "a file added before"],
+)
+def test_a_rewrite_whose_copies_row_tracking_does_not_tell_writes_them_again(change):
+    commits = history()
+    commits[1] = change(commits[1])
+    inserts = [r for r in commit_reads(1, 4, commits, FIELDS, PROPERTIES) or [] if r.change_type == "insert"]
+    assert [r.own_rows for r in inserts] == [False, False]
+    untracked = [r for r in commit_reads(1, 4, history(), FIELDS, {}) or [] if r.change_type == "insert"]
+    assert [r.own_rows for r in untracked] == [False, False]  # the table keeps no versions in its files
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
         lambda c: dataclasses.replace(c, files=dataclasses.replace(c.files, vectors=True)),
         lambda c: dataclasses.replace(c, files=dataclasses.replace(c.files, partitioned=True)),
         lambda c: dataclasses.replace(
@@ -66,8 +82,6 @@ def test_each_commit_is_read_from_its_own_files_and_deletes_against_its_adds():
         lambda c: dataclasses.replace(c, protocol=True),
     ],
     ids=[
-        "copies not kept",
-        "untracked file",
         "deletion vector",
         "partition values",
         "change files",
@@ -80,16 +94,15 @@ def test_each_commit_is_read_from_its_own_files_and_deletes_against_its_adds():
 def test_a_rewrite_the_files_alone_do_not_tell_leaves_the_range_to_the_coarse_reads(change):
     commits = history()
     commits[1] = change(commits[1])
-    assert tracked_reads(1, 4, commits, FIELDS, PROPERTIES) is None
+    assert commit_reads(1, 4, commits, FIELDS, PROPERTIES) is None
 
 
-def test_a_table_without_its_versions_column_mapped_columns_or_nested_types_is_not_read_so():
-    assert tracked_reads(1, 4, history(), FIELDS, {}) is None
-    assert tracked_reads(1, 5, history(), FIELDS, PROPERTIES) is None  # a version not known
+def test_a_table_with_mapped_columns_or_nested_types_is_not_read_so():
+    assert commit_reads(1, 5, history(), FIELDS, PROPERTIES) is None  # a version not known
     mapped = [{"name": "id", "type": "long", "metadata": {"delta.columnMapping.physicalName": "c"}}]
-    assert tracked_reads(1, 4, history(), mapped, PROPERTIES) is None
+    assert commit_reads(1, 4, history(), mapped, PROPERTIES) is None
     nested = [*FIELDS, {"name": "s", "type": {"type": "struct", "fields": []}}]
-    assert tracked_reads(1, 4, history(), nested, PROPERTIES) is None
+    assert commit_reads(1, 4, history(), nested, PROPERTIES) is None
 
 
 def test_the_statements_read_new_rows_by_version_and_hold_copied_keys_null_safely():
@@ -108,14 +121,18 @@ def test_the_statements_read_new_rows_by_version_and_hold_copied_keys_null_safel
         f"'`id` Nullable(Int64), `g` Nullable(Int64), {column} Nullable(Int64)')"
     )
     assert inserted.where == f" WHERE coalesce({column}, 2) = 2"
-    assert inserted.token == "p:2-2:clickhouse:insert-tracked@2"
-    assert deleted.where == "" and deleted.token == "p:2-2:clickhouse:delete-tracked@2"
+    assert inserted.token == "p:2-2:clickhouse:insert-commit@2"
+    assert deleted.where == "" and deleted.token == "p:2-2:clickhouse:delete-commit@2"
     assert deleted.source == (
         "file('/lake/t/b.parquet', 'Parquet', '`id` Nullable(Int64), `g` Nullable(Int64)') AS _removed "
         "LEFT ANTI JOIN (SELECT `g` AS _held_0, `id` AS _held_1 FROM file('/lake/t/b2.parquet', 'Parquet', "
         "'`id` Nullable(Int64), `g` Nullable(Int64)')) AS _held ON isNotDistinctFrom(`g`, _held_0) AND "
         "`id` = _held_1"
     )
+    # without row tracking's column, every row of an added file
+    rng.range_properties = {}
+    copied, _ = lake_reads(cfg, rng, local_files=True)
+    assert copied.where == "" and column not in copied.source
     # on a server, a local table's files are not its own: the coarse reads through the lake function
     assert all(read.source is None for read in lake_reads(cfg, rng, local_files=False))
 
