@@ -165,7 +165,7 @@ class PushdownWriter:
                 return self.to.sink.command(
                     sql,
                     what=f"read versions {start}..{end} of {rng.uri} into {self.to.table_sql}",
-                    settings={**read.settings, **insert_settings(read.token)},
+                    settings={**({} if read.source else read.settings), **insert_settings(read.token)},
                 )
         except SinkError as exc:
             refused = self._refusal(exc, rng)
@@ -202,16 +202,16 @@ class PushdownWriter:
 
     def _null_keys_in_lake(self, rng: Changes, read: LakeRead) -> SourceError | None:
         """The insert failed on a null: count the null keys of `read` (on this error path only) to say where."""
-        lake = lake_function(rng.location, lake_access(self.cfg))
+        source = read.source or lake_function(rng.location, lake_access(self.cfg))
         commit = read.meta[0]  # (its first: the commit version, contract.WRITTEN_META)
         for key in self.cfg.primary_key:  # Delta's names: ClickHouse reads the lake
             null = f"{schema.quote(key)} IS NULL"
             where = f"{read.where} AND {null}" if read.where else f" WHERE {null}"
             with self.to.sink.reads_files():
                 nulls, version = self.to.sink.query_rows(
-                    f"SELECT count(), min({commit}) FROM {lake}{where}",
+                    f"SELECT count(), min({commit}) FROM {source}{where}",
                     what="count null keys",
-                    settings=read.settings,
+                    settings={} if read.source else read.settings,
                 )[0]
             if nulls:
                 return contract.null_key_error(

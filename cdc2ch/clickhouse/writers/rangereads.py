@@ -6,17 +6,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cdc2ch.clickhouse.writers.commitreads import VERSIONS_PROPERTY, commit_reads
+from cdc2ch.clickhouse.writers.commitreads import VERSIONS_PROPERTY, CommitRead, commit_reads
 from cdc2ch.clickhouse.writers.lakesql import (
+    DIRECT_FILES,
     VERSION_SETTING,
     cdf_settings,
     files_function,
     files_where,
     lake_access,
+    lake_function,
 )
 from cdc2ch.clickhouse.writers.logreads import INSERT, appends_only, file_reads
 from cdc2ch.model import contract, schema
-from cdc2ch.model.changeset import LOG, Changes, Commit
+from cdc2ch.model.changeset import LOG, Changes, Commit, table_file
 from cdc2ch.model.config import RunConfig
 
 # Statements a range of commits read one by one may take (two a commit); a range of more is read in the
@@ -35,7 +37,8 @@ class LakeRead:
     token: str
     # read at a version before the range whose first commit changes the schema: read the columns it has
     older_schema: bool = False
-    # the files read as they are (files_function), else the lake function reads them
+    # what the statement reads (files as they are, or a join of reads at versions), where not the lake
+    # function with `settings`
     source: str | None = None
 
 
@@ -58,12 +61,29 @@ def lake_reads(cfg: RunConfig, rng: Changes, local_files: bool = False) -> list[
 
 
 def _commit_reads(cfg: RunConfig, rng: Changes, commits: list[Commit], local_files: bool) -> list[LakeRead]:
-    """The reads of commitreads.py, each of files as they are, with the table's types; none where the range
-    cannot be read so, or one of its reads names files ClickHouse cannot read as they are."""
+    """The reads of commitreads.py: of files as they are where the range allows it and ClickHouse can, else
+    of the files through the table at versions; none where the range cannot be read so."""
     fields, properties = schema.user_fields(rng.schema), rng.properties()
-    planned = commit_reads(rng.start, rng.end, commits, fields, properties) or []
-    if not planned or len(planned) > COMMIT_READS:
+    plan = commit_reads(rng.start, rng.end, commits, fields, properties)
+    if plan is None or not plan.reads or len(plan.reads) > COMMIT_READS:
         return []
+    if plan.as_files:
+        reads = _as_files(cfg, rng, plan.reads, fields, properties, local_files)
+        if reads:
+            return reads
+    return _at_versions(cfg, rng, plan.reads)
+
+
+def _as_files(
+    cfg: RunConfig,
+    rng: Changes,
+    planned: list[CommitRead],
+    fields: list[dict],
+    properties: dict[str, str],
+    local_files: bool,
+) -> list[LakeRead]:
+    """Each read of files as they are (names at the table's root), with the table's types; none where one of
+    them names files ClickHouse cannot read so."""
     access = lake_access(cfg)
     structure = ", ".join(
         f"{schema.quote(f['name'])} {schema.clickhouse_type(f['type'], f.get('nullable', True), f['name'])}"
@@ -71,6 +91,7 @@ def _commit_reads(cfg: RunConfig, rng: Changes, commits: list[Commit], local_fil
     )
     reads = []
     for read in planned:
+        where = ""
         if read.change_type == INSERT and read.own_rows:
             versions = schema.quote(properties[VERSIONS_PROPERTY])
             shape = f"{structure}, {versions} Nullable(Int64)"
@@ -78,22 +99,50 @@ def _commit_reads(cfg: RunConfig, rng: Changes, commits: list[Commit], local_fil
             where = f" WHERE coalesce({versions}, {read.version}) = {read.version}"
         elif read.change_type == INSERT:
             source = files_function(rng.location, list(read.files), access, local_files, structure)
-            where = ""
         else:
             removed = files_function(rng.location, list(read.files), access, local_files, structure)
             added = files_function(rng.location, list(read.against), access, local_files, structure)
             if read.against and added is None:
                 return []
             source = None if removed is None else _unheld(cfg, removed, added)
-            where = ""
         if source is None:
             return []
-        token = contract.pushdown_read_token(
-            cfg.pipeline, rng.start, rng.end, f"{read.change_type}-commit", read.version
-        )
-        meta = contract.sql_fixed_meta(read.version, read.ts_ms, read.change_type)
-        reads.append(LakeRead(meta, where, {}, token, source=source))
+        reads.append(LakeRead(_commit_meta(read), where, {}, _commit_token(cfg, rng, read), source=source))
     return reads
+
+
+def _at_versions(cfg: RunConfig, rng: Changes, planned: list[CommitRead]) -> list[LakeRead]:
+    """Each read of files through the table as of the commit (its adds) or the version before it (its
+    removes), deletion vectors applied; none where a read names more files than a statement should."""
+    if any(len(read.files) + len(read.against) > DIRECT_FILES for read in planned):
+        return []
+    lake = lake_function(rng.location, lake_access(cfg))
+
+    def at(paths: tuple[str, ...], version: int) -> str:
+        where = files_where([table_file(rng.location, p) for p in paths])
+        return f"(SELECT * FROM {lake}{where} SETTINGS {VERSION_SETTING} = {int(version)})"
+
+    reads = []
+    for read in planned:
+        if read.change_type == INSERT:
+            where = files_where([table_file(rng.location, p) for p in read.files])
+            reads.append(LakeRead(_commit_meta(read), where, {VERSION_SETTING: read.version},
+                                  _commit_token(cfg, rng, read)))  # fmt: skip
+        else:
+            added = at(read.against, read.version) if read.against else None
+            source = _unheld(cfg, at(read.files, read.version - 1), added)
+            reads.append(LakeRead(_commit_meta(read), "", {}, _commit_token(cfg, rng, read), source=source))
+    return reads
+
+
+def _commit_meta(read: CommitRead) -> list[str]:
+    return contract.sql_fixed_meta(read.version, read.ts_ms, read.change_type)
+
+
+def _commit_token(cfg: RunConfig, rng: Changes, read: CommitRead) -> str:
+    return contract.pushdown_read_token(
+        cfg.pipeline, rng.start, rng.end, f"{read.change_type}-commit", read.version
+    )
 
 
 def _unheld(cfg: RunConfig, removed: str, added: str | None) -> str:
@@ -131,7 +180,7 @@ def _file_reads(
             LakeRead(
                 contract.sql_files_meta("_path", read.files, read.change_type),
                 files_where([path for path, _, _ in read.files]),
-                {} if source else {VERSION_SETTING: read.version},
+                {VERSION_SETTING: read.version},
                 contract.pushdown_read_token(
                     cfg.pipeline, rng.start, rng.end, read.change_type, read.version, read.part
                 ),

@@ -289,22 +289,28 @@ def _rows_at(sink, target: TargetName, version: int) -> int:
     return int(table.column("n")[0].as_py())
 
 
-def test_clickhouse_reads_only_the_rows_a_row_tracked_rewrite_changed(spark, sink, cli, tmp_path):
-    """--reader clickhouse on a row-tracked table without a feed: each rewrite's inserts are the rows whose
-    commit version is its own and its tombstones the removed keys no added row holds, so the rows it copied
-    are neither read as changes nor written. The sorting key holds a column that is NULL in some rows: a copied
-    row with a NULL there is held, not deleted."""
-    path = str(tmp_path / "tracked_ch")
+@pytest.mark.parametrize(
+    "properties",
+    [
+        "delta.enableRowTracking = true, delta.enableDeletionVectors = false",
+        "delta.enableDeletionVectors = true",
+    ],
+    ids=["row tracking", "deletion vectors"],
+)
+def test_clickhouse_reads_only_the_rows_a_commit_changed(spark, sink, cli, tmp_path, properties):
+    """--reader clickhouse on a table without a feed, each commit read on its own: a row-tracked rewrite's
+    inserts are the rows whose commit version is its own, a deletion-vector commit's the files it adds anew,
+    and the tombstones are the removed keys no added row holds, so the rows a commit copied or kept are neither
+    read as changes nor written. The sorting key holds a column that is NULL in some rows: a copied row with a
+    NULL there is held, not deleted."""
+    path = str(tmp_path / "commits_ch")
     t = f"delta.`{path}`"
-    spark.sql(
-        f"CREATE TABLE {t} (id BIGINT, v STRING, g BIGINT) USING delta "
-        "TBLPROPERTIES (delta.enableRowTracking = true, delta.enableDeletionVectors = false)"
-    )
+    spark.sql(f"CREATE TABLE {t} (id BIGINT, v STRING, g BIGINT) USING delta TBLPROPERTIES ({properties})")
     spark.sql(
         f"INSERT INTO {t} SELECT id, concat('v', id), CASE WHEN id % 4 = 0 THEN NULL ELSE id % 3 END "
         "FROM range(0, 20, 1, 1)"
     )  # one file: every rewrite below copies the rows it does not change
-    target = TargetName("from_log", "tracked_ch")
+    target = TargetName("from_log", "commits_dv" if "DeletionVectors = true" in properties else "commits_rt")
     run = ("--once", "--reader", "clickhouse", "--order-by", "g,id")
     cli.replicate("run", path, str(target), *run)
     spark.sql(
@@ -316,8 +322,8 @@ def test_clickhouse_reads_only_the_rows_a_row_tracked_rewrite_changed(spark, sin
     spark.sql(f"DELETE FROM {t} WHERE id = 4")  # version 4: a row whose g is NULL
     result = cli.replicate("run", path, str(target), *run)
     assert cli.events(result, "committed")[-1]["version"] == 4
-    # none of the 17 or so rows each rewrite copied: inserts 1 and 100 and tombstones (1, 1) and 2; insert
-    # 103 and tombstone 3; tombstone 4
+    # none of the 17 or so rows each commit copied or kept: inserts 1 and 100 and tombstones (1, 1) and 2;
+    # insert 103 and tombstone 3; tombstone 4
     assert [_rows_at(sink, target, v) for v in (2, 3, 4)] == [4, 2, 1]
     _final_equals_delta(spark, sink, path, target)
 
@@ -329,6 +335,14 @@ _tracked_commits = st.one_of(
 )
 
 
+@pytest.mark.parametrize(
+    "properties",
+    [
+        "delta.enableRowTracking = true, delta.enableDeletionVectors = false",
+        "delta.enableDeletionVectors = true",
+    ],
+    ids=["row tracking", "deletion vectors"],
+)
 @settings(max_examples=3, derandomize=True, database=None, deadline=None, print_blob=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])  # fmt: skip
 @given(
@@ -336,25 +350,23 @@ _tracked_commits = st.one_of(
     st.lists(st.tuples(_tracked_commits, st.booleans()), min_size=2, max_size=6),
     st.sampled_from((1, 40, 500_000)),
 )
-def test_generated_row_tracked_histories_read_by_clickhouse_replicate_exactly(
-    spark, sink, cli, tmp_path, rows, commits, size
+def test_generated_histories_read_by_clickhouse_commit_by_commit_replicate_exactly(
+    spark, sink, cli, tmp_path, properties, rows, commits, size
 ):
-    """Generated histories on a row-tracked table without a feed, written by Spark (MERGEs that update, delete
-    and insert, key changes, changes of a sorting-key column that is NULL in some rows, a delete and re-insert
-    of the same keys in one commit, OPTIMIZE), replicated by --reader clickhouse after the commits drawn and at
-    the end in ranges of a drawn size: FINAL equals the table."""
+    """Generated histories on a table without a feed, written by Spark (MERGEs that update, delete and insert,
+    key changes, changes of a sorting-key column that is NULL in some rows, a delete and re-insert of the same
+    keys in one commit, OPTIMIZE), replicated by --reader clickhouse after the commits drawn and at the end in
+    ranges of a drawn size: FINAL equals the table. With row tracking each commit's files are read as they
+    are; with deletion vectors, through the table at its versions."""
     n = next(_histories)
-    path = str(tmp_path / f"tracked_ch_history_{n}")
+    path = str(tmp_path / f"commit_history_{n}")
     t = f"delta.`{path}`"
-    spark.sql(
-        f"CREATE TABLE {t} (id BIGINT, v STRING, g BIGINT) USING delta "
-        "TBLPROPERTIES (delta.enableRowTracking = true, delta.enableDeletionVectors = false)"
-    )
+    spark.sql(f"CREATE TABLE {t} (id BIGINT, v STRING, g BIGINT) USING delta TBLPROPERTIES ({properties})")
     spark.sql(
         f"INSERT INTO {t} SELECT id, concat('v', id), CASE WHEN id % 5 = 0 THEN NULL ELSE id % 2 END "
         f"FROM range(0, {rows}, 1, 2)"
     )
-    target = TargetName("from_log", f"tracked_ch_history_{n}")
+    target = TargetName("from_log", f"commit_history_{n}")
 
     def replicate() -> None:
         cli.replicate("run", path, str(target), "--once", "--reader", "clickhouse", "--order-by", "g,id",

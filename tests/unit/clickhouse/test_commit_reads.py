@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 
-from cdc2ch.clickhouse.writers.commitreads import VERSIONS_PROPERTY, CommitRead, commit_reads
+from cdc2ch.clickhouse.writers.commitreads import VERSIONS_PROPERTY, CommitRead, CommitReads, commit_reads
 from cdc2ch.clickhouse.writers.rangereads import lake_reads
 from cdc2ch.model.changeset import LOG, Commit, Files
 from cdc2ch.model.design import TableDesign
@@ -41,12 +41,28 @@ def history() -> list[Commit]:
 
 
 def test_each_commit_is_read_from_its_own_files_and_deletes_against_its_adds():
-    assert commit_reads(1, 4, history(), FIELDS, PROPERTIES) == [
-        CommitRead(1, MS + 1000, "insert", ("a.parquet",)),  # an append: every row is new
-        CommitRead(2, MS + 2000, "insert", ("b2.parquet",), own_rows=True),
-        CommitRead(2, MS + 2000, "delete", ("b.parquet",), ("b2.parquet",)),
-        CommitRead(4, MS + 4000, "delete", ("c.parquet",)),
-    ]
+    assert commit_reads(1, 4, history(), FIELDS, PROPERTIES) == CommitReads(
+        [
+            CommitRead(1, MS + 1000, "insert", ("a.parquet",)),  # an append: every row is new
+            CommitRead(2, MS + 2000, "insert", ("b2.parquet",), own_rows=True),
+            CommitRead(2, MS + 2000, "delete", ("b.parquet",), ("b2.parquet",)),
+            CommitRead(4, MS + 4000, "delete", ("c.parquet",)),
+        ],
+        as_files=True,
+    )
+
+
+def test_a_file_re_added_with_a_deletion_vector_is_held_not_inserted():
+    """Its rows are those it had, less those its new vector deletes: the deleted ones are removed rows no
+    added row holds, the rest are not touched. Read through the table at versions, not as files."""
+    dv = commit(2, ["b.parquet", "n.parquet"], ["b.parquet"], vectors=True)
+    assert commit_reads(2, 2, [dv], FIELDS, PROPERTIES) == CommitReads(
+        [
+            CommitRead(2, MS + 2000, "insert", ("n.parquet",), own_rows=True),
+            CommitRead(2, MS + 2000, "delete", ("b.parquet",), ("b.parquet", "n.parquet")),
+        ],
+        as_files=False,
+    )
 
 
 @pytest.mark.parametrize(
@@ -60,10 +76,12 @@ def test_each_commit_is_read_from_its_own_files_and_deletes_against_its_adds():
 def test_a_rewrite_whose_copies_row_tracking_does_not_tell_writes_them_again(change):
     commits = history()
     commits[1] = change(commits[1])
-    inserts = [r for r in commit_reads(1, 4, commits, FIELDS, PROPERTIES) or [] if r.change_type == "insert"]
-    assert [r.own_rows for r in inserts] == [False, False]
-    untracked = [r for r in commit_reads(1, 4, history(), FIELDS, {}) or [] if r.change_type == "insert"]
-    assert [r.own_rows for r in untracked] == [False, False]  # the table keeps no versions in its files
+    planned = commit_reads(1, 4, commits, FIELDS, PROPERTIES)
+    assert planned is not None
+    assert [r.own_rows for r in planned.reads if r.change_type == "insert"] == [False, False]
+    untracked = commit_reads(1, 4, history(), FIELDS, {})  # the table keeps no versions in its files
+    assert untracked is not None
+    assert [r.own_rows for r in untracked.reads if r.change_type == "insert"] == [False, False]
 
 
 @pytest.mark.parametrize(
@@ -72,37 +90,40 @@ def test_a_rewrite_whose_copies_row_tracking_does_not_tell_writes_them_again(cha
         lambda c: dataclasses.replace(c, files=dataclasses.replace(c.files, vectors=True)),
         lambda c: dataclasses.replace(c, files=dataclasses.replace(c.files, partitioned=True)),
         lambda c: dataclasses.replace(
-            c, files=dataclasses.replace(c.files, change_files=("_change_data/x",))
-        ),
-        lambda c: dataclasses.replace(
             c, files=dataclasses.replace(c.files, removed=(("b%20c.parquet", True),))
+        ),
+    ],
+    ids=["deletion vector", "partition values", "escaped name"],
+)
+def test_files_that_need_the_log_to_be_read_are_read_through_the_table_at_versions(change):
+    commits = history()
+    commits[1] = change(commits[1])
+    planned = commit_reads(1, 4, commits, FIELDS, PROPERTIES)
+    assert planned is not None and not planned.as_files and len(planned.reads) == 4
+    mapped = [{"name": "id", "type": "long", "metadata": {"delta.columnMapping.physicalName": "c"}}]
+    nested = [*FIELDS, {"name": "s", "type": {"type": "struct", "fields": []}}]
+    for fields in (mapped, nested):
+        planned = commit_reads(1, 4, history(), fields, PROPERTIES)
+        assert planned is not None and not planned.as_files
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda c: dataclasses.replace(
+            c, files=dataclasses.replace(c.files, change_files=("_change_data/x",))
         ),
         lambda c: dataclasses.replace(c, files=None),
         lambda c: dataclasses.replace(c, metadata=True),
         lambda c: dataclasses.replace(c, protocol=True),
     ],
-    ids=[
-        "deletion vector",
-        "partition values",
-        "change files",
-        "escaped name",
-        "files unknown",
-        "schema change",
-        "feature change",
-    ],  # fmt: skip
+    ids=["change files", "files unknown", "schema change", "feature change"],
 )
-def test_a_rewrite_the_files_alone_do_not_tell_leaves_the_range_to_the_coarse_reads(change):
+def test_a_range_a_commit_alone_does_not_tell_is_left_to_the_reads_at_versions(change):
     commits = history()
     commits[1] = change(commits[1])
     assert commit_reads(1, 4, commits, FIELDS, PROPERTIES) is None
-
-
-def test_a_table_with_mapped_columns_or_nested_types_is_not_read_so():
     assert commit_reads(1, 5, history(), FIELDS, PROPERTIES) is None  # a version not known
-    mapped = [{"name": "id", "type": "long", "metadata": {"delta.columnMapping.physicalName": "c"}}]
-    assert commit_reads(1, 4, history(), mapped, PROPERTIES) is None
-    nested = [*FIELDS, {"name": "s", "type": {"type": "struct", "fields": []}}]
-    assert commit_reads(1, 4, history(), nested, PROPERTIES) is None
 
 
 def test_the_statements_read_new_rows_by_version_and_hold_copied_keys_null_safely():
@@ -133,8 +154,18 @@ def test_the_statements_read_new_rows_by_version_and_hold_copied_keys_null_safel
     rng.range_properties = {}
     copied, _ = lake_reads(cfg, rng, local_files=True)
     assert copied.where == "" and column not in copied.source
-    # on a server, a local table's files are not its own: the coarse reads through the lake function
-    assert all(read.source is None for read in lake_reads(cfg, rng, local_files=False))
+    # on a server, a local table's files are not its own: through the table at versions, the removed rows
+    # as they were before the commit, the added keys as of it
+    inserted, deleted = lake_reads(cfg, rng, local_files=False)
+    assert inserted.source is None and inserted.settings == {"delta_lake_snapshot_version": 2}
+    assert inserted.where == " WHERE _path IN ('/lake/t/b2.parquet')"
+    lake = "deltaLakeLocal('/lake/t')"
+    assert deleted.source == (
+        f"(SELECT * FROM {lake} WHERE _path IN ('/lake/t/b.parquet') SETTINGS delta_lake_snapshot_version = 1) "
+        f"AS _removed LEFT ANTI JOIN (SELECT `g` AS _held_0, `id` AS _held_1 FROM (SELECT * FROM {lake} WHERE "
+        "_path IN ('/lake/t/b2.parquet') SETTINGS delta_lake_snapshot_version = 2)) AS _held ON "
+        "isNotDistinctFrom(`g`, _held_0) AND `id` = _held_1"
+    )
 
 
 def test_a_commit_tells_whether_its_files_track_rows_and_how_many_rows_a_tracked_rewrite_yields():

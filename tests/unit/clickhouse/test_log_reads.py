@@ -122,13 +122,14 @@ def test_the_pushdown_writer_writes_a_range_from_the_log_statement_by_statement(
 
     ok = RecordingSink()
     assert writer(ok).write(rng, state, 0).rows == 6
-    assert [(s["delta_lake_snapshot_version"], s["insert_deduplication_token"]) for _, s in ok.commands] == [
-        (1, "p:1-2:clickhouse:insert@1"),
-        (2, "p:1-2:clickhouse:insert@2"),
-        (1, "p:1-2:clickhouse:delete@1"),
-    ]
+    # each commit on its own (commitreads.py), through the table at versions (a server: the local files are
+    # not its own): the adds as of their commit, the removes as of the version before
+    tokens = [s["insert_deduplication_token"] for _, s in ok.commands]
+    assert tokens == ["p:1-2:clickhouse:insert-commit@1", "p:1-2:clickhouse:insert-commit@2",
+                      "p:1-2:clickhouse:delete-commit@2"]  # fmt: skip
+    assert [s.get("delta_lake_snapshot_version") for _, s in ok.commands] == [1, 2, None]
     sql, settings = ok.commands[2]
-    assert "FROM deltaLakeLocal('/lake/t') WHERE _path IN ('/lake/t/a.parquet')" in sql
+    assert "FROM deltaLakeLocal('/lake/t') WHERE _path IN ('/lake/t/a.parquet') SETTINGS " in sql
     assert "'delete', toUInt8(1), toUInt64(10)" in sql  # version 2, rank 2
     assert "delta_lake_snapshot_start_version" not in settings and settings["insert_null_as_default"] == 0
 
@@ -140,6 +141,17 @@ def test_the_pushdown_writer_writes_a_range_from_the_log_statement_by_statement(
     ((sql, settings),) = refused.queries  # counted in the files of the statement ClickHouse refused
     assert "WHERE _path IN ('/lake/t/a.parquet') AND `id` IS NULL" in sql
     assert settings == {"delta_lake_snapshot_version": 1}
+
+    # a range that changes the schema: the fewest reads at versions (logreads.py)
+    coarse = h.source.changes(1, 2, origin=LOG)
+    coarse.range_commits = [dataclasses.replace(c, metadata=c.version == 2) for c in coarse.range_commits]
+    ok = RecordingSink()
+    writer(ok).write(coarse, state, 0)
+    assert [(s["delta_lake_snapshot_version"], s["insert_deduplication_token"]) for _, s in ok.commands] == [
+        (1, "p:1-2:clickhouse:insert@1"),
+        (2, "p:1-2:clickhouse:insert@2"),
+        (1, "p:1-2:clickhouse:delete@1"),
+    ]
 
     unknown = h.source.changes(1, 2, origin=LOG)
     unknown.range_commits = [dataclasses.replace(c, files=None) for c in unknown.range_commits]
@@ -229,7 +241,7 @@ def test_a_range_that_only_appends_reads_its_files_as_they_are():
         f"(SELECT *, _path FROM file('{h.source.location}/part-1.parquet', 'Parquet') "
         f"UNION ALL SELECT *, _path FROM file('{h.source.location}/part-2.parquet', 'Parquet'))"
     )
-    assert read.token == "p:1-2:clickhouse:insert@2" and read.settings == {}
+    assert read.token == "p:1-2:clickhouse:insert@2" and read.settings == {"delta_lake_snapshot_version": 2}
     assert read.meta[0] == (
         f"toUInt64(transform(_path, ['{h.source.location}/part-1.parquet', "
         f"'{h.source.location}/part-2.parquet'], [1, 2], 0))"
