@@ -24,11 +24,10 @@ change (OPTIMIZE) read nothing.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from cdc2ch.clickhouse.writers.logreads import DELETE, INSERT, PLAIN_FILE, PLAIN_TYPES
+from cdc2ch.clickhouse.writers.logreads import DELETE, INSERT, PLAIN_FILE, PLAIN_TYPES, plain_columns
 from cdc2ch.model.changeset import Commit
 
 # Where the table's files keep the commit versions of the rows a writer copied (Delta's row tracking)
@@ -64,7 +63,7 @@ def commit_reads(
 ) -> CommitReads | None:
     """The reads of versions [start, end], or None where the range cannot be read so (see the module).
     `fields`: the table's columns (Spark's JSON schema's); `properties`: its table properties."""
-    as_files = "delta.columnMapping" not in json.dumps(fields) and all(_plain(f.get("type")) for f in fields)
+    as_files = plain_columns(fields, READ_TYPES)
     versions_kept = bool(properties.get(VERSIONS_PROPERTY))
     known = {c.version: c for c in commits}
     reads: list[CommitRead] = []
@@ -85,7 +84,3 @@ def commit_reads(
         if removed:
             reads.append(CommitRead(v, ts_ms, DELETE, removed, added))
     return CommitReads(reads, as_files)
-
-
-def _plain(kind: Any) -> bool:
-    return isinstance(kind, str) and (kind in READ_TYPES or kind.startswith("decimal("))

@@ -139,11 +139,16 @@ def appends_only(start: int, end: int, commits: list[Commit], fields: list[dict[
             return False
         if not all(PLAIN_FILE.fullmatch(path) for path, _, _ in files.added):
             return False
-    return "delta.columnMapping" not in json.dumps(fields) and all(_plain(f.get("type")) for f in fields)
+    return plain_columns(fields, PLAIN_TYPES)
 
 
 PLAIN_TYPES = {"string", "long", "integer", "short", "byte", "double", "float", "boolean", "date", "binary"}
 
 
-def _plain(kind: Any) -> bool:
-    return isinstance(kind, str) and (kind in PLAIN_TYPES or kind.startswith("decimal("))
+def plain_columns(fields: list[dict[str, Any]], types: set[str]) -> bool:
+    """Whether a file's columns are the table's as they are: no column mapping (physical names differ), and
+    every column of one of `types` or a decimal."""
+    if "delta.columnMapping" in json.dumps(fields):
+        return False
+    kinds = [f.get("type") for f in fields]
+    return all(isinstance(k, str) and (k in types or k.startswith("decimal(")) for k in kinds)

@@ -89,19 +89,21 @@ def _as_files(
         f"{schema.quote(f['name'])} {schema.clickhouse_type(f['type'], f.get('nullable', True), f['name'])}"
         for f in fields
     )
+
+    def files(paths: tuple[str, ...], shape: str = structure) -> str | None:
+        return files_function(rng.location, list(paths), access, local_files, shape)
+
     reads = []
     for read in planned:
         where = ""
         if read.change_type == INSERT and read.own_rows:
             versions = schema.quote(properties[VERSIONS_PROPERTY])
-            shape = f"{structure}, {versions} Nullable(Int64)"
-            source = files_function(rng.location, list(read.files), access, local_files, shape)
+            source = files(read.files, f"{structure}, {versions} Nullable(Int64)")
             where = f" WHERE coalesce({versions}, {read.version}) = {read.version}"
         elif read.change_type == INSERT:
-            source = files_function(rng.location, list(read.files), access, local_files, structure)
+            source = files(read.files)
         else:
-            removed = files_function(rng.location, list(read.files), access, local_files, structure)
-            added = files_function(rng.location, list(read.against), access, local_files, structure)
+            removed, added = files(read.files), files(read.against)
             if read.against and added is None:
                 return []
             source = None if removed is None else _unheld(cfg, removed, added)
