@@ -137,7 +137,7 @@ $(BENCH_STAMP): $(STAMP)
 # bench-quick: the workloads at a tenth of the size.
 bench: $(BENCH_STAMP) bytecode seaweedfs
 	$(BIN)/python bench/workloads.py
-	cd bench && ../$(BIN)/python log_changes.py --quick
+	cd bench && ../$(BIN)/python log_changes.py
 	$(BIN)/python bench/snapshot_readers.py 2000000
 	$(BIN)/python bench/reshape_cost.py 2000000
 	$(BIN)/python bench/verify_cost.py 5000000
@@ -151,6 +151,7 @@ bench: $(BENCH_STAMP) bytecode seaweedfs
 
 bench-quick: $(BENCH_STAMP) bytecode
 	$(BIN)/python bench/workloads.py --quick
+	cd bench && ../$(BIN)/python log_changes.py --quick
 	$(BIN)/python bench/queries.py --quick
 	$(BIN)/python bench/light_turn.py
 	$(BIN)/python bench/idle_poll.py --runs 3
