@@ -18,6 +18,7 @@ from cdc2ch.model.changeset import Commit, Files
 # Bytes per row assumed for change files when a commit carries no statistics to learn it from. Small on
 # purpose: an over-estimate only makes read ranges smaller.
 DEFAULT_BYTES_PER_ROW = 8
+KEPT_COMMITS = 16  # the newest commits a log keeps parsed (DeltaLog)
 ROWS_PRESERVED = (
     "delta.rowTracking.preserved"  # the commitInfo tag of a writer that kept row tracking's values
 )
@@ -199,18 +200,34 @@ class DeltaLog:
         self._files = phases.Timed(files)  # the log's reads are the "log" phase of a poll
         self._dir = files.dir
         self._known = -1  # a version known to exist: the search for the latest starts there
+        # The newest commits read, by version, each with its file's modification time: a poll asks for the
+        # newest commit again and again, and a range's planning for each of its commits several times. A
+        # commit file never changes once written; a table made again at the same place writes new files,
+        # whose times differ.
+        self._kept: dict[int, tuple[int, Commit]] = {}
+        self._checked: tuple[int, int] | None = None  # (version, modification time) the last search saw
 
     def commit(self, version: int) -> Commit | None:
         """The commit of `version`, or None when the log no longer (or not yet) holds it."""
-        name = f"{version:020d}.json"
-        modified = self._files.modified(name)
-        if modified is None:
-            return None
-        text = self._files.read(name)
-        if text is None:  # removed between the two calls
-            return None
+        modified = self._files.modified(f"{version:020d}.json")
+        return None if modified is None else self._commit_at(version, modified)
+
+    def _commit_at(self, version: int, modified: int) -> Commit | None:
+        """The commit of `version`, whose file was modified at `modified`: the one kept if that file was read
+        before, else read (None when it was removed meanwhile)."""
+        kept = self._kept.get(version)
+        if kept is not None and kept[0] == modified:
+            commit = kept[1]
+        else:
+            text = self._files.read(f"{version:020d}.json")
+            if text is None:  # removed between the two calls
+                return None
+            commit = parse_commit(version, text, modified)
+            self._kept[version] = (modified, commit)
+            if len(self._kept) > KEPT_COMMITS:
+                del self._kept[min(self._kept)]
         self._known = max(self._known, version)
-        return parse_commit(version, text, modified)
+        return commit
 
     def file_exists(self, path: str) -> bool | None:
         """Whether the table's file `path`, as the log names it, is still in storage (None: cannot tell)."""
@@ -228,7 +245,10 @@ class DeltaLog:
         (the last one seen, or the last checkpoint) in O(log n) existence checks."""
         low: int | None
         low = self._known
-        if low < 0 or not self._exists(low):
+        # (the known version's time, where it is there, lets latest() take the commit it kept without a read)
+        modified = self._files.modified(f"{low:020d}.json") if low >= 0 else None
+        known = low
+        if modified is None:
             low = self._last_checkpoint()
             if low is None or not self._exists(low):
                 low = 0 if self._exists(0) else None
@@ -245,12 +265,19 @@ class DeltaLog:
             mid = (low + high) // 2
             low, high = (mid, high) if self._exists(mid) else (low, mid)
         self._known = low
+        self._checked = (low, modified) if low == known and modified is not None else None
         return low
 
     def latest(self) -> Commit:
-        """The newest commit (looked for again if it vanished between the two reads)."""
+        """The newest commit (looked for again if it vanished between the two reads). With nothing new since
+        the last poll, the search's two existence checks are all it asks of the storage."""
         for _ in range(3):
-            commit = self.commit(self.latest_version())
+            version = self.latest_version()
+            checked = self._checked
+            if checked is not None and checked[0] == version:
+                commit = self._commit_at(version, checked[1])
+            else:
+                commit = self.commit(version)
             if commit is not None:
                 return commit
         raise LogChanged(self._dir)

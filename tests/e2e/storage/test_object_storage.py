@@ -233,9 +233,10 @@ def test_auto_has_a_server_read_s3_with_its_collection_once_a_probe_shows_it_rea
     assert SECRET not in ran.stderr + missing.stdout + missing.stderr
 
 
-def test_a_poll_with_nothing_new_asks_the_store_two_heads_and_no_listing(s3, monkeypatch):
+def test_a_poll_with_nothing_new_asks_the_store_two_heads_and_reads_nothing(s3, monkeypatch):
     """A fleet polls every table each second: with nothing new, a poll checks that the newest version it
-    knows is there and the next is not, one HEAD each (a missing key's file info would also LIST)."""
+    knows is there and the next is not, one HEAD each (a missing key's file info would also LIST), and takes
+    the newest commit as it read it before."""
     name = f"lake-{uuid.uuid4().hex[:12]}"
     s3.bucket(name)
     proxy = S3FaultProxy(s3).start()
@@ -247,9 +248,9 @@ def test_a_poll_with_nothing_new_asks_the_store_two_heads_and_no_listing(s3, mon
         for key, value in s3.env(proxy.endpoint).items():
             monkeypatch.setenv(key, value)
         log = python_log(uri, s3=S3Settings.of({}, os.environ))  # the store's, from the environment
-        assert log.latest_version() == 2
+        assert log.latest().version == 2
         proxy.requests.clear()
-        assert log.latest_version() == 2
+        assert log.latest().version == 2
         assert [method for method, _ in proxy.requests] == ["HEAD", "HEAD"], proxy.requests
     finally:
         proxy.down()

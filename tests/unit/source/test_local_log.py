@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import json
+import os
 
-from cdc2ch.source.deltalog.commitlog import DeltaLog
+from cdc2ch.source.deltalog.commitlog import KEPT_COMMITS, DeltaLog
 from cdc2ch.source.deltalog.logfiles import ArrowLogFiles
 
 
@@ -18,3 +19,71 @@ def test_a_local_log_is_read_whatever_characters_its_path_holds(tmp_path):
         )
         log = DeltaLog(ArrowLogFiles(str(tmp_path / name)))
         assert log.latest_version() == 0 and log.commit(0).operation == "CREATE TABLE"
+
+
+class CountedFiles:
+    """ArrowLogFiles with the calls made to it recorded, (method, file name)."""
+
+    def __init__(self, files: ArrowLogFiles):
+        self.files, self.dir, self.calls = files, files.dir, []
+
+    def __getattr__(self, method: str):
+        def call(name: str, *args):
+            self.calls.append((method, name))
+            return getattr(self.files, method)(name, *args)
+
+        return call
+
+
+def _commit(log_dir, version: int, operation: str) -> None:
+    info = {"commitInfo": {"operation": operation, "timestamp": 1_000 + version}}
+    (log_dir / f"{version:020d}.json").write_text(json.dumps(info) + "\n")
+
+
+def test_a_poll_with_nothing_new_reads_no_commit_again(tmp_path):
+    """A fleet polls every table each second: with nothing new, the newest commit, read once, is taken as it
+    was kept, and the poll only checks that its file is still there and the next is not."""
+    log_dir = tmp_path / "t" / "_delta_log"
+    log_dir.mkdir(parents=True)
+    for v in range(3):
+        _commit(log_dir, v, "WRITE")
+    files = CountedFiles(ArrowLogFiles(str(tmp_path / "t")))
+    log = DeltaLog(files)
+    assert log.latest().version == 2
+    files.calls.clear()
+    assert log.latest().operation == "WRITE"
+    assert files.calls == [("modified", f"{2:020d}.json"), ("exists", f"{3:020d}.json")]
+    _commit(log_dir, 3, "MERGE")
+    files.calls.clear()
+    assert log.latest().operation == "MERGE"
+    assert [name for method, name in files.calls if method == "read"] == [f"{3:020d}.json"]
+
+
+def test_a_commit_file_written_again_is_read_again(tmp_path):
+    """A table dropped and made again at the same place writes its versions anew: a kept commit whose file
+    changed is read again."""
+    log_dir = tmp_path / "t" / "_delta_log"
+    log_dir.mkdir(parents=True)
+    for v in range(2):
+        _commit(log_dir, v, "WRITE")
+    log = DeltaLog(ArrowLogFiles(str(tmp_path / "t")))
+    assert log.latest().operation == "WRITE" and log.commit(0).operation == "WRITE"
+    for v in range(2):
+        _commit(log_dir, v, "CREATE TABLE")
+        os.utime(log_dir / f"{v:020d}.json", ns=(0, (v + 1) * 10**9))
+    assert log.latest().operation == "CREATE TABLE" and log.commit(0).operation == "CREATE TABLE"
+
+
+def test_the_newest_commits_are_kept(tmp_path):
+    log_dir = tmp_path / "t" / "_delta_log"
+    log_dir.mkdir(parents=True)
+    for v in range(KEPT_COMMITS + 4):
+        _commit(log_dir, v, "WRITE")
+    files = CountedFiles(ArrowLogFiles(str(tmp_path / "t")))
+    log = DeltaLog(files)
+    for v in range(KEPT_COMMITS + 4):
+        assert log.commit(v).version == v
+    files.calls.clear()
+    assert log.commit(KEPT_COMMITS + 3).version == log.commit(4).version + KEPT_COMMITS - 1
+    assert [method for method, _ in files.calls] == ["modified", "modified"]
+    assert log.commit(0).version == 0 and ("read", f"{0:020d}.json") in files.calls
