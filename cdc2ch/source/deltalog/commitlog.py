@@ -229,6 +229,11 @@ class DeltaLog:
         self._known = max(self._known, version)
         return commit
 
+    def unchanged(self, first: int, last: int) -> bool:
+        """Whether every commit of first..last is kept and none carries a metaData or protocol action."""
+        kept = [self._kept.get(v) for v in range(first, last + 1)]
+        return all(k is not None and not k[1].metadata and not k[1].protocol for k in kept)
+
     def file_exists(self, path: str) -> bool | None:
         """Whether the table's file `path`, as the log names it, is still in storage (None: cannot tell)."""
         return self._files.table_file_exists(path)

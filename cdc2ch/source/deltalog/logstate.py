@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cdc2ch.model.changeset import table_file
@@ -105,8 +106,14 @@ class LogStates:
     def __init__(self):
         self._newest: TableState | None = None
 
-    def at(self, files, version: int) -> TableState:
+    def at(self, files, version: int, unchanged: Callable[[int, int], bool] | None = None) -> TableState:
+        """The state at `version`. `unchanged(first, last)`: whether the commits first..last are known to
+        carry no metaData or protocol action (the log's kept commits), so that they need not be read."""
         newest = self._newest
+        if newest is not None and newest.version < version and unchanged is not None:
+            if unchanged(newest.version + 1, version):
+                self._newest = TableState(version, newest.metadata, newest.protocol)
+                return self._newest
         state = table_state(
             files, version, newest if newest is not None and newest.version <= version else None
         )

@@ -51,7 +51,7 @@ class LogMetadata:
         log = self._log()
         try:
             return self._states.at(
-                self._table_log.files, log.latest_version() if version is None else version
+                self._table_log.files, log.latest_version() if version is None else version, log.unchanged
             )
         except Exception as exc:
             raise self._translate(exc, "the Delta log", version, None) from exc

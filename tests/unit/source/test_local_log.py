@@ -8,6 +8,7 @@ import os
 
 from cdc2ch.source.deltalog.commitlog import KEPT_COMMITS, DeltaLog
 from cdc2ch.source.deltalog.logfiles import ArrowLogFiles
+from cdc2ch.source.deltalog.logstate import LogStates
 
 
 def test_a_local_log_is_read_whatever_characters_its_path_holds(tmp_path):
@@ -28,9 +29,9 @@ class CountedFiles:
         self.files, self.dir, self.calls = files, files.dir, []
 
     def __getattr__(self, method: str):
-        def call(name: str, *args):
-            self.calls.append((method, name))
-            return getattr(self.files, method)(name, *args)
+        def call(*args):
+            self.calls.append((method, args[0] if args else None))
+            return getattr(self.files, method)(*args)
 
         return call
 
@@ -87,3 +88,26 @@ def test_the_newest_commits_are_kept(tmp_path):
     assert log.commit(KEPT_COMMITS + 3).version == log.commit(4).version + KEPT_COMMITS - 1
     assert [method for method, _ in files.calls] == ["modified", "modified"]
     assert log.commit(0).version == 0 and ("read", f"{0:020d}.json") in files.calls
+
+
+def test_a_state_after_commits_the_log_kept_without_metadata_reads_none_of_them(tmp_path):
+    """A range's end needs the table's properties there: where the log kept the commits since the last state
+    and none changed the metadata or protocol, the state is the last one's; a commit that did is read."""
+    log_dir = tmp_path / "t" / "_delta_log"
+    log_dir.mkdir(parents=True)
+    meta = {"metaData": {"id": "t", "configuration": {"a": "1"}}}
+    protocol = {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}
+    (log_dir / f"{0:020d}.json").write_text(json.dumps(protocol) + "\n" + json.dumps(meta) + "\n")
+    for v in (1, 2):
+        _commit(log_dir, v, "WRITE")
+    files = CountedFiles(ArrowLogFiles(str(tmp_path / "t")))
+    log, states = DeltaLog(files), LogStates()
+    assert states.at(files, 0, log.unchanged).properties == {"a": "1"}
+    assert [log.commit(v).operation for v in (1, 2)] == ["WRITE", "WRITE"]
+    files.calls.clear()
+    assert states.at(files, 2, log.unchanged).properties == {"a": "1"} and files.calls == []
+    altered = {"metaData": {"id": "t", "configuration": {"a": "2"}}}
+    (log_dir / f"{3:020d}.json").write_text(json.dumps(altered) + "\n")
+    assert log.commit(3).metadata
+    assert states.at(files, 3, log.unchanged).properties == {"a": "2"}
+    assert ("read", f"{3:020d}.json") in files.calls
