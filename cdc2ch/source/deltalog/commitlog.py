@@ -231,7 +231,7 @@ class DeltaLog:
 
     def unchanged(self, first: int, last: int) -> bool:
         """Whether every commit of first..last is kept and none carries a metaData or protocol action."""
-        kept = [self._kept.get(v) for v in range(first, last + 1)]
+        kept = (self._kept.get(v) for v in range(first, last + 1))  # (a long span stops at its first gap)
         return all(k is not None and not k[1].metadata and not k[1].protocol for k in kept)
 
     def file_exists(self, path: str) -> bool | None:
