@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 
 from cdc2ch.clickhouse.writers.commitreads import VERSIONS_PROPERTY, CommitRead, CommitReads, commit_reads
-from cdc2ch.clickhouse.writers.rangereads import lake_reads
+from cdc2ch.clickhouse.writers.rangereads import COMMIT_READS, lake_reads
 from cdc2ch.model.changeset import LOG, Commit, Files
 from cdc2ch.model.design import TableDesign
 from cdc2ch.source.deltalog.commitlog import parse_commit
@@ -49,6 +49,14 @@ def test_each_commit_is_read_from_its_own_files_and_deletes_against_its_adds():
             CommitRead(4, MS + 4000, "delete", ("c.parquet",)),
         ],
         as_files=True,
+    )
+
+
+def test_an_append_its_writer_says_kept_row_values_reads_every_row_without_the_version_column():
+    """A commit that removes no file copied no row: its files hold only rows it wrote, so reading row
+    tracking's version column to find them would only cost."""
+    assert commit_reads(1, 1, [commit(1, ["a.parquet"])], FIELDS, PROPERTIES) == CommitReads(
+        [CommitRead(1, MS + 1000, "insert", ("a.parquet",))], as_files=True
     )
 
 
@@ -166,6 +174,31 @@ def test_the_statements_read_new_rows_by_version_and_hold_copied_keys_null_safel
         "_path IN ('/lake/t/b2.parquet') SETTINGS delta_lake_snapshot_version = 2)) AS _held ON "
         "isNotDistinctFrom(`g`, _held_0) AND `id` = _held_1"
     )
+
+
+def _long_range() -> list[Commit]:
+    return [commit(v, [f"n{v}.parquet"], [f"o{v}.parquet"]) for v in range(1, COMMIT_READS // 2 + 2)]
+
+
+def _wide_commit(vectors: bool) -> list[Commit]:
+    """50 files re-added and 51 new: its deletes would be held against 101 files."""
+    kept = [f"f{i}.parquet" for i in range(50)]
+    return [commit(1, [*kept, *(f"n{i}.parquet" for i in range(51))], kept, vectors=vectors)]
+
+
+@pytest.mark.parametrize(
+    "commits",
+    [_long_range(), _wide_commit(vectors=False), _wide_commit(vectors=True)],
+    ids=["more statements than a range reads commit by commit", "adds too many to read as files",
+         "files too many to read at versions"],
+)  # fmt: skip
+def test_a_range_too_long_or_too_wide_to_read_commit_by_commit_takes_the_fewest_reads_at_versions(commits):
+    """Never a delete held against fewer files than the commit added, nor statements beyond the bounds."""
+    h = Harness(FakeTable({"id": "long", "g": "long"}, cdf=False))
+    rng = FakeChanges(1, commits[-1].version, "/lake/t", {"id": "long", "g": "long"}, [], LOG)
+    rng.range_commits, rng.range_properties = commits, PROPERTIES
+    reads = lake_reads(h.cfg, rng, local_files=True)
+    assert reads and not [r.token for r in reads if "-commit@" in r.token]
 
 
 def test_a_commit_tells_whether_its_files_track_rows_and_how_many_rows_a_tracked_rewrite_yields():
