@@ -63,6 +63,19 @@ def test_removed_files_are_deletes_read_before_their_removal_and_a_re_added_file
     assert all(4 <= r.version <= 9 and len({f for f, _, _ in r.files}) == len(r.files) for r in reads)
 
 
+def test_a_file_an_optimize_wrote_and_a_later_commit_removed_is_only_a_delete():
+    """Its rows were there before it (no data change): inserting them would write each again."""
+    commits = [
+        commit(5, [("a", True)]),
+        commit(6, [("c", False)], [("a", False)]),
+        commit(7, [], [("c", True)]),
+    ]
+    assert file_reads("/t", 5, 7, commits, "/t") == [
+        FileRead(5, "insert", (("/t/a", 5, ms(5)),)),
+        FileRead(6, "delete", (("/t/c", 7, ms(7)),)),
+    ]
+
+
 def test_a_range_that_removes_a_file_from_before_it_at_its_first_version_reads_the_version_before():
     reads = file_reads("/t", 6, 6, [commit(6, [("b", True)], [("old", True)])], "/t")
     assert reads == [
@@ -260,9 +273,17 @@ def test_a_range_that_only_appends_reads_its_files_as_they_are():
         Files(added=(("part-2.parquet", 1, True),), change_files=("_change_data/c.parquet",)),
         Files(added=(("part-2.parquet", 1, True),), vectors=True),
         Files(added=(("p=1/part-2.parquet", 1, True),), partitioned=True),
+        Files(added=(("part-2.parquet", 1, True),), partitioned=True),  # (values in the log)
         Files(added=(("part%20two.parquet", 1, True),)),
     ],
-    ids=["removes", "change files", "deletion vector", "partition values", "escaped name"],
+    ids=[
+        "removes",
+        "change files",
+        "deletion vector",
+        "partition values",
+        "partition values at the root",
+        "escaped name",
+    ],
 )
 def test_a_range_that_does_more_than_append_plain_files_reads_through_the_lake_function(files):
     from cdc2ch.clickhouse.writers.logreads import appends_only
@@ -273,6 +294,7 @@ def test_a_range_that_does_more_than_append_plain_files_reads_through_the_lake_f
     assert not appends_only(1, 2, [plain, commit(2, files=files)], columns)
     assert not appends_only(1, 2, [plain], columns)  # a version not known
     assert not appends_only(1, 1, [dataclasses.replace(plain, metadata=True)], columns)
+    assert not appends_only(1, 1, [dataclasses.replace(plain, protocol=True)], columns)
     mapped = {
         "fields": [{"name": "id", "type": "long", "metadata": {"delta.columnMapping.physicalName": "c"}}]
     }
