@@ -221,7 +221,13 @@ def test_a_commit_tells_whether_its_files_track_rows_and_how_many_rows_a_tracked
     assert parsed(add={**add, "defaultRowCommitVersion": 6}).estimated_rows == 2000
     assert parsed(info={**info, "tags": {}}).estimated_rows == 2000  # copies not kept
     vector = {"storageType": "u", "pathOrInlineDv": "x", "offset": 1, "sizeInBytes": 1, "cardinality": 1}
-    assert parsed(remove={**remove, "deletionVector": vector}).files.vectors
+    with_vector = parsed(remove={**remove, "deletionVector": vector})
+    assert with_vector.files.vectors
+    assert with_vector.estimated_rows == 2000  # with a deletion vector, every row of its files counts
+    assert not parsed(add={k: v for k, v in add.items() if k != "baseRowId"}).files.tracked  # no row ids
+    # partition values live in the log (an unpartitioned table's adds carry an empty map)
+    assert not parsed(add={**add, "partitionValues": {}}).files.partitioned
+    assert parsed(add={**add, "partitionValues": {"p": "1"}}).files.partitioned
 
 
 def json_line(action: dict) -> str:
