@@ -205,11 +205,16 @@ class DeltaLog:
         # commit file never changes once written; a table made again at the same place writes new files,
         # whose times differ.
         self._kept: dict[int, tuple[int, Commit]] = {}
-        self._checked: tuple[int, int] | None = None  # (version, modification time) the last search saw
+        # The modification times of commit files looked at since the last search for the latest version: a
+        # poll's turn asks for the same commits several times (its lag, its range, the range's reads), and
+        # one look each serves the turn. The next search looks again.
+        self._seen: dict[int, int] = {}
 
     def commit(self, version: int) -> Commit | None:
         """The commit of `version`, or None when the log no longer (or not yet) holds it."""
-        modified = self._files.modified(f"{version:020d}.json")
+        modified = self._seen.get(version)
+        if modified is None:
+            modified = self._files.modified(f"{version:020d}.json")
         return None if modified is None else self._commit_at(version, modified)
 
     def _commit_at(self, version: int, modified: int) -> Commit | None:
@@ -226,6 +231,7 @@ class DeltaLog:
             self._kept[version] = (modified, commit)
             if len(self._kept) > KEPT_COMMITS:
                 del self._kept[min(self._kept)]
+        self._seen[version] = modified
         self._known = max(self._known, version)
         return commit
 
@@ -250,10 +256,12 @@ class DeltaLog:
         (the last one seen, or the last checkpoint) in O(log n) existence checks."""
         low: int | None
         low = self._known
+        self._seen = {}
         # (the known version's time, where it is there, lets latest() take the commit it kept without a read)
         modified = self._files.modified(f"{low:020d}.json") if low >= 0 else None
-        known = low
-        if modified is None:
+        if modified is not None:
+            self._seen[low] = modified
+        else:
             low = self._last_checkpoint()
             if low is None or not self._exists(low):
                 low = 0 if self._exists(0) else None
@@ -270,19 +278,13 @@ class DeltaLog:
             mid = (low + high) // 2
             low, high = (mid, high) if self._exists(mid) else (low, mid)
         self._known = low
-        self._checked = (low, modified) if low == known and modified is not None else None
         return low
 
     def latest(self) -> Commit:
         """The newest commit (looked for again if it vanished between the two reads). With nothing new since
         the last poll, the search's two existence checks are all it asks of the storage."""
         for _ in range(3):
-            version = self.latest_version()
-            checked = self._checked
-            if checked is not None and checked[0] == version:
-                commit = self._commit_at(version, checked[1])
-            else:
-                commit = self.commit(version)
+            commit = self.commit(self.latest_version())
             if commit is not None:
                 return commit
         raise LogChanged(self._dir)

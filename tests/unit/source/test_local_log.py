@@ -60,6 +60,25 @@ def test_a_poll_with_nothing_new_reads_no_commit_again(tmp_path):
     assert [name for method, name in files.calls if method == "read"] == [f"{3:020d}.json"]
 
 
+def test_a_turn_with_a_new_commit_looks_at_each_commit_once(tmp_path):
+    """A poll that finds a new commit asks for it again for its range and its reads, and for the commit it
+    replicated last for its lag: on object storage each look is a request."""
+    log_dir = tmp_path / "t" / "_delta_log"
+    log_dir.mkdir(parents=True)
+    for v in range(3):
+        _commit(log_dir, v, "WRITE")
+    files = CountedFiles(ArrowLogFiles(str(tmp_path / "t")))
+    log = DeltaLog(files)
+    assert log.latest().version == 2
+    _commit(log_dir, 3, "MERGE")
+    files.calls.clear()
+    latest = log.latest()
+    assert log.lag(2, latest)[0] == 1 and log.commit(3).operation == "MERGE" and log.commit(2) is not None
+    name = "{:020d}.json".format
+    assert files.calls == [("modified", name(2)), ("exists", name(3)), ("exists", name(5)),
+                           ("exists", name(4)), ("modified", name(3)), ("read", name(3))]  # fmt: skip
+
+
 def test_a_commit_file_written_again_is_read_again(tmp_path):
     """A table dropped and made again at the same place writes its versions anew: a kept commit whose file
     changed is read again."""
@@ -85,9 +104,14 @@ def test_the_newest_commits_are_kept(tmp_path):
     for v in range(KEPT_COMMITS + 4):
         assert log.commit(v).version == v
     files.calls.clear()
+    # looked at since the last search for the latest version: taken without another look
     assert log.commit(KEPT_COMMITS + 3).version == log.commit(4).version + KEPT_COMMITS - 1
-    assert [method for method, _ in files.calls] == ["modified", "modified"]
-    assert log.commit(0).version == 0 and ("read", f"{0:020d}.json") in files.calls
+    assert files.calls == []
+    assert log.latest_version() == KEPT_COMMITS + 3  # a new search: each commit is looked at again, once
+    files.calls.clear()
+    assert log.commit(4).version == 4 and log.commit(4).version == 4
+    assert files.calls == [("modified", f"{4:020d}.json")]
+    assert log.commit(0).version == 0 and ("read", f"{0:020d}.json") in files.calls  # no longer kept
 
 
 def test_a_state_after_commits_the_log_kept_without_metadata_reads_none_of_them(tmp_path):
