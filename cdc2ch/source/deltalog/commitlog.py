@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
+from itertools import chain, count
 
 from cdc2ch.base import phases
 from cdc2ch.base.errors import SourceError
@@ -270,9 +271,12 @@ class DeltaLog:
             if not found:
                 raise FileNotFoundError(f"no commit files in {self._dir}")
             low = found[-1]
-        step = 1
-        while self._exists(low + step):  # gallop to a version past the end...
-            low, step = low + step, step * 2
+        # Gallop to a version past the end: one step, then one again (a poll most often finds one new
+        # commit), then doubling...
+        steps = chain([1], (1 << i for i in count()))
+        step = next(steps)
+        while self._exists(low + step):
+            low, step = low + step, next(steps)
         high = low + step  # ...then narrow: low exists, high does not
         while high - low > 1:
             mid = (low + high) // 2
