@@ -108,7 +108,8 @@ class TableDescription(Protocol):
         """Whether the latest version records changes (for Delta: delta.enableChangeDataFeed)."""
 
     def properties(self, version: int | None = None) -> dict[str, str]:
-        """The table properties of `version` (default: the latest). Read-only."""
+        """The table properties of `version` (default: the latest; where Python reads the log, as the
+        last poll found it). Read-only."""
 
     def protocol(self) -> dict[str, Any]:
         """The latest version's protocol (minReaderVersion, minWriterVersion, readerFeatures,

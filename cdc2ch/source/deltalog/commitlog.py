@@ -210,6 +210,7 @@ class DeltaLog:
         # poll's turn asks for the same commits several times (its lag, its range, the range's reads), and
         # one look each serves the turn. The next search looks again.
         self._seen: dict[int, int] = {}
+        self._found: int | None = None  # the latest version the last search found
 
     def commit(self, version: int) -> Commit | None:
         """The commit of `version`, or None when the log no longer (or not yet) holds it."""
@@ -281,8 +282,13 @@ class DeltaLog:
         while high - low > 1:
             mid = (low + high) // 2
             low, high = (mid, high) if self._exists(mid) else (low, mid)
-        self._known = low
+        self._known = self._found = low
         return low
+
+    def newest(self) -> int:
+        """The latest version as the last search found it (the first time, a search): a turn reads the table
+        as of the version its poll found, not one committed since, and asks the storage nothing more."""
+        return self._found if self._found is not None else self.latest_version()
 
     def latest(self) -> Commit:
         """The newest commit (looked for again if it vanished between the two reads). With nothing new since

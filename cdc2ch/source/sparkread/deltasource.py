@@ -212,7 +212,8 @@ class DeltaSource:
         return self.properties().get("delta.enableChangeDataFeed", "false").lower() == "true"
 
     def properties(self, version: int | None = None) -> dict[str, str]:
-        """The table properties of `version` (default: the latest)."""
+        """The table properties of `version` (default: the latest; where Python reads the log, as the last
+        poll found it)."""
         return self._metadata().properties(version)
 
     def protocol(self) -> dict:

@@ -26,7 +26,8 @@ class TableMetadata(Protocol):
         """The schema as of `version` with its column mapping metadata, or None when it cannot tell."""
 
     def properties(self, version: int | None = None) -> dict[str, str]:
-        """The table properties of `version` (default: the latest)."""
+        """The table properties of `version` (default: the latest; where Python reads the log, as the last
+        poll found it)."""
 
     def protocol(self) -> dict[str, Any]:
         """The latest protocol: minReaderVersion, minWriterVersion, readerFeatures, writerFeatures."""
@@ -47,11 +48,11 @@ class LogMetadata:
         self._states = LogStates()
 
     def state(self, version: int | None = None) -> TableState:
-        """Metadata and protocol at `version` (default: the latest)."""
+        """Metadata and protocol at `version` (default: the latest, as the last poll found it)."""
         log = self._log()
         try:
             return self._states.at(
-                self._table_log.files, log.latest_version() if version is None else version, log.unchanged
+                self._table_log.files, log.newest() if version is None else version, log.unchanged
             )
         except Exception as exc:
             raise self._translate(exc, "the Delta log", version, None) from exc

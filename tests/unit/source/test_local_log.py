@@ -113,6 +113,22 @@ def test_the_search_for_the_latest_version_finds_it_from_any_known_version_in_fe
                 assert files.calls == 3
 
 
+def test_a_turn_reads_the_table_as_of_the_version_its_poll_found(tmp_path):
+    """The table's state a turn asks for without a version (its properties) is the state at the version the
+    last search found, with no search of its own; a commit made since is the next poll's."""
+    log_dir = tmp_path / "t" / "_delta_log"
+    log_dir.mkdir(parents=True)
+    for v in range(2):
+        _commit(log_dir, v, "WRITE")
+    files = CountedFiles(ArrowLogFiles(str(tmp_path / "t")))
+    log = DeltaLog(files)
+    assert log.newest() == 1 and files.calls  # the first time, a search
+    _commit(log_dir, 2, "WRITE")
+    files.calls.clear()
+    assert log.newest() == 1 and files.calls == []
+    assert log.latest().version == 2 and log.newest() == 2
+
+
 def test_a_commit_file_written_again_is_read_again(tmp_path):
     """A table dropped and made again at the same place writes its versions anew: a kept commit whose file
     changed is read again."""

@@ -41,3 +41,21 @@ def test_an_s3_endpoint_that_refuses_says_so_without_a_jvm():
     with pytest.raises(SourceError, match="could not be reached") as refused:
         log.by_python()
     assert "no offset moved" in str(refused.value)
+
+
+def test_a_turn_takes_the_table_properties_of_the_version_its_poll_found(tmp_path):
+    """Without a version, the properties are those of the version the last poll found, read without another
+    search of the log (on object storage, requests): a change committed since is the next poll's."""
+    from deltalake import DeltaTable
+
+    from cdc2ch.source.sparkread.tablemeta import LogMetadata
+
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, pa.table({"id": [1, 2]}), configuration={"delta.appendOnly": "false"})
+    table_log = TableLog(uri, None, no_spark, S3Settings)
+    log = table_log.get(no_spark)
+    metadata = LogMetadata(uri, table_log, lambda: log, lambda exc, *_: exc)
+    assert log.latest().version == 0
+    DeltaTable(uri).alter.set_table_properties({"delta.appendOnly": "true"})
+    assert metadata.properties()["delta.appendOnly"] == "false"  # as of version 0, the poll's
+    assert log.latest().version == 1 and metadata.properties()["delta.appendOnly"] == "true"
