@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 from cdc2ch.source.deltalog.commitlog import KEPT_COMMITS, DeltaLog
 from cdc2ch.source.deltalog.logfiles import ArrowLogFiles
@@ -41,15 +42,20 @@ def _commit(log_dir, version: int, operation: str) -> None:
     (log_dir / f"{version:020d}.json").write_text(json.dumps(info) + "\n")
 
 
+def _counted_log(tmp_path, commits: int) -> tuple[Path, CountedFiles, DeltaLog]:
+    """A table at tmp_path/t with `commits` WRITE commits: its log directory, its files counted, its log."""
+    log_dir = tmp_path / "t" / "_delta_log"
+    log_dir.mkdir(parents=True)
+    for v in range(commits):
+        _commit(log_dir, v, "WRITE")
+    files = CountedFiles(ArrowLogFiles(str(tmp_path / "t")))
+    return log_dir, files, DeltaLog(files)
+
+
 def test_a_poll_with_nothing_new_reads_no_commit_again(tmp_path):
     """A fleet polls every table each second: with nothing new, the newest commit, read once, is taken as it
     was kept, and the poll only checks that its file is still there and the next is not."""
-    log_dir = tmp_path / "t" / "_delta_log"
-    log_dir.mkdir(parents=True)
-    for v in range(3):
-        _commit(log_dir, v, "WRITE")
-    files = CountedFiles(ArrowLogFiles(str(tmp_path / "t")))
-    log = DeltaLog(files)
+    log_dir, files, log = _counted_log(tmp_path, 3)
     assert log.latest().version == 2
     files.calls.clear()
     assert log.latest().operation == "WRITE"
@@ -63,12 +69,7 @@ def test_a_poll_with_nothing_new_reads_no_commit_again(tmp_path):
 def test_a_turn_with_a_new_commit_looks_at_each_commit_once(tmp_path):
     """A poll that finds a new commit asks for it again for its range and its reads, and for the commit it
     replicated last for its lag: on object storage each look is a request."""
-    log_dir = tmp_path / "t" / "_delta_log"
-    log_dir.mkdir(parents=True)
-    for v in range(3):
-        _commit(log_dir, v, "WRITE")
-    files = CountedFiles(ArrowLogFiles(str(tmp_path / "t")))
-    log = DeltaLog(files)
+    log_dir, files, log = _counted_log(tmp_path, 3)
     assert log.latest().version == 2
     _commit(log_dir, 3, "MERGE")
     files.calls.clear()
@@ -116,12 +117,7 @@ def test_the_search_for_the_latest_version_finds_it_from_any_known_version_in_fe
 def test_a_turn_reads_the_table_as_of_the_version_its_poll_found(tmp_path):
     """The table's state a turn asks for without a version (its properties) is the state at the version the
     last search found, with no search of its own; a commit made since is the next poll's."""
-    log_dir = tmp_path / "t" / "_delta_log"
-    log_dir.mkdir(parents=True)
-    for v in range(2):
-        _commit(log_dir, v, "WRITE")
-    files = CountedFiles(ArrowLogFiles(str(tmp_path / "t")))
-    log = DeltaLog(files)
+    log_dir, files, log = _counted_log(tmp_path, 2)
     assert log.newest() == 1 and files.calls  # the first time, a search
     _commit(log_dir, 2, "WRITE")
     files.calls.clear()
@@ -145,12 +141,7 @@ def test_a_commit_file_written_again_is_read_again(tmp_path):
 
 
 def test_the_newest_commits_are_kept(tmp_path):
-    log_dir = tmp_path / "t" / "_delta_log"
-    log_dir.mkdir(parents=True)
-    for v in range(KEPT_COMMITS + 4):
-        _commit(log_dir, v, "WRITE")
-    files = CountedFiles(ArrowLogFiles(str(tmp_path / "t")))
-    log = DeltaLog(files)
+    log_dir, files, log = _counted_log(tmp_path, KEPT_COMMITS + 4)
     for v in range(KEPT_COMMITS + 4):
         assert log.commit(v).version == v
     files.calls.clear()
