@@ -30,7 +30,7 @@ from cdc2ch.source.spark.threads import to_arrow
 from cdc2ch.source.sparkread.cdfscan import StateSnapshots, check_table
 from cdc2ch.source.sparkread.cdfscan import scanned_changes as _scanned_changes
 from cdc2ch.source.sparkread.feed import SparkChanges
-from cdc2ch.source.sparkread.rowcopies import marked
+from cdc2ch.source.sparkread.rowcopies import rewrites
 from cdc2ch.source.sparkread.tablemeta import JvmMetadata, LogMetadata, TableMetadata
 from cdc2ch.source.storefaults import storage_error
 
@@ -243,7 +243,7 @@ class DeltaSource:
     def _plan_changes(self, start: int, end: int, origin: str = FEED, key: tuple[str, ...] = ()):
         spark = session_of(self._spark, f"reading the changes of {self.uri} through Spark")
         if origin == LOG:
-            copies = marked(self.commits(start, end), key)
+            copies = rewrites(self.commits(start, end), key)
             try:
                 return _scanned_changes(spark, self.location, start, end, self._snapshots, True, copies)
             except Exception as exc:

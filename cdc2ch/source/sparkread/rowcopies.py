@@ -1,14 +1,19 @@
-"""The rows a copy-on-write commit copied unchanged, left out of the changes derived from the log where row
-tracking marks them.
+"""The rows a copy-on-write commit copied unchanged, left out of the changes derived from the log.
 
 Derived from the log (cdfscan.scanned_changes, coarse), every row of a file a commit adds is an insert and
 every row of a file it removes a delete: a MERGE, UPDATE or DELETE that rewrites a file writes again each row
-it did not touch. Where the table tracks rows and the commit says it kept their row commit versions (the
-`delta.rowTracking.preserved` tag of its commitInfo), a row of an added file whose row commit version is not
-the commit's own was copied, unchanged, from a file the commit removed: only the rows of the commit's own
-version are inserts, and a removed row is a delete only where its key is among none of the rows the commit
-added (a copied key is not touched at all; an updated one is written by its insert). Other commits (appends,
-overwrites, RESTORE, whose restored rows keep their old versions) are left as derived.
+it did not touch. Two ways to leave those copies out:
+- marked: where the table tracks rows and the commit says it kept their row commit versions (the
+  `delta.rowTracking.preserved` tag of its commitInfo), a row of an added file whose row commit version is not
+  the commit's own was copied, unchanged, from a file the commit removed: only the rows of the commit's own
+  version are inserts, and a removed row is a delete only where its key is among none of the rows the commit
+  added (a copied key is not touched at all; an updated one is written by its insert). RESTORE, whose
+  restored rows keep their old versions, is not marked.
+- compared: elsewhere, a row that one commit both deletes and inserts with every column equal (NULL equal to
+  NULL, as Spark groups) did not change: both are left out, in one aggregation of the derived rows. A key's
+  other deletes and inserts stay, and the rank sorts them out as before. Where a column cannot be grouped
+  (maps, variants), the copies stay in: written again at the commit's version with the values they had,
+  which changes nothing FINAL shows.
 """
 
 from __future__ import annotations
@@ -26,27 +31,48 @@ REWRITES = ("MERGE", "UPDATE", "DELETE")  # the operations that copy rows when t
 @dataclass(frozen=True)
 class Copies:
     """What leaving out copies needs: the versions whose copies row tracking marks (each with its commit
-    time), and the columns that identify a row."""
+    time), the columns that identify a row, and the other versions that rewrite files, whose copies are
+    found by comparing rows."""
 
     versions: dict[int, datetime]
     key: tuple[str, ...]
+    compared: frozenset[int] = frozenset()
 
 
-def marked(commits: Iterable[Commit], key: Sequence[str]) -> Copies | None:
-    """The commits among `commits` whose copied rows row tracking marks, or None: none, or no key known."""
-    versions = {
-        c.version: c.timestamp
-        for c in commits
-        if c.rows_preserved and c.operation in REWRITES and c.files is not None and c.files.removed
-    }
-    return Copies(versions, tuple(key)) if versions and key else None
+def rewrites(commits: Iterable[Commit], key: Sequence[str]) -> Copies | None:
+    """The commits among `commits` that may copy rows, or None: those that remove a file with a data change
+    and add one they did not remove. Row tracking marks the copies of a MERGE, UPDATE or DELETE whose writer
+    kept its values, where a key is known; other commits are compared where they removed a file whole (a
+    file re-added with a larger deletion vector yields only the rows it newly deletes: no copies)."""
+    versions: dict[int, datetime] = {}
+    compared: set[int] = set()
+    for c in commits:
+        if c.files is None:
+            continue  # file actions not known
+        removed = {path for path, data_change in c.files.removed if data_change}
+        added = {path for path, _, data_change in c.files.added if data_change}
+        if not removed or not added - removed:
+            continue
+        if c.rows_preserved and c.operation in REWRITES and key:
+            versions[c.version] = c.timestamp
+        elif removed - added:
+            compared.add(c.version)
+    return Copies(versions, tuple(key), frozenset(compared)) if versions or compared else None
 
 
 def without_copies(spark, log, snapshot, frame, copies: Copies):
     """`frame` (the changes derived from the log, Delta's coarse read over `log` with `snapshot`'s schema)
-    with the copied rows of `copies.versions` left out: their inserts are the rows of the files they add
-    whose row commit version is their own (read by Delta with row tracking's metadata column), their deletes
-    the removed rows whose key none of those files holds. `frame` as it is when no added file of those
+    with the copies of `copies` left out: those row tracking marks (_without_marked), then those of the other
+    rewrites, found by comparing rows (_without_equal_pairs)."""
+    if copies.versions:
+        frame = _without_marked(spark, log, snapshot, frame, copies)
+    return _without_equal_pairs(frame) if copies.compared else frame
+
+
+def _without_marked(spark, log, snapshot, frame, copies: Copies):
+    """`frame` with the copied rows of `copies.versions` left out: their inserts are the rows of the files
+    they add whose row commit version is their own (read by Delta with row tracking's metadata column), their
+    deletes the removed rows whose key none of those files holds. `frame` as it is when no added file of those
     versions tells its rows' versions (row tracking off)."""
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
@@ -87,6 +113,41 @@ def without_copies(spark, log, snapshot, frame, copies: Copies):
     copied = F.col("_commit_version").isin(list(copies.versions)) & (F.col("_change_type") == "insert")
     kept = frame.where(~copied).join(held, same, "left_anti")
     return kept.select(*[_named(c) for c in frame.columns]).unionByName(inserts)
+
+
+def _without_equal_pairs(frame):
+    """`frame` without the rows a commit both deletes and inserts with every column equal: one aggregation
+    by the commit and every column, counting each change type. `frame` as it is where a column cannot be
+    grouped."""
+    from pyspark.sql import functions as F
+
+    if not groupable(frame.schema):
+        return frame
+    columns = [c for c in frame.columns if c not in contract.CDF_COLUMNS]
+    change = F.col("_change_type")
+    grouped = frame.groupBy(F.col("_commit_version"), *[_named(c) for c in columns]).agg(
+        F.max((change == "insert").cast("int")).alias("_inserted"),
+        F.max((change == "delete").cast("int")).alias("_deleted"),
+        F.first("_commit_timestamp").alias("_commit_timestamp"),
+    )
+    kept = grouped.where(F.col("_inserted") + F.col("_deleted") == 1)
+    changed = F.when(F.col("_inserted") == 1, F.lit("insert")).otherwise(F.lit("delete"))
+    return kept.select(*[_named(c) if c != "_change_type" else changed.alias(c) for c in frame.columns])
+
+
+def groupable(struct) -> bool:
+    """Whether Spark can group rows of `struct` (a StructType) by every column: not where a column holds a
+    map or a variant, at any depth."""
+    from pyspark.sql import types as T
+
+    def plain(t) -> bool:
+        if isinstance(t, T.StructType):
+            return all(plain(f.dataType) for f in t.fields)
+        if isinstance(t, T.ArrayType):
+            return plain(t.elementType)
+        return not isinstance(t, T.MapType) and t.typeName() != "variant"
+
+    return plain(struct)
 
 
 def _new_files(spark, log, versions: dict[int, datetime]) -> list:

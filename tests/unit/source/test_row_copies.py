@@ -1,6 +1,7 @@
 """Which commits' copied rows the Spark reader leaves out of changes derived from the log
-(source/sparkread/rowcopies.py): a MERGE, UPDATE or DELETE that removed files and whose writer says it kept
-row tracking's values, and only where the rows' key is known."""
+(source/sparkread/rowcopies.py), and how: those of a MERGE, UPDATE or DELETE that rewrote files and whose
+writer says it kept row tracking's values by their row commit versions, where the rows' key is known; those of
+any other commit that rewrote files by comparing rows, where every column can be grouped."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from datetime import datetime, timezone
 
 from cdc2ch.model.changeset import Commit, Files
 from cdc2ch.source.deltalog.commitlog import parse_commit
-from cdc2ch.source.sparkread.rowcopies import marked
+from cdc2ch.source.sparkread.rowcopies import groupable, rewrites
 
 TS = datetime(2026, 1, 1, tzinfo=timezone.utc)
 REWRITE = Files(added=(("b.parquet", 10, True),), removed=(("a.parquet", True),))
@@ -19,22 +20,58 @@ def commit(version: int, operation: str, preserved: bool = True, files: Files | 
     return Commit(version, TS, operation, 1, files=files, rows_preserved=preserved)
 
 
-def test_only_rewrites_whose_writer_kept_row_tracking_values_are_marked():
+APPEND = Files(added=(("c.parquet", 1, True),))
+
+
+def test_rewrites_whose_writer_kept_row_tracking_values_are_marked_and_other_rewrites_compared():
     commits = [
-        commit(1, "WRITE"),  # an append: every row is new
+        commit(1, "WRITE", files=APPEND),  # an append: every row is new
         commit(2, "MERGE"),
         commit(3, "UPDATE", preserved=False),  # row tracking off, or a writer that did not keep its values
-        commit(
-            4, "RESTORE"
-        ),  # restored rows keep their old commit versions: not copies of the version before
-        commit(5, "DELETE", files=Files(added=(("c.parquet", 1, True),))),  # removed nothing
+        commit(4, "RESTORE"),  # restored rows keep their old row commit versions: not marked
+        commit(5, "DELETE", files=Files(removed=(("a.parquet", True),))),  # whole files removed: no copies
         commit(6, "DELETE", files=None),  # file actions not known
         commit(7, "UPDATE"),
+        # a file re-added with a deletion vector copies nothing: its rows are not read again
+        commit(8, "DELETE", files=Files(added=(("a.parquet", 9, True),), removed=(("a.parquet", True),))),
+        # files OPTIMIZE rewrote change no data
+        commit(9, "OPTIMIZE", files=Files(added=(("b", 10, False),), removed=(("a", False),))),
+        commit(10, "WRITE", preserved=False),  # an overwrite writing rows it had again
+        # a file removed and another added without a data change: the added one yields no rows to compare
+        commit(11, "DELETE", files=Files(added=(("d", 5, False),), removed=(("e", True),))),
+        # and the other way round: the removed one yields no rows to compare with
+        commit(12, "WRITE", files=Files(added=(("f", 5, True),), removed=(("g", False),))),
+        # a file re-added with a larger deletion vector and a new file of the rows it updated: no copies,
+        # unless row tracking marks the new file's rows
+        commit(
+            13,
+            "UPDATE",
+            preserved=False,
+            files=Files(added=(("a", 9, True), ("h", 1, True)), removed=(("a", True),)),
+        ),
+        commit(14, "UPDATE", files=Files(added=(("a", 9, True), ("h", 1, True)), removed=(("a", True),))),
     ]
-    copies = marked(commits, ("id",))
-    assert copies is not None and copies.versions == {2: TS, 7: TS} and copies.key == ("id",)
-    assert marked(commits, ()) is None  # no key, no way to tell a copied key from a deleted one
-    assert marked(commits[:1], ("id",)) is None
+    copies = rewrites(commits, ("id",))
+    assert copies is not None and copies.versions == {2: TS, 7: TS, 14: TS} and copies.key == ("id",)
+    assert copies.compared == {3, 4, 10}
+    # no key, no way to tell a copied key from a deleted one by row tracking: compared instead
+    unkeyed = rewrites(commits, ())
+    assert unkeyed is not None and unkeyed.versions == {} and unkeyed.compared == {2, 3, 4, 7, 10}
+    assert rewrites(commits[:1], ("id",)) is None and rewrites([commits[4], commits[7]], ("id",)) is None
+
+
+def test_rows_are_compared_only_where_spark_can_group_every_column():
+    from pyspark.sql import types as T
+
+    def table(*types) -> T.StructType:
+        return T.StructType([T.StructField(f"c{i}", t) for i, t in enumerate(types)])
+
+    nested = table(T.ArrayType(T.DoubleType()), T.BinaryType())
+    assert groupable(table(T.LongType(), T.StringType(), T.DecimalType(38, 10), T.TimestampType(), nested))
+    assert not groupable(table(T.LongType(), T.MapType(T.StringType(), T.IntegerType())))
+    inner = T.StructType([T.StructField("m", T.MapType(T.StringType(), T.StringType()))])
+    assert not groupable(table(T.LongType(), T.ArrayType(inner)))
+    assert not groupable(table(T.LongType(), T.VariantType()))
 
 
 def test_commits_say_whether_their_writer_kept_row_tracking_values():
