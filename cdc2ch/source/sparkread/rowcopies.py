@@ -12,8 +12,8 @@ it did not touch. Two ways to leave those copies out:
 - compared: elsewhere, a row that one commit both deletes and inserts with every column equal (NULL equal to
   NULL, as Spark groups) did not change: both are left out, in one aggregation of the derived rows. A key's
   other deletes and inserts stay, and the rank sorts them out as before. Where a column cannot be grouped
-  (maps, variants), the copies stay in: written again at the commit's version with the values they had,
-  which changes nothing FINAL shows.
+  (maps, variants), or the rewrites yield too few rows for the aggregation to pay, the copies stay in:
+  written again at the commit's version with the values they had, which changes nothing FINAL shows.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ from cdc2ch.model import contract
 from cdc2ch.model.changeset import Commit
 
 REWRITES = ("MERGE", "UPDATE", "DELETE")  # the operations that copy rows when they rewrite a file
+# The rows a range's compared rewrites yield (their estimate) from which comparing them pays: below, the
+# aggregation costs more than writing the copies again (docs/benchmarks.md, tables without a feed)
+COMPARED_FROM_ROWS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,8 @@ def rewrites(commits: Iterable[Commit], key: Sequence[str]) -> Copies | None:
     """The commits among `commits` that may copy rows, or None: those that remove a file with a data change
     and add one they did not remove. Row tracking marks the copies of a MERGE, UPDATE or DELETE whose writer
     kept its values, where a key is known; other commits are compared where they removed a file whole (a
-    file re-added with a larger deletion vector yields only the rows it newly deletes: no copies)."""
+    file re-added with a larger deletion vector yields only the rows it newly deletes: no copies) and they
+    yield enough rows for comparing to pay."""
     versions: dict[int, datetime] = {}
     compared: set[int] = set()
     for c in commits:
@@ -57,6 +61,8 @@ def rewrites(commits: Iterable[Commit], key: Sequence[str]) -> Copies | None:
             versions[c.version] = c.timestamp
         elif removed - added:
             compared.add(c.version)
+    if sum(c.estimated_rows for c in commits if c.version in compared) < COMPARED_FROM_ROWS:
+        compared.clear()  # few copies: written again
     return Copies(versions, tuple(key), frozenset(compared)) if versions or compared else None
 
 

@@ -10,20 +10,24 @@ from datetime import datetime, timezone
 
 from cdc2ch.model.changeset import Commit, Files
 from cdc2ch.source.deltalog.commitlog import parse_commit
+from cdc2ch.source.sparkread import rowcopies
 from cdc2ch.source.sparkread.rowcopies import groupable, rewrites
 
 TS = datetime(2026, 1, 1, tzinfo=timezone.utc)
 REWRITE = Files(added=(("b.parquet", 10, True),), removed=(("a.parquet", True),))
 
 
-def commit(version: int, operation: str, preserved: bool = True, files: Files | None = REWRITE) -> Commit:
-    return Commit(version, TS, operation, 1, files=files, rows_preserved=preserved)
+def commit(
+    version: int, operation: str, preserved: bool = True, files: Files | None = REWRITE, rows: int = 1
+) -> Commit:
+    return Commit(version, TS, operation, rows, files=files, rows_preserved=preserved)
 
 
 APPEND = Files(added=(("c.parquet", 1, True),))
 
 
-def test_rewrites_whose_writer_kept_row_tracking_values_are_marked_and_other_rewrites_compared():
+def test_rewrites_whose_writer_kept_row_tracking_values_are_marked_and_other_rewrites_compared(monkeypatch):
+    monkeypatch.setattr(rowcopies, "COMPARED_FROM_ROWS", 0)
     commits = [
         commit(1, "WRITE", files=APPEND),  # an append: every row is new
         commit(2, "MERGE"),
@@ -58,6 +62,17 @@ def test_rewrites_whose_writer_kept_row_tracking_values_are_marked_and_other_rew
     unkeyed = rewrites(commits, ())
     assert unkeyed is not None and unkeyed.versions == {} and unkeyed.compared == {2, 3, 4, 7, 10}
     assert rewrites(commits[:1], ("id",)) is None and rewrites([commits[4], commits[7]], ("id",)) is None
+
+
+def test_rewrites_are_compared_only_where_they_yield_enough_rows_for_it_to_pay(monkeypatch):
+    monkeypatch.setattr(rowcopies, "COMPARED_FROM_ROWS", 100)
+    few = [commit(2, "MERGE", preserved=False, rows=60), commit(3, "MERGE", preserved=False, rows=39)]
+    assert rewrites(few, ("id",)) is None
+    # the marked ones count for nothing: they are not compared
+    marked = rewrites([*few, commit(4, "MERGE", rows=500)], ("id",))
+    assert marked is not None and marked.versions == {4: TS} and marked.compared == frozenset()
+    enough = rewrites([*few, commit(4, "UPDATE", preserved=False)], ("id",))
+    assert enough is not None and enough.compared == {2, 3, 4}
 
 
 def test_rows_are_compared_only_where_spark_can_group_every_column():
