@@ -10,15 +10,16 @@ it did not touch. Two ways to leave those copies out:
   added (a copied key is not touched at all; an updated one is written by its insert). RESTORE, whose
   restored rows keep their old versions, is not marked.
 - compared: elsewhere, a row that one commit both deletes and inserts with every column equal (NULL equal to
-  NULL, as Spark groups) did not change: both are left out, in one aggregation of the derived rows. A key's
-  other deletes and inserts stay, and the rank sorts them out as before. Where a column cannot be grouped
-  (maps, variants), or the rewrites yield too few rows for the aggregation to pay, the copies stay in:
-  written again at the commit's version with the values they had, which changes nothing FINAL shows.
+  NULL and NaN to NaN, as Spark groups) did not change: both are left out, in one aggregation of the derived
+  rows. A key's other deletes and inserts stay, and the rank sorts them out as before. Where a column cannot
+  be grouped (maps, variants), or the rewrites yield too few rows for the aggregation to pay, the copies
+  stay in: written again at the commit's version with the values they had, which changes nothing FINAL
+  shows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -42,7 +43,7 @@ class Copies:
     compared: frozenset[int] = frozenset()
 
 
-def rewrites(commits: Iterable[Commit], key: Sequence[str]) -> Copies | None:
+def rewrites(commits: Sequence[Commit], key: Sequence[str]) -> Copies | None:
     """The commits among `commits` that may copy rows, or None: those that remove a file with a data change
     and add one they did not remove. Row tracking marks the copies of a MERGE, UPDATE or DELETE whose writer
     kept its values, where a key is known; other commits are compared where they removed a file whole (a
