@@ -87,10 +87,13 @@ def clickhouse_type(spark_type: Any, nullable: bool, column: str = "?") -> str:
 
 
 def contains_type(spark_type: Any, name: str) -> bool:
-    """Whether a Spark type (JSON form) is, or holds at any depth, the primitive type `name`."""
+    """Whether a Spark type (JSON form) is, or holds at any depth, the type `name`: a primitive ("variant")
+    or a kind of nested type ("map")."""
     if isinstance(spark_type, str):
         return spark_type == name
     kind = spark_type.get("type")
+    if kind == name:
+        return True
     if kind == "array":
         return contains_type(spark_type["elementType"], name)
     if kind == "map":

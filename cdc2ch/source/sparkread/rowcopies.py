@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from cdc2ch.model import contract
+from cdc2ch.model import contract, schema
 from cdc2ch.model.changeset import Commit
 
 REWRITES = ("MERGE", "UPDATE", "DELETE")  # the operations that copy rows when they rewrite a file
@@ -145,16 +145,8 @@ def _without_equal_pairs(frame):
 def groupable(struct) -> bool:
     """Whether Spark can group rows of `struct` (a StructType) by every column: not where a column holds a
     map or a variant, at any depth."""
-    from pyspark.sql import types as T
-
-    def plain(t) -> bool:
-        if isinstance(t, T.StructType):
-            return all(plain(f.dataType) for f in t.fields)
-        if isinstance(t, T.ArrayType):
-            return plain(t.elementType)
-        return not isinstance(t, T.MapType) and t.typeName() != "variant"
-
-    return plain(struct)
+    fields = struct.jsonValue()["fields"]
+    return not any(schema.contains_type(f["type"], kind) for f in fields for kind in ("map", "variant"))
 
 
 def _new_files(spark, log, versions: dict[int, datetime]) -> list:
