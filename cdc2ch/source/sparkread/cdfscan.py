@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from cdc2ch.model.changeset import Commit
 from cdc2ch.source.deltalog.commitlog import missing_table, not_a_delta_table
+from cdc2ch.source.sparkread.emptyscans import without_empty_scans
 from cdc2ch.source.sparkread.rowcopies import Copies, without_copies
 
 
@@ -78,9 +79,10 @@ def scanned_changes(
     `coarse`: the changes derived from the log instead (FEED vs LOG, model/changeset.py): Delta's own
     derivation for commits without change files, asked for every commit, whether the table records a feed
     or not — the rows of each data file a commit adds are inserts, those of each it removes deletes, and a
-    file re-added with another deletion vector yields exactly the rows the two vectors differ by. The
-    documented read has no such option, so a failure is raised, not answered with None. `copies`: the
-    commits whose rows copied unchanged row tracking marks, left out (rowcopies.py)."""
+    file re-added with another deletion vector yields exactly the rows the two vectors differ by (the scans
+    of vectors that mark no row left out: emptyscans.py). The documented read has no such option, so a
+    failure is raised, not answered with None. `copies`: the commits that copy rows, whose copies are left
+    out (rowcopies.py)."""
     from pyspark.sql import DataFrame
 
     jvm, session = spark._jvm, spark._jsparkSession
@@ -97,7 +99,10 @@ def scanned_changes(
         if lent is None and snapshots is not None:
             snapshots.keep(int(end), snapshot)
         changes = DataFrame(frame, spark)
-        return without_copies(spark, log, snapshot, changes, copies) if coarse and copies else changes
+        if not coarse:
+            return changes
+        changes = without_empty_scans(spark, changes)
+        return without_copies(spark, log, snapshot, changes, copies) if copies else changes
     except Exception:
         if coarse:
             raise

@@ -187,6 +187,53 @@ def test_rows_a_rewrite_copied_are_not_written_again(spark, sink, cli, tmp_path,
     _final_equals_delta(spark, sink, path, target)
 
 
+def _vector_scans(frame) -> list[str]:
+    """The scans of `frame`'s plan that read files through deletion-vector row filters, by Delta index."""
+    children = frame._jdf.queryExecution().logical().children()
+    scans = []
+    for i in range(children.size()):
+        child = children.apply(i)
+        if child.getClass().getSimpleName() == "LogicalRelation":
+            index = child.relation().location()
+            if not index.rowIndexFilters().isEmpty():
+                scans.append(index.getClass().getSimpleName())
+    return scans
+
+
+def test_no_scan_is_planned_for_rows_a_deletion_vector_stopped_marking_when_there_are_none(
+    spark, sink, cli, tmp_path
+):
+    """A DELETE or UPDATE through deletion vectors re-adds a file with a larger vector: its range reads the
+    rows the vector newly marks (deletes) and plans no scan for rows it stopped marking, as there are none.
+    A RESTORE shrinks the vector: its range reads the rows it brings back. FINAL equals the table after
+    each."""
+    path = str(tmp_path / "vectors")
+    t = f"delta.`{path}`"
+    spark.sql(
+        f"CREATE TABLE {t} (id BIGINT, v STRING) USING delta TBLPROPERTIES (delta.enableDeletionVectors = true)"
+    )
+    spark.sql(f"INSERT INTO {t} SELECT id, concat('v', id) FROM range(0, 20, 1, 1)")  # one file
+    target = TargetName("from_log", "vectors")
+    cli.replicate("run", path, str(target), "--once", "--reader", "spark")
+    spark.sql(f"DELETE FROM {t} WHERE id IN (1, 2)")  # version 2
+    spark.sql(f"UPDATE {t} SET v = 'u' WHERE id = 3")  # version 3
+    grown = scanned_changes(spark, path, 2, 3, coarse=True)
+    assert _vector_scans(grown) == ["TahoeRemoveFileIndex"] * 2
+    assert sorted((r["id"], r["_change_type"]) for r in grown.collect()) == [
+        (1, "delete"), (2, "delete"), (3, "delete"), (3, "insert")
+    ]  # fmt: skip
+    cli.replicate("run", path, str(target), "--once", "--reader", "spark")
+    _final_equals_delta(spark, sink, path, target)
+    spark.sql(f"RESTORE TABLE {t} TO VERSION AS OF 1")  # version 4: 1, 2 and 3 as they were
+    shrunk = scanned_changes(spark, path, 4, 4, coarse=True)
+    assert _vector_scans(shrunk) == ["CdcAddFileIndex"]  # (the UPDATE's new file is removed whole)
+    assert sorted((r["id"], r["_change_type"]) for r in shrunk.collect()) == [
+        (1, "insert"), (2, "insert"), (3, "delete"), (3, "insert")
+    ]  # fmt: skip
+    cli.replicate("run", path, str(target), "--once", "--reader", "spark")
+    _final_equals_delta(spark, sink, path, target)
+
+
 def test_row_tracked_rewrites_of_a_partitioned_table_write_only_what_changed(spark, sink, cli, tmp_path):
     """Row-tracked rewrites of a partitioned table, whose target's sorting key includes the partition: every
     seventh row updated, a row moved to another partition (its old partition's row deleted), a key changed,
