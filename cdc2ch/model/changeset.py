@@ -66,6 +66,9 @@ class Commit:
     files: Files | None = field(default=None, compare=False)  # None: not known (a share's answer)
     protocol: bool = False  # carries a protocol action: new table features
     rows_preserved: bool = False  # its writer kept the row ids and commit versions of rows it copied
+    # every row of the data files it adds and removes (a file re-added with a new deletion vector once): what
+    # deriving its changes from the log reads; 0 where not known
+    file_rows: int = 0
 
 
 class Changes(Protocol):

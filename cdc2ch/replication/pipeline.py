@@ -151,17 +151,13 @@ class Replicator:
             )
         checks_first = not self.standing.claimed  # a new pipeline's first range
         writer = cast("RangeWriter", self.writer)  # set by start()
-        cut = plan.schedule(
-            commits, state.interrupted_range, cfg.max_rows_per_read, writer.range_factor, writer.collects,
-            self.source.streams, checks_first,
-        )  # fmt: skip
+        cut, read = scheduled(cfg, self.source, writer, start, commits, state.interrupted_range, checks_first)
         ranges, estimates, held = cut.ranges, cut.estimates, cut.held
         by_version = {c.version: c for c in commits}
         breaks = {s: by_version.get(s) for s in cut.breaks}  # ranges that begin at a schema change
         # A long catch-up shows how it goes.
         total, long = sum(c.estimated_rows for c in commits), len(ranges) > 1
         broken, gave_way = None, False
-        read = range_reads(cfg, self.source, start, commits)
         ahead = self.ports.on_other_threads
         with (
             Progress(f"catch-up {cfg.pipeline}", total, len(ranges), unit="range", shown=long) as progress,
@@ -305,17 +301,27 @@ def timed(
     return load
 
 
-def range_reads(
-    cfg: RunConfig, source: ChangeSource, start: int, commits: list[Commit]
-) -> Callable[[int, int], Changes]:
-    """Opens a range of `commits` (from `start` on): from the feed or the log (plan.origin), told the key
-    columns (the pre-images a feed read may leave out)."""
+def scheduled(
+    cfg: RunConfig,
+    source: ChangeSource,
+    writer: RangeWriter,
+    start: int,
+    commits: list[Commit],
+    interrupted: tuple[int, int] | None,
+    checks_first: bool,
+) -> tuple[plan.RangePlan, Callable[[int, int], Changes]]:
+    """A catch-up over `commits` (from `start` on) cut into ranges, and what opens a range: from the feed or
+    the log (plan.origin), told the key columns (the pre-images a feed read may leave out)."""
     fed = fed_versions(cfg, source, start, commits)
+    cut = plan.schedule(
+        commits, interrupted, cfg.max_rows_per_read, writer.range_factor, writer.collects, source.streams,
+        checks_first, plan.vector_scanned(cfg.changes_from, fed, commits, writer.kind),
+    )  # fmt: skip
 
     def read(s: int, e: int) -> Changes:
         return source.changes(s, e, key=cfg.identity.columns, origin=plan.origin(cfg.changes_from, fed, s, e))
 
-    return read
+    return cut, read
 
 
 def fed_versions(cfg: RunConfig, source: ChangeSource, start: int, commits: list[Commit]) -> frozenset[int]:

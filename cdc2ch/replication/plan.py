@@ -24,25 +24,29 @@ def plan_ranges(
     max_rows: int,
     max_versions: int = MAX_VERSIONS_PER_READ,
     breaks: Collection[int] = (),
+    scanned: Collection[int] = (),
 ) -> list[tuple[int, int]]:
     """Group consecutive versions into read ranges of at most ~max_rows estimated change rows.
 
     A version is never split; one larger than max_rows gets a range of its own. A version in `breaks`
-    (a schema or metadata change) always starts a range: a CDF read may not span one.
+    (a schema or metadata change) always starts a range: a CDF read may not span one. A version in `scanned`
+    (vector_scanned) counts the rows of the files it adds and removes where they are more: Spark reads them
+    all, one scan a version, and one plan of many such scans costs more than several plans of fewer.
     """
     ranges: list[tuple[int, int]] = []
     start: int | None = None
     prev = 0  # the last version seen: set with start
     rows = 0
     for c in commits:
+        cost = max(c.estimated_rows, c.file_rows) if c.version in scanned else c.estimated_rows
         if start is not None and (
-            rows + c.estimated_rows > max_rows or c.version - start >= max_versions or c.version in breaks
+            rows + cost > max_rows or c.version - start >= max_versions or c.version in breaks
         ):
             ranges.append((start, prev))
             start, rows = None, 0
         if start is None:
             start = c.version
-        rows += c.estimated_rows
+        rows += cost
         prev = c.version
     if start is not None:
         ranges.append((start, prev))
@@ -59,18 +63,22 @@ def catch_up_ranges(
     max_rows: int,
     interrupted: tuple[int, int] | None,
     first_rows: int | None = None,
+    scanned: Collection[int] = (),
 ) -> list[tuple[int, int]]:
     """The ranges of a catch-up. An interrupted range is replayed first exactly as it was (same batches,
     same tokens); the rest is planned after it. `first_rows`: a lower bound for the first range (a new
-    pipeline's, which is read whole and checked before anything is written)."""
+    pipeline's, which is read whole and checked before anything is written). `scanned`: as plan_ranges."""
     breaks = schema_breaks(commits)
+
+    def cut(some: list[Commit], rows: int) -> list[tuple[int, int]]:
+        return plan_ranges(some, rows, breaks=breaks, scanned=scanned)
+
     if interrupted is not None:
-        s0, e0 = interrupted
-        return [(s0, e0)] + plan_ranges([c for c in commits if c.version > e0], max_rows, breaks=breaks)
+        return [interrupted] + cut([c for c in commits if c.version > interrupted[1]], max_rows)
     if first_rows is None or not commits:
-        return plan_ranges(commits, max_rows, breaks=breaks)
-    first = plan_ranges(commits, first_rows, breaks=breaks)[0]
-    return [first] + plan_ranges([c for c in commits if c.version > first[1]], max_rows, breaks=breaks)
+        return cut(commits, max_rows)
+    first = cut(commits, first_rows)[0]
+    return [first] + cut([c for c in commits if c.version > first[1]], max_rows)
 
 
 def range_estimates(commits: list[Commit], ranges: list[tuple[int, int]]) -> list[int]:
@@ -117,12 +125,13 @@ def schedule(
     collects: bool,
     streams: bool,
     checks_first: bool,
+    scanned: Collection[int] = (),
 ) -> RangePlan:
     """The ranges of a catch-up over `commits`, up to --max-rows-per-read times the writer's `range_factor`
     each; a new pipeline's first range (`checks_first`) is read whole and checked before its claim, so it
-    stays within the plain bound."""
+    stays within the plain bound. `scanned`: as plan_ranges."""
     first = max_rows_per_read if checks_first else None
-    ranges = catch_up_ranges(commits, max_rows_per_read * range_factor, interrupted, first)
+    ranges = catch_up_ranges(commits, max_rows_per_read * range_factor, interrupted, first, scanned)
     estimates = range_estimates(commits, ranges)
     held = [
         held_rows(n, max_rows_per_read, collects, streams, whole=checks_first and i == 0)
@@ -181,6 +190,21 @@ def origin(changes_from: str, fed: Collection[int], start: int, end: int) -> str
     if changes_from in (FEED, LOG):
         return changes_from
     return FEED if all(v in fed for v in range(start, end + 1)) else LOG
+
+
+def vector_scanned(
+    changes_from: str, fed: Collection[int], commits: list[Commit], writer: str
+) -> frozenset[int]:
+    """The versions among `commits` whose changes Spark derives from the log through deletion vectors, scanning
+    whole each file they re-add (plan_ranges bounds their ranges by those rows). Not where ClickHouse reads
+    (`writer`), each commit on its own; nor copy-on-write, which a longer range costs no more."""
+    if writer == "clickhouse":
+        return frozenset()
+    return frozenset(
+        c.version
+        for c in commits
+        if c.files is not None and c.files.vectors and origin(changes_from, fed, c.version, c.version) == LOG
+    )
 
 
 def origins_text(changes_from: str, fed: Collection[int], start: int, latest: int, fed_now: bool) -> str:

@@ -78,7 +78,29 @@ def parse_commit(version: int, text: str, modified_ms: int) -> Commit:
         ),
         protocol=protocol,
         rows_preserved=preserved,
+        file_rows=file_rows(adds, removes),
     )
+
+
+def file_rows(adds: list[dict], removes: list[dict]) -> int:
+    """Every row of the data files a commit adds and removes with a data change, a file it re-adds with
+    another deletion vector counted once (deriving the commit's changes reads it whole once; estimate_rows
+    counts only the rows the vectors differ by). A file without statistics counts by its size."""
+    per_row = _bytes_per_row(adds + removes)
+    changed = {a["path"]: a for a in adds + removes if a.get("dataChange", True)}
+    return sum(_rows(a, per_row) for a in changed.values())
+
+
+def _bytes_per_row(files: list[dict]) -> float:
+    """The fewest bytes per row among `files` with statistics: sizes a file without them (an upper bound)."""
+    sized = [(a["size"], n) for a in files if (n := _records(a)) and a.get("size")]
+    return min((s / n for s, n in sized), default=DEFAULT_BYTES_PER_ROW)
+
+
+def _rows(action: dict, per_row: float) -> int:
+    """The rows of a file action: its numRecords, else its size over `per_row`."""
+    n = _records(action)
+    return n if n is not None else int(action.get("size", 0) / per_row) + 1
 
 
 def _live(add: dict) -> int | None:
@@ -110,17 +132,11 @@ def estimate_rows(
     files it rewrote, which both readers leave out (sparkread/rowcopies.py, clickhouse/writers/commitreads.py):
     at most what the operation metrics count.
     """
-    sized = [(a["size"], n) for a in adds + removes if (n := _records(a)) and a.get("size")]
-    per_row = min((s / n for s, n in sized), default=DEFAULT_BYTES_PER_ROW)
+    per_row = _bytes_per_row(adds + removes)
     if cdcs:  # change files pack pre- and post-images side by side: they compress about twice as well
         by_size = sum(int(2 * c.get("size", 0) / per_row) + 1 for c in cdcs)
         counted = _metric_rows(metrics or {})
         return by_size if counted is None else min(counted, by_size)
-
-    def rows(action: dict) -> int:
-        n = _records(action)
-        return n if n is not None else int(action.get("size", 0) / per_row) + 1
-
     counted = _metric_rows(metrics or {}) if copies_left_out else None
     removed = {r["path"]: r for r in removes if r.get("dataChange", True)}
     total = 0
@@ -133,8 +149,8 @@ def estimate_rows(
             after = (add.get("deletionVector") or {}).get("cardinality", 0)
             total += max(after - before, 0)
         else:
-            total += rows(add)
-    total += sum(rows(r) for r in removed.values())
+            total += _rows(add, per_row)
+    total += sum(_rows(r, per_row) for r in removed.values())
     return total if counted is None else min(counted, total)
 
 

@@ -16,7 +16,7 @@ from cdc2ch.model.config import TargetName
 from cdc2ch.model.design import TableDesign
 from cdc2ch.model.schema import clickhouse_type, column_types, quote
 from cdc2ch.replication.plan import plan_ranges
-from cdc2ch.source.deltalog.commitlog import estimate_rows, parse_commit
+from cdc2ch.source.deltalog.commitlog import estimate_rows, file_rows, parse_commit
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -62,6 +62,20 @@ def test_estimates_come_from_file_statistics():
     # A deletion vector on a kept file: only the rows it newly deletes.
     dv = lambda n: {"deletionVector": {"cardinality": n}}  # noqa: E731
     assert estimate_rows([_file("a", 100, 1000, **dv(7))], [_file("a", 100, 1000, **dv(3))], []) == 4
+
+
+def test_the_file_rows_a_derivation_reads_count_a_re_added_file_once_and_whole():
+    dv = {"deletionVector": {"cardinality": 7}}
+    adds = [_file("a", 100, 1000, **dv), _file("n", 20, 200), _file("o", 50, 500, dataChange=False)]
+    removes = [_file("a", 100, 1000), _file("b", 30, 300), {"path": "x", "size": 400}]
+    # a: 100 once; n: 20; b: 30; x by the bytes per row of the others (400 / 10 + 1); o changes no data
+    assert file_rows(adds, removes) == 100 + 20 + 30 + 41
+    actions = (
+        [{"commitInfo": {"operation": "DELETE"}}]
+        + [{"add": a} for a in adds]
+        + [{"remove": r} for r in removes]
+    )
+    assert parse_commit(3, "\n".join(json.dumps(a) for a in actions), 0).file_rows == 191
 
 
 def test_only_row_level_operations_are_sized_from_their_metrics():

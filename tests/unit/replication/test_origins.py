@@ -4,10 +4,12 @@ derives what a rewrite of every touched row's file would yield)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from cdc2ch.base.errors import ConfigError, SourceError
-from cdc2ch.model.changeset import FEED, LOG, Commit
+from cdc2ch.model.changeset import FEED, LOG, Commit, Files
 from cdc2ch.replication import plan
 from tests.support.fakes import T0, FakeTable, Harness, late_feed_table
 
@@ -76,6 +78,20 @@ def test_a_table_without_a_feed_is_replicated_from_its_log_exactly(rows_per_read
     assert state.initial_load == "changes from version 0"
     h.table.commit(("update", 1, {"name": "one"}), ("delete", 2))
     assert h.run().committed_version == 5 and h.final() == h.expected()
+
+
+def test_ranges_derived_through_deletion_vectors_are_bounded_by_the_rows_of_their_files_fed_ones_not():
+    def large_files(t: FakeTable) -> FakeTable:
+        for v in t.versions:
+            v["commit"] = replace(v["commit"], file_rows=1000, files=Files((), (), (), vectors=True))
+        return t
+
+    h = Harness(large_files(no_feed()), max_rows_per_read=100)
+    assert h.run().committed_version == 4 and h.final() == h.expected()
+    assert h.source.origins == [(v, v, LOG) for v in range(5)]
+    h = Harness(large_files(late_feed()), max_rows_per_read=100)
+    assert h.run().committed_version == 3 and h.final() == h.expected()
+    assert h.source.origins == [(0, 0, LOG), (1, 1, LOG), (2, 3, FEED)]
 
 
 def test_a_late_feed_is_read_from_the_log_before_it_and_from_the_feed_after_it():

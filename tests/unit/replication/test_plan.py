@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from cdc2ch.base.errors import ConfigError, SourceError, StateError
-from cdc2ch.model.changeset import Commit
+from cdc2ch.model.changeset import Commit, Files
 from cdc2ch.model.config import RunConfig, TargetName
 from cdc2ch.model.records import PipelineState
 from cdc2ch.replication import plan
@@ -189,6 +190,29 @@ def test_a_target_belongs_to_one_pipeline():
         StateError, match="db.u is already replicated by pipeline 'q' .* resumes at version 8"
     ):
         plan.check_owner("p", "db.u", [own, other])
+
+
+def test_versions_spark_scans_through_deletion_vectors_are_cut_by_the_rows_of_their_files():
+    history = [replace(c, file_rows=25) for c in commits(10, 10, 10, 10, 10, 10)]  # versions 3..8
+    assert plan.catch_up_ranges(history, 40, None) == [(3, 6), (7, 8)]
+    assert plan.catch_up_ranges(history, 40, None, scanned={3, 4, 5}) == [(3, 3), (4, 4), (5, 6), (7, 8)]
+    assert plan.catch_up_ranges(history, 40, (3, 5), scanned={6, 7}) == [(3, 5), (6, 6), (7, 8)]
+    fewer = [replace(c, file_rows=5) for c in history]  # the estimate where it is more
+    assert plan.catch_up_ranges(fewer, 40, None, scanned={3, 4, 5, 6, 7, 8}) == [(3, 6), (7, 8)]
+    scheduled = plan.schedule(history, None, 20, 2, True, True, False, scanned={3})
+    assert (scheduled.ranges, scheduled.estimates) == ([(3, 4), (5, 8)], [20, 40])  # estimates: change rows
+
+
+def test_spark_scans_through_vectors_the_versions_the_feed_does_not_record_unless_clickhouse_reads():
+    vectors = Files((), (), (), vectors=True)
+    history = [replace(c, files=vectors) for c in commits(1, 1, 1, 1)]  # versions 3..6, the feed records 5, 6
+    assert plan.vector_scanned("auto", {5, 6}, history, "driver") == {3, 4}
+    assert plan.vector_scanned("log", {5, 6}, history, "executors") == {3, 4, 5, 6}
+    assert plan.vector_scanned("cdf", set(), history, "driver") == set()
+    assert plan.vector_scanned("auto", {5, 6}, history, "clickhouse") == set()
+    # copy-on-write, or file actions not known
+    mixed = [history[0], replace(history[1], files=Files((), (), ())), replace(history[2], files=None)]
+    assert plan.vector_scanned("log", set(), mixed, "driver") == {3}
 
 
 def test_interrupted_and_first_ranges_are_followed_by_ranges_that_respect_schema_changes():
