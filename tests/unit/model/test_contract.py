@@ -334,3 +334,13 @@ def test_spark_snapshot_rows_are_the_arrow_snapshot_rows(monkeypatch, change_typ
     assert rows.rows == expected.to_pylist()
     default = contract.spark_snapshot_rows(frame, 12, MS)
     assert default.rows == contract.arrow_snapshot_rows(snapshot_table(), 12, MS, META).to_pylist()
+
+
+def test_files_gone_says_what_is_gone_and_how_to_resync():
+    error = contract.files_gone_error("/lake/t", "versions 3 to 5")
+    assert isinstance(error, SourceError)
+    assert str(error) == (
+        "Files needed to read versions 3 to 5 of /lake/t are gone (removed by VACUUM or log retention). These "
+        "changes can no longer be replayed: resync with `cdc2ch snapshot` at the latest version, then `cdc2ch "
+        "run` continues from there."
+    )

@@ -101,3 +101,12 @@ def test_health_counts_failures_in_a_row_and_keeps_the_last_error_after_a_recove
         t1,
     )  # kept for `status`
     assert (ok.pipeline, ok.source, ok.target) == ("p", "/lake/t", "db.t")
+
+
+def test_a_range_being_written_records_where_its_changes_come_from_and_what_reads_them():
+    writing = state(4).writing(7, "log", "spark")
+    assert (writing.committed_version, writing.pending_version) == (4, 7)
+    assert (writing.changes_from, writing.reader) == ("log", "spark")
+    # a write told neither keeps what the last one recorded
+    again = writing.writing(9)
+    assert (again.pending_version, again.changes_from, again.reader) == (9, "log", "spark")

@@ -64,8 +64,13 @@ def test_validate_says_where_the_changes_come_from_and_why():
     )
     assert plan.origins_text("auto", set(), 5, 4, True).startswith("changes from the change data feed")
     assert plan.origins_text("auto", set(), 5, 4, False).startswith("changes derived from the Delta log")
-    assert "(--changes-from log)" in plan.origins_text("log", {0}, 0, 0, True)
-    assert "(--changes-from cdf)" in plan.origins_text("cdf", set(), 0, 0, False)
+    assert plan.origins_text("log", {0}, 0, 0, True) == (
+        "changes derived from the Delta log's file actions (--changes-from log)"
+    )
+    assert (
+        plan.origins_text("cdf", set(), 0, 0, False)
+        == "changes from the change data feed (--changes-from cdf)"
+    )
 
 
 # -- the loop acting on it ----------------------------------------------------------------------------------
