@@ -196,8 +196,8 @@ def vector_scanned(
     changes_from: str, fed: Collection[int], commits: list[Commit], writer: str
 ) -> frozenset[int]:
     """The versions among `commits` whose changes Spark derives from the log through deletion vectors, scanning
-    whole each file they re-add (plan_ranges bounds their ranges by those rows). Not where ClickHouse reads
-    (`writer`), each commit on its own; nor copy-on-write, which a longer range costs no more."""
+    whole each file they re-add (plan_ranges bounds their ranges by those rows). None where ClickHouse reads
+    (`writer`), each commit on its own. Copy-on-write commits are not cut: a longer range costs them no more."""
     if writer == "clickhouse":
         return frozenset()
     return frozenset(
