@@ -12,6 +12,7 @@ stays, so the rows are those Delta's plan gives.
 from __future__ import annotations
 
 from cdc2ch.base.log import get_logger
+from cdc2ch.source.spark.scalaseqs import python_list, scala_seq
 
 log = get_logger("cdc2ch.source")
 
@@ -29,19 +30,11 @@ def without_empty_scans(spark, frame):
         plan = frame._jdf.queryExecution().logical()
         if plan.getClass().getName() != _UNION:
             return frame
-        children = plan.children()
-        kept = jvm.java.util.ArrayList()
-        for i in range(children.size()):
-            child = children.apply(i)
-            if not _empty(child):
-                kept.add(child)
-        if kept.size() == children.size():
+        children = python_list(plan.children())
+        kept = [child for child in children if not _empty(child)]
+        if len(kept) == len(children):
             return frame
-        union = plan.copy(
-            jvm.scala.jdk.javaapi.CollectionConverters.asScala(kept).toSeq(),
-            plan.byName(),
-            plan.allowMissingCol(),
-        )
+        union = plan.copy(scala_seq(jvm, kept), plan.byName(), plan.allowMissingCol())
         return DataFrame(_dataset(jvm).ofRows(spark._jsparkSession, union), spark)
     except Exception as exc:  # another Delta or Spark plans it otherwise: only a slower read, every scan kept
         log.debug("empty_scans_kept", reason=f"{type(exc).__name__}: {exc}")
@@ -50,31 +43,28 @@ def without_empty_scans(spark, frame):
 
 def _empty(child) -> bool:
     """Whether `child` scans files through row filters (Delta sets them only on the scans of vector
-    differences, each keeping the rows its vector marks) and each file's vector marks none."""
+    differences, each keeping the rows its vector marks) and each file's vector marks none. The filters are
+    asked first: a scan without them (the files a range adds anew) is not listed file by file."""
     if child.getClass().getName() != _RELATION:
         return False
     index = child.relation().location()
-    files = _files(index)
-    if not files or index.rowIndexFilters().isEmpty():
+    if index.rowIndexFilters().isEmpty():
         return False
-    return all(action.deletionVector().cardinality() == 0 for action in files)
+    files = _files(index)
+    return bool(files) and all(action.deletionVector().cardinality() == 0 for action in files)
 
 
-def _files(index) -> list | None:
+def _files(index) -> list:
     """The file actions a Delta change index scans: the added files of a CdcAddFileIndex, the removed files of
-    a TahoeRemoveFileIndex."""
+    a TahoeRemoveFileIndex; none for another index."""
     name = index.getClass().getSimpleName()
     if name == "CdcAddFileIndex":
-        seq = index.addFiles()
-        return [seq.apply(i) for i in range(seq.size())]
+        return python_list(index.addFiles())
     if name == "TahoeRemoveFileIndex":
-        specs = index.filesByVersion()
-        files = []
-        for i in range(specs.size()):
-            actions = specs.apply(i).actions()
-            files += [actions.apply(j) for j in range(actions.size())]
-        return files
-    return None
+        return [
+            action for spec in python_list(index.filesByVersion()) for action in python_list(spec.actions())
+        ]
+    return []
 
 
 def _dataset(jvm):

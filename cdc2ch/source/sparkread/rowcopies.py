@@ -25,6 +25,7 @@ from datetime import datetime
 
 from cdc2ch.model import contract, schema
 from cdc2ch.model.changeset import Commit
+from cdc2ch.source.spark.scalaseqs import scala_seq
 
 REWRITES = ("MERGE", "UPDATE", "DELETE")  # the operations that copy rows when they rewrite a file
 # The rows a range's compared rewrites yield (their estimate) from which comparing them pays: below, the
@@ -90,10 +91,7 @@ def _without_marked(spark, log, snapshot, frame, copies: Copies):
     adds = _new_files(spark, log, copies.versions)
     if not adds:
         return frame
-    files = jvm.java.util.ArrayList()
-    for add in adds:
-        files.add(add)
-    scanned = jvm.scala.jdk.javaapi.CollectionConverters.asScala(files).toSeq()
+    scanned = scala_seq(jvm, adds)
     added = DataFrame(log.createDataFrame(snapshot, scanned, False, jvm.scala.Option.empty()), spark)
     # A file a commit adds (a new path) was first added by it: its default row commit version is that commit's.
     version = F.col("_metadata.default_row_commit_version")
