@@ -109,11 +109,18 @@ def _live(add: dict) -> int | None:
     return None if n is None else n - int((add.get("deletionVector") or {}).get("cardinality", 0))
 
 
+# numRecords parsed from an action's stats, kept on the action (a key no Delta writer uses): a commit's sizes
+# (estimate_rows, file_rows, _live) ask for it up to four times, and parsing the stats is most of their cost
+_RECORDS = "cdc2ch.numRecords"
+
+
 def _records(action: dict) -> int | None:
-    try:
-        return int(json.loads(action.get("stats") or "{}")["numRecords"])
-    except (KeyError, TypeError, ValueError):
-        return None
+    if _RECORDS not in action:
+        try:
+            action[_RECORDS] = int(json.loads(action.get("stats") or "{}")["numRecords"])
+        except (KeyError, TypeError, ValueError):
+            action[_RECORDS] = None
+    return action[_RECORDS]
 
 
 def estimate_rows(
