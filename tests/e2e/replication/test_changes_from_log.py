@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName
+from cdc2ch.source.spark.scalaseqs import python_list
 from cdc2ch.source.sparkread import rowcopies
 from cdc2ch.source.sparkread.cdfscan import scanned_changes
 from cdc2ch.source.sparkread.rowcopies import Copies
@@ -189,10 +190,8 @@ def test_rows_a_rewrite_copied_are_not_written_again(spark, sink, cli, tmp_path,
 
 def _vector_scans(frame) -> list[str]:
     """The scans of `frame`'s plan that read files through deletion-vector row filters, by Delta index."""
-    children = frame._jdf.queryExecution().logical().children()
     scans = []
-    for i in range(children.size()):
-        child = children.apply(i)
+    for child in python_list(frame._jdf.queryExecution().logical().children()):
         if child.getClass().getSimpleName() == "LogicalRelation":
             index = child.relation().location()
             if not index.rowIndexFilters().isEmpty():
