@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 from cdc2ch.model.changeset import Commit
 from cdc2ch.source.deltalog.commitlog import missing_table, not_a_delta_table
 from cdc2ch.source.sparkread.emptyscans import without_empty_scans
+from cdc2ch.source.sparkread.netchanges import net_changes
 from cdc2ch.source.sparkread.rowcopies import Copies, without_copies
 
 
@@ -101,6 +102,9 @@ def scanned_changes(
         changes = DataFrame(frame, spark)
         if not coarse:
             return changes
+        net = net_changes(spark, log, snapshot, changes, copies) if copies and copies.times else None
+        if net is not None:
+            return net
         changes = without_empty_scans(spark, changes)
         return without_copies(spark, log, snapshot, changes, copies) if copies else changes
     except Exception:

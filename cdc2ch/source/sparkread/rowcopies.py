@@ -20,7 +20,7 @@ it did not touch. Two ways to leave those copies out:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from cdc2ch.model import contract, schema
@@ -42,6 +42,8 @@ class Copies:
     versions: dict[int, datetime]
     key: tuple[str, ...]
     compared: frozenset[int] = frozenset()
+    # every commit's time where the range's changes can be derived at once (netchanges.py), else empty
+    times: dict[int, datetime] = field(default_factory=dict)
 
 
 def rewrites(commits: Sequence[Commit], key: Sequence[str]) -> Copies | None:
@@ -65,7 +67,11 @@ def rewrites(commits: Sequence[Commit], key: Sequence[str]) -> Copies | None:
             compared.add(c.version)
     if sum(c.estimated_rows for c in commits if c.version in compared) < COMPARED_FROM_ROWS:
         compared.clear()  # few copies: written again
-    return Copies(versions, tuple(key), frozenset(compared)) if versions or compared else None
+    # The range at once where row tracking marks copies and nothing hides a row's last change from it: no
+    # deletion vectors, every added file new (RESTORE re-adds old ones: netchanges.py)
+    net = versions and all(c.files is not None and c.files.tracked and not c.files.vectors for c in commits)
+    times = {c.version: c.timestamp for c in commits} if net else {}
+    return Copies(versions, tuple(key), frozenset(compared), times) if versions or compared else None
 
 
 def without_copies(spark, log, snapshot, frame, copies: Copies):
@@ -98,7 +104,7 @@ def _without_marked(spark, log, snapshot, frame, copies: Copies):
     times = F.create_map(*[x for v, ts in copies.versions.items() for x in (F.lit(v), F.lit(ts))])
     columns = [c for c in frame.columns if c not in contract.CDF_COLUMNS]
     inserts = added.where(F.col("_metadata.row_commit_version") == version).select(
-        *[_named(c) for c in columns],
+        *[contract.spark_col(c) for c in columns],
         F.lit("insert").alias("_change_type"),
         version.alias("_commit_version"),
         times[version].cast("timestamp").alias("_commit_timestamp"),
@@ -108,16 +114,17 @@ def _without_marked(spark, log, snapshot, frame, copies: Copies):
     # one commit's keys cannot be split into smaller ranges, and a hash table that outgrows the driver's
     # memory fails where a sort spills; the session lets Spark hash where the partitions are small.
     held = added.select(
-        *[_named(c).alias(f"_held_{i}") for i, c in enumerate(copies.key)], version.alias("_held_version")
+        *[contract.spark_col(c).alias(f"_held_{i}") for i, c in enumerate(copies.key)],
+        version.alias("_held_version"),
     )
     same = [F.col("_commit_version") == F.col("_held_version")] + [
-        _named(c).eqNullSafe(F.col(f"_held_{i}")) for i, c in enumerate(copies.key)
+        contract.spark_col(c).eqNullSafe(F.col(f"_held_{i}")) for i, c in enumerate(copies.key)
     ]
     # One pass over `frame` (each of its scans plans with a Spark job): the inserts of those versions out,
     # the rest anti-joined with the keys they hold, which match only rows of those versions.
     copied = F.col("_commit_version").isin(list(copies.versions)) & (F.col("_change_type") == "insert")
     kept = frame.where(~copied).join(held, same, "left_anti")
-    return kept.select(*[_named(c) for c in frame.columns]).unionByName(inserts)
+    return kept.select(*[contract.spark_col(c) for c in frame.columns]).unionByName(inserts)
 
 
 def _without_equal_pairs(frame):
@@ -130,14 +137,16 @@ def _without_equal_pairs(frame):
         return frame
     columns = [c for c in frame.columns if c not in contract.CDF_COLUMNS]
     change = F.col("_change_type")
-    grouped = frame.groupBy(F.col("_commit_version"), *[_named(c) for c in columns]).agg(
+    grouped = frame.groupBy(F.col("_commit_version"), *[contract.spark_col(c) for c in columns]).agg(
         F.max((change == "insert").cast("int")).alias("_inserted"),
         F.max((change == "delete").cast("int")).alias("_deleted"),
         F.first("_commit_timestamp").alias("_commit_timestamp"),
     )
     kept = grouped.where(F.col("_inserted") + F.col("_deleted") == 1)
     changed = F.when(F.col("_inserted") == 1, F.lit("insert")).otherwise(F.lit("delete"))
-    return kept.select(*[_named(c) if c != "_change_type" else changed.alias(c) for c in frame.columns])
+    return kept.select(
+        *[contract.spark_col(c) if c != "_change_type" else changed.alias(c) for c in frame.columns]
+    )
 
 
 def groupable(struct) -> bool:
@@ -172,9 +181,3 @@ def _new_files(spark, log, versions: dict[int, datetime]) -> list:
                     return []
                 found.append(add)
     return found
-
-
-def _named(column: str):
-    from pyspark.sql import functions as F
-
-    return F.col("`" + column.replace("`", "``") + "`")

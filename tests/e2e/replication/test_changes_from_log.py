@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName
+from cdc2ch.source.deltalog.commitlog import parse_commit
 from cdc2ch.source.spark.scalaseqs import python_list
 from cdc2ch.source.sparkread import rowcopies
 from cdc2ch.source.sparkread.cdfscan import scanned_changes
@@ -260,6 +262,66 @@ def test_row_tracked_rewrites_of_a_partitioned_table_write_only_what_changed(spa
     # changed key
     assert [e["rows"] for e in cli.events(result, "range_read")] == [48]
     assert sum(e["rows"] for e in cli.events(result, "batch")) == 48
+    _final_equals_delta(spark, sink, path, target)
+
+
+def test_a_row_tracked_range_is_derived_from_the_files_it_found_and_those_it_leaves(
+    spark, sink, cli, tmp_path
+):
+    """A range of row-tracked copy-on-write commits is derived at once (netchanges.py): each changed row once,
+    at its last change; for each key gone a tombstone at its delete with the values the target holds; nothing
+    for a key inserted and deleted within the range, no tombstone for one deleted and inserted again; an
+    OPTIMIZE among them moves rows without changing them. FINAL equals the table."""
+    path = str(tmp_path / "net")
+    t = f"delta.`{path}`"
+    spark.sql(
+        f"CREATE TABLE {t} (id BIGINT, v STRING) USING delta "
+        "TBLPROPERTIES (delta.enableRowTracking = true, delta.enableDeletionVectors = false)"
+    )
+    spark.sql(f"INSERT INTO {t} SELECT id, concat('v', id) FROM range(0, 10, 1, 2)")  # version 1, two files
+    target = TargetName("from_log", "net")
+    cli.replicate("run", path, str(target), "--once", "--reader", "spark")
+    spark.sql(
+        f"MERGE INTO {t} d USING (SELECT * FROM VALUES (1, 'a', 'u'), (2, '', 'd'), (20, 'n', 'u') AS s(id, v, op)) s "
+        "ON d.id = s.id WHEN MATCHED AND s.op = 'd' THEN DELETE WHEN MATCHED THEN UPDATE SET d.v = s.v "
+        "WHEN NOT MATCHED THEN INSERT (id, v) VALUES (s.id, s.v)"
+    )  # version 2
+    spark.sql(f"UPDATE {t} SET v = 'b' WHERE id = 1")  # 3: 1 changed again
+    spark.sql(f"OPTIMIZE {t}")  # 4: every row moved, none changed
+    spark.sql(f"DELETE FROM {t} WHERE id IN (3, 20)")  # 5: 20 never reached the target
+    spark.sql(f"UPDATE {t} SET id = 30 WHERE id = 4")  # 6: a key change, 4 gone
+    spark.sql(f"INSERT INTO {t} VALUES (2, 'again')")  # 7: 2 back
+    commits = [
+        parse_commit(v, (Path(path) / "_delta_log" / f"{v:020}.json").read_text(), 0) for v in range(2, 8)
+    ]
+    copies = rowcopies.rewrites(commits, ("id",))
+    assert copies is not None and sorted(copies.times) == [2, 3, 4, 5, 6, 7]
+    derived = scanned_changes(spark, path, 2, 7, coarse=True, copies=copies).collect()
+    assert sorted((r["id"], r["v"], r["_change_type"], r["_commit_version"]) for r in derived) == [
+        (1, "b", "insert", 3), (2, "again", "insert", 7), (3, "v3", "delete", 5), (4, "v4", "delete", 6),
+        (30, "v4", "insert", 6),
+    ]  # fmt: skip
+    result = cli.replicate("run", path, str(target), "--once", "--reader", "spark")
+    assert sum(e["rows"] for e in cli.events(result, "batch")) == 5
+    _final_equals_delta(spark, sink, path, target)
+
+
+def test_a_row_tracked_range_whose_every_new_file_is_removed_again_writes_nothing(spark, sink, cli, tmp_path):
+    """Rows inserted, updated and deleted within one row-tracked range never reach the target: derived at
+    once, the range has no file before it and none at its end, and writes nothing."""
+    path = str(tmp_path / "net_none")
+    t = f"delta.`{path}`"
+    spark.sql(
+        f"CREATE TABLE {t} (id BIGINT, v STRING) USING delta "
+        "TBLPROPERTIES (delta.enableRowTracking = true, delta.enableDeletionVectors = false)"
+    )
+    target = TargetName("from_log", "net_none")
+    cli.replicate("run", path, str(target), "--once", "--reader", "spark")
+    spark.sql(f"INSERT INTO {t} VALUES (1, 'a'), (2, 'b')")
+    spark.sql(f"UPDATE {t} SET v = 'c' WHERE id = 1")
+    spark.sql(f"DELETE FROM {t}")
+    result = cli.replicate("run", path, str(target), "--once", "--reader", "spark")
+    assert [e["rows"] for e in cli.events(result, "range_read")] == [0]
     _final_equals_delta(spark, sink, path, target)
 
 

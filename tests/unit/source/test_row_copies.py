@@ -75,6 +75,32 @@ def test_rewrites_are_compared_only_where_they_yield_enough_rows_for_it_to_pay(m
     assert enough is not None and enough.compared == {2, 3, 4}
 
 
+TRACKED = Files(added=(("b.parquet", 10, True),), removed=(("a.parquet", True),), tracked=True)
+
+
+def test_a_range_is_derived_at_once_where_row_tracking_tells_every_rows_last_change(monkeypatch):
+    """netchanges.py: every commit's time is kept where a range has a marked rewrite and every commit of it
+    adds only files it first added, without deletion vectors; none otherwise."""
+    merge = commit(3, "MERGE", files=TRACKED)
+    append = commit(2, "WRITE", files=Files(added=(("c", 5, True),), tracked=True))
+    deleted = commit(4, "DELETE", files=Files(removed=(("b.parquet", True),), tracked=True))
+    copies = rewrites([append, merge, deleted], ("id",))
+    assert copies is not None and copies.times == {2: TS, 3: TS, 4: TS}
+    assert copies.versions == {3: TS}
+    restored = commit(5, "RESTORE", preserved=False, files=REWRITE)  # re-added files: not tracked
+    vectors = Files(added=(("d", 9, True),), removed=(("b.parquet", True),), vectors=True, tracked=True)
+    for other in (restored, commit(5, "UPDATE", files=vectors), commit(5, "UPDATE", files=None)):
+        found = rewrites([append, merge, other], ("id",))
+        assert found is not None and found.times == {}
+    # nothing marked (no key, or a writer that kept no values): compared, commit by commit
+    monkeypatch.setattr(rowcopies, "COMPARED_FROM_ROWS", 0)
+    for unmarked in (
+        rewrites([append, merge], ()),
+        rewrites([append, commit(3, "MERGE", preserved=False, files=TRACKED)], ("id",)),
+    ):
+        assert unmarked is not None and unmarked.compared == {3} and unmarked.times == {}
+
+
 def test_rows_are_compared_only_where_spark_can_group_every_column():
     from pyspark.sql import types as T
 
@@ -97,3 +123,19 @@ def test_commits_say_whether_their_writer_kept_row_tracking_values():
     assert parsed({"delta.rowTracking.preserved": "true"}).rows_preserved
     assert not parsed({"delta.rowTracking.preserved": "false"}).rows_preserved
     assert not parsed({}).rows_preserved and not parsed(None).rows_preserved
+
+
+def test_a_range_is_derived_at_once_only_where_its_files_rewritten_again_outweigh_the_others():
+    """netchanges.RangeFiles.pays: commit by commit reads each file a range adds and removes again twice;
+    at once pays where those hold at least the rows of the files it found and leaves, and every file says."""
+    from cdc2ch.source.sparkread.netchanges import RangeFiles
+
+    def files(rows):
+        return RangeFiles([], [], [], {}, rows)
+
+    assert files((1_000_000, 16_900_000, 900_000)).pays()  # every MERGE rewrites every file
+    assert files((10, 20, 10)).pays()
+    assert not files((10, 19, 10)).pays()
+    assert not files((7_000_000, 4_300_000, 6_600_000)).pays()  # MERGEs of keys clustered in a few files
+    assert not files(None).pays()  # a file whose statistics are not known
+    assert not files((0, 0, 0)).pays()  # nothing rewritten again

@@ -1,0 +1,193 @@
+"""A row-tracked range's changes derived at once: the files it found against those it leaves.
+
+Derived commit by commit (cdfscan.scanned_changes, coarse), a range of copy-on-write MERGEs reads every file
+each of them rewrites and anti-joins each one's removed rows with its added keys: where every MERGE rewrites
+every file, the table is read and joined once per commit. FINAL needs only the range's net effect, which its
+files tell where row tracking keeps each row's last commit version through the copies:
+- `before`: the files it removes that were there before it. Their rows are what the target holds of them.
+- `between`: the files it adds and removes again.
+- `after`: the files it adds that are still there at its end.
+A row of `after` whose row commit version falls in the range changed there: an insert at that version, its
+last change (an older version marks a row copied unchanged, which the target holds). A row of `before` whose
+identity no row of `after` holds is gone: a tombstone with the values the target holds, at the last commit
+that removed a file holding that identity (its delete; a key-changing update's old key goes at the update):
+its own file's removal, or a later one of a file of `between`, whose identities alone are read and matched
+with the gone ones. A key deleted and inserted again within the range is held at the end, and its insert
+outranks what the target held; rows inserted and deleted within the range are not written at all.
+
+Only where every commit of the range keeps row commit versions meaningful (no deletion vectors, every added
+file first added by its commit: RESTORE re-adds old ones), which rowcopies.rewrites decides from the log; row
+tracking on at the range's end (a range never spans a metaData commit), every removed file's partition values
+and row ids known, and where it pays (RangeFiles.pays) are checked here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from cdc2ch.model.contract import CDF_COLUMNS, spark_col
+from cdc2ch.source.spark.scalaseqs import scala_seq
+from cdc2ch.source.sparkread.rowcopies import Copies
+
+_ADD_FIELDS = ("path", "partitionValues", "size", "tags", "baseRowId", "defaultRowCommitVersion", "stats")
+# The rows of `before` up to which the gone identities are sent whole to every task that reads `between`:
+# they are at most as many (a bound known from the log, where a sort-merge join would shuffle all of between)
+BROADCAST_GONE_UP_TO = 2_000_000
+
+
+@dataclass(frozen=True)
+class RangeFiles:
+    """A range's files as AddFile actions (JVM objects): those removed that were there before it, those it
+    added and removed, those it added that are there at its end."""
+
+    before: list
+    between: list
+    after: list
+    removed_at: dict[int, int]  # the version that removed each file of before and between, by its base row id
+    rows: tuple[int, int, int] | None  # the rows of before, between and after, where every file says
+
+    def pays(self) -> bool:
+        """Whether deriving the range at once reads less than commit by commit, which reads each file of
+        `between` twice, whole (added, then removed), and compares each commit's rows on their own: where
+        `between` holds at least as many rows as the files read either way (docs/benchmarks.md)."""
+        return self.rows is not None and 0 < self.rows[1] >= self.rows[0] + self.rows[2]
+
+
+def net_changes(spark, log, snapshot, frame, copies: Copies):
+    """The net changes of `frame`'s range (Delta's coarse derivation over `log`, `snapshot` its end): its
+    inserts and tombstones as above, in `frame`'s columns. None where row tracking is off at the end, a
+    removed file does not say its partition values or row ids, or it does not pay: the range is then derived
+    commit by commit."""
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+
+    jvm = spark._jvm
+    if not jvm.org.apache.spark.sql.delta.RowTracking.isEnabled(snapshot.protocol(), snapshot.metadata()):
+        return None
+    first, last = min(copies.times), max(copies.times)
+    files = _range_files(spark, log, first, last)
+    if files is None or not files.pays():
+        return None
+    none = jvm.scala.Option.empty()
+
+    def scan(found):
+        return DataFrame(log.createDataFrame(snapshot, scala_seq(jvm, found), False, none), spark)
+
+    # (one scan of all files, told apart by their row ids: a union of scans would have each joined alone)
+    removed_at = F.create_map(*[F.lit(x) for pair in files.removed_at.items() for x in pair])
+
+    def removed(found):
+        """The rows of removed files, with the version that removed them (`_gone_at`)."""
+        return scan(found).withColumn("_gone_at", removed_at[F.col("_metadata.base_row_id")])
+
+    columns = [c for c in frame.columns if c not in CDF_COLUMNS]
+    times = F.create_map(*[x for v, ts in copies.times.items() for x in (F.lit(v), F.lit(ts))])
+    held = [f"_held_{i}" for i in range(len(copies.key))]
+    parts = []
+    if files.after:
+        ends = scan(files.after)
+        version = F.col("_metadata.row_commit_version")
+        parts.append(
+            ends.where(version.between(first, last)).select(
+                *[spark_col(c) for c in columns],
+                F.lit("insert").alias("_change_type"),
+                version.alias("_commit_version"),
+                times[version].cast("timestamp").alias("_commit_timestamp"),
+            )
+        )
+    if files.before:
+        gone = removed(files.before)
+        if files.after:
+            kept = ends.select(*[spark_col(c).alias(h) for c, h in zip(copies.key, held)])
+            gone = gone.join(kept, _same(copies.key, held), "left_anti")
+        if files.between:
+            identities = gone.select(*[spark_col(c) for c in copies.key])
+            if files.rows is not None and files.rows[0] <= BROADCAST_GONE_UP_TO:
+                identities = F.broadcast(identities)
+            later = (
+                removed(files.between)
+                .select(*[spark_col(c).alias(h) for c, h in zip(copies.key, held)], F.col("_gone_at"))
+                .join(identities, _same(copies.key, held), "left_semi")
+                .groupBy(*held)
+                .agg(F.max("_gone_at").alias("_later"))
+            )
+            gone = gone.join(later, _same(copies.key, held), "left").withColumn(
+                "_gone_at", F.coalesce(F.col("_later"), F.col("_gone_at"))
+            )
+        parts.append(
+            gone.select(
+                *[spark_col(c) for c in columns],
+                F.lit("delete").alias("_change_type"),
+                F.col("_gone_at").alias("_commit_version"),
+                times[F.col("_gone_at")].cast("timestamp").alias("_commit_timestamp"),
+            )
+        )
+    if not parts:  # every file it added it removed again: no row of it reached its end
+        return frame.where(F.lit(False))
+    return _union(parts).select(*[spark_col(c) for c in frame.columns])
+
+
+def _union(frames):
+    """The rows of every frame of `frames` (the same columns), one after another."""
+    from functools import reduce
+
+    return reduce(lambda a, b: a.unionByName(b), frames)
+
+
+def _same(key, held):
+    """Each identity column equal, null-safe, to its held copy (a sorting key's columns beyond the primary
+    key may be null)."""
+    from functools import reduce
+
+    return reduce(lambda a, b: a & b, [spark_col(c).eqNullSafe(spark_col(h)) for c, h in zip(key, held)])
+
+
+def _range_files(spark, log, start: int, end: int) -> RangeFiles | None:
+    """The files of versions [start, end] (RangeFiles). None where a removed file does not say its partition
+    values or row ids (written before removes kept them)."""
+    added: dict = {}
+    before: list = []
+    between: list = []
+    removed_at: dict[int, int] = {}
+    rows: dict[str, list[int | None]] = {"before": [], "between": [], "after": []}
+    commits = log.getChanges(int(start), int(end), spark._jvm.scala.Option.empty(), False)
+    while commits.hasNext():
+        version_actions = commits.next()
+        version = version_actions._1()
+        if version > end:
+            break
+        actions = version_actions._2().iterator()
+        while actions.hasNext():
+            action = actions.next()
+            kind = action.getClass().getSimpleName()
+            if kind == "AddFile":
+                added[action.path()] = action
+            elif kind == "RemoveFile":
+                fields = json.loads(action.json())["remove"]
+                if not fields.get("extendedFileMetadata") or fields.get("baseRowId") is None:
+                    return None
+                removed_at[fields["baseRowId"]] = version
+                first = added.pop(action.path(), None)
+                if first is None:
+                    before.append(_as_add(spark, fields))
+                    rows["before"].append(_records(fields))
+                else:  # (its rows as its add counted them: a remove may carry no statistics)
+                    between.append(_as_add(spark, fields))
+                    rows["between"].append(_records(json.loads(first.json())["add"]))
+    rows["after"] = [_records(json.loads(a.json())["add"]) for a in added.values()]
+    known = [[r for r in found if r is not None] for found in rows.values()]
+    counted = None if any(None in r for r in rows.values()) else (sum(known[0]), sum(known[1]), sum(known[2]))
+    return RangeFiles(before, between, list(added.values()), removed_at, counted)
+
+
+def _records(fields: dict) -> int | None:
+    """The rows of a file action (its fields), where its statistics say."""
+    return json.loads(fields.get("stats") or "{}").get("numRecords")
+
+
+def _as_add(spark, fields: dict):
+    """A removed file (its RemoveFile's fields) as the AddFile that added it (its path, partition values,
+    size and row ids), to be scanned: a RemoveFile cannot be."""
+    add = {k: fields[k] for k in _ADD_FIELDS if k in fields} | {"modificationTime": 0, "dataChange": True}
+    return spark._jvm.org.apache.spark.sql.delta.actions.Action.fromJson(json.dumps({"add": add}))
