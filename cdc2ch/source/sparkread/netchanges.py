@@ -34,6 +34,9 @@ _ADD_FIELDS = ("path", "partitionValues", "size", "tags", "baseRowId", "defaultR
 # The rows of `before` up to which the gone identities are sent whole to every task that reads `between`:
 # they are at most as many (a bound known from the log, where a sort-merge join would shuffle all of between)
 BROADCAST_GONE_UP_TO = 2_000_000
+# The rows rewritten again within a range from which deriving it at once pays: below, its larger plan costs
+# a fresh JVM more to compile than the reads it saves (docs/benchmarks.md, tables without a feed)
+AT_ONCE_FROM_ROWS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -50,8 +53,10 @@ class RangeFiles:
     def pays(self) -> bool:
         """Whether deriving the range at once reads less than commit by commit, which reads each file of
         `between` twice, whole (added, then removed), and compares each commit's rows on their own: where
-        `between` holds at least as many rows as the files read either way (docs/benchmarks.md)."""
-        return self.rows is not None and 0 < self.rows[1] >= self.rows[0] + self.rows[2]
+        `between` holds at least as many rows as the files read either way, and enough to outweigh its plan."""
+        return self.rows is not None and self.rows[1] >= max(
+            self.rows[0] + self.rows[2], AT_ONCE_FROM_ROWS, 1
+        )
 
 
 def net_changes(spark, log, snapshot, frame, copies: Copies):

@@ -20,7 +20,7 @@ from cdc2ch.model import schema
 from cdc2ch.model.config import TargetName
 from cdc2ch.source.deltalog.commitlog import parse_commit
 from cdc2ch.source.spark.scalaseqs import python_list
-from cdc2ch.source.sparkread import rowcopies
+from cdc2ch.source.sparkread import netchanges, rowcopies
 from cdc2ch.source.sparkread.cdfscan import scanned_changes
 from cdc2ch.source.sparkread.rowcopies import Copies
 from tests.support.helpers import assert_rows_equal, clickhouse_rows, delta_rows
@@ -266,12 +266,13 @@ def test_row_tracked_rewrites_of_a_partitioned_table_write_only_what_changed(spa
 
 
 def test_a_row_tracked_range_is_derived_from_the_files_it_found_and_those_it_leaves(
-    spark, sink, cli, tmp_path
+    spark, sink, cli, tmp_path, monkeypatch
 ):
     """A range of row-tracked copy-on-write commits is derived at once (netchanges.py): each changed row once,
     at its last change; for each key gone a tombstone at its delete with the values the target holds; nothing
     for a key inserted and deleted within the range, no tombstone for one deleted and inserted again; an
     OPTIMIZE among them moves rows without changing them. FINAL equals the table."""
+    monkeypatch.setattr(netchanges, "AT_ONCE_FROM_ROWS", 0)  # (however few rows it rewrites)
     path = str(tmp_path / "net")
     t = f"delta.`{path}`"
     spark.sql(
@@ -306,9 +307,12 @@ def test_a_row_tracked_range_is_derived_from_the_files_it_found_and_those_it_lea
     _final_equals_delta(spark, sink, path, target)
 
 
-def test_a_row_tracked_range_whose_every_new_file_is_removed_again_writes_nothing(spark, sink, cli, tmp_path):
+def test_a_row_tracked_range_whose_every_new_file_is_removed_again_writes_nothing(
+    spark, sink, cli, tmp_path, monkeypatch
+):
     """Rows inserted, updated and deleted within one row-tracked range never reach the target: derived at
     once, the range has no file before it and none at its end, and writes nothing."""
+    monkeypatch.setattr(netchanges, "AT_ONCE_FROM_ROWS", 0)
     path = str(tmp_path / "net_none")
     t = f"delta.`{path}`"
     spark.sql(
@@ -346,10 +350,14 @@ _commits = st.one_of(
     st.lists(st.tuples(_commits, st.booleans()), min_size=2, max_size=5),
     st.sampled_from((1, 40, 500_000)),
 )
-def test_generated_row_tracked_rewrites_replicate_exactly(spark, sink, cli, tmp_path, rows, commits, size):
+def test_generated_row_tracked_rewrites_replicate_exactly(
+    spark, sink, cli, tmp_path, monkeypatch, rows, commits, size
+):
     """Generated histories of copy-on-write rewrites on a row-tracked, partitioned table without a feed,
     written by Spark (MERGEs that update, delete and insert, key changes, rows moved between partitions),
-    replicated after the commits drawn and at the end in ranges of a drawn size: FINAL equals the table."""
+    replicated after the commits drawn and at the end in ranges of a drawn size, each derived at once
+    wherever it can be (netchanges.py), whether that pays or not: FINAL equals the table."""
+    monkeypatch.setattr(netchanges.RangeFiles, "pays", lambda files: True)
     n = next(_histories)
     path = str(tmp_path / f"tracked_history_{n}")
     t = f"delta.`{path}`"

@@ -125,15 +125,20 @@ def test_commits_say_whether_their_writer_kept_row_tracking_values():
     assert not parsed({}).rows_preserved and not parsed(None).rows_preserved
 
 
-def test_a_range_is_derived_at_once_only_where_its_files_rewritten_again_outweigh_the_others():
+def test_a_range_is_derived_at_once_only_where_its_files_rewritten_again_outweigh_the_others(monkeypatch):
     """netchanges.RangeFiles.pays: commit by commit reads each file a range adds and removes again twice;
-    at once pays where those hold at least the rows of the files it found and leaves, and every file says."""
+    at once pays where those hold at least the rows of the files it found and leaves, and enough rows to
+    outweigh its plan, and every file says."""
+    from cdc2ch.source.sparkread import netchanges
     from cdc2ch.source.sparkread.netchanges import RangeFiles
 
     def files(rows):
         return RangeFiles([], [], [], {}, rows)
 
     assert files((1_000_000, 16_900_000, 900_000)).pays()  # every MERGE rewrites every file
+    assert not files((100_000, 200_000, 100_000)).pays()  # the same, small: compiling its plan costs more
+    assert files((300_000, 1_000_000, 300_000)).pays()
+    monkeypatch.setattr(netchanges, "AT_ONCE_FROM_ROWS", 0)
     assert files((10, 20, 10)).pays()
     assert not files((10, 19, 10)).pays()
     assert not files((7_000_000, 4_300_000, 6_600_000)).pays()  # MERGEs of keys clustered in a few files
