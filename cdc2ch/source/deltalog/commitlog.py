@@ -93,19 +93,19 @@ def file_rows(adds: list[dict], removes: list[dict]) -> int:
 
 def _bytes_per_row(files: list[dict]) -> float:
     """The fewest bytes per row among `files` with statistics: sizes a file without them (an upper bound)."""
-    sized = [(a["size"], n) for a in files if (n := _records(a)) and a.get("size")]
+    sized = [(a["size"], n) for a in files if (n := file_records(a)) and a.get("size")]
     return min((s / n for s, n in sized), default=DEFAULT_BYTES_PER_ROW)
 
 
 def _rows(action: dict, per_row: float) -> int:
     """The rows of a file action: its numRecords, else its size over `per_row`."""
-    n = _records(action)
+    n = file_records(action)
     return n if n is not None else int(action.get("size", 0) / per_row) + 1
 
 
 def _live(add: dict) -> int | None:
     """The rows of an added file that are live: its numRecords less those its deletion vector deletes."""
-    n = _records(add)
+    n = file_records(add)
     return None if n is None else n - int((add.get("deletionVector") or {}).get("cardinality", 0))
 
 
@@ -114,7 +114,8 @@ def _live(add: dict) -> int | None:
 _RECORDS = "cdc2ch.numRecords"
 
 
-def _records(action: dict) -> int | None:
+def file_records(action: dict) -> int | None:
+    """The rows of a file action (an add or remove's fields) where its statistics say: their numRecords."""
     if _RECORDS not in action:
         try:
             action[_RECORDS] = int(json.loads(action.get("stats") or "{}")["numRecords"])

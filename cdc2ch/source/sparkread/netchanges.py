@@ -27,6 +27,7 @@ import json
 from dataclasses import dataclass
 
 from cdc2ch.model.contract import CDF_COLUMNS, spark_col
+from cdc2ch.source.deltalog.commitlog import file_records
 from cdc2ch.source.spark.scalaseqs import scala_seq
 from cdc2ch.source.sparkread.rowcopies import Copies
 
@@ -89,6 +90,7 @@ def net_changes(spark, log, snapshot, frame, copies: Copies):
     columns = [c for c in frame.columns if c not in CDF_COLUMNS]
     times = F.create_map(*[x for v, ts in copies.times.items() for x in (F.lit(v), F.lit(ts))])
     held = [f"_held_{i}" for i in range(len(copies.key))]
+    as_held = [spark_col(c).alias(h) for c, h in zip(copies.key, held)]  # a row's identity, named `held`
     parts = []
     if files.after:
         ends = scan(files.after)
@@ -104,16 +106,16 @@ def net_changes(spark, log, snapshot, frame, copies: Copies):
     if files.before:
         gone = removed(files.before)
         if files.after:
-            kept = ends.select(*[spark_col(c).alias(h) for c, h in zip(copies.key, held)])
+            kept = ends.select(*as_held)
             gone = gone.join(kept, _same(copies.key, held), "left_anti")
         if files.between:
-            identities = gone.select(*[spark_col(c) for c in copies.key])
+            gone_keys = gone.select(*[spark_col(c) for c in copies.key])
             if files.rows is not None and files.rows[0] <= BROADCAST_GONE_UP_TO:
-                identities = F.broadcast(identities)
+                gone_keys = F.broadcast(gone_keys)
             later = (
                 removed(files.between)
-                .select(*[spark_col(c).alias(h) for c, h in zip(copies.key, held)], F.col("_gone_at"))
-                .join(identities, _same(copies.key, held), "left_semi")
+                .select(*as_held, F.col("_gone_at"))
+                .join(gone_keys, _same(copies.key, held), "left_semi")
                 .groupBy(*held)
                 .agg(F.max("_gone_at").alias("_later"))
             )
@@ -176,19 +178,14 @@ def _range_files(spark, log, start: int, end: int) -> RangeFiles | None:
                 first = added.pop(action.path(), None)
                 if first is None:
                     before.append(_as_add(spark, fields))
-                    rows["before"].append(_records(fields))
+                    rows["before"].append(file_records(fields))
                 else:  # (its rows as its add counted them: a remove may carry no statistics)
                     between.append(_as_add(spark, fields))
-                    rows["between"].append(_records(json.loads(first.json())["add"]))
-    rows["after"] = [_records(json.loads(a.json())["add"]) for a in added.values()]
+                    rows["between"].append(file_records(json.loads(first.json())["add"]))
+    rows["after"] = [file_records(json.loads(a.json())["add"]) for a in added.values()]
     known = [[r for r in found if r is not None] for found in rows.values()]
     counted = None if any(None in r for r in rows.values()) else (sum(known[0]), sum(known[1]), sum(known[2]))
     return RangeFiles(before, between, list(added.values()), removed_at, counted)
-
-
-def _records(fields: dict) -> int | None:
-    """The rows of a file action (its fields), where its statistics say."""
-    return json.loads(fields.get("stats") or "{}").get("numRecords")
 
 
 def _as_add(spark, fields: dict):
