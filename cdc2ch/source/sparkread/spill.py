@@ -58,6 +58,10 @@ class RowQueue:
             self.spilled += 1
             if not self._closed:
                 self._append(_Spilled(path), 0)
+                return
+        # closed while this file was written: close() may have listed the directory before the file was in it,
+        # and left both
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
     def _append(self, item, rows: int) -> None:
         self._items.append((item, rows))

@@ -61,6 +61,28 @@ def test_close_removes_what_waits_on_disk_and_drops_later_items():
     assert not queue._items
 
 
+def test_a_batch_spilled_while_the_queue_closes_leaves_nothing_on_disk(monkeypatch):
+    """close() removes the spill directory while the giver may be writing a file into it, outside the lock:
+    a listing taken before the file existed leaves the file and the directory. The giver removes both once
+    it sees the queue closed."""
+    from cdc2ch.source.sparkread import spill
+
+    queue = RowQueue(100)
+    queue.put(_batch(0, 100), 100)
+    queue.put(_batch(100, 100), 100)  # spilled: the directory exists
+    spill_dir = queue._dir
+    new_file = spill.pa.ipc.new_file
+
+    def closed_meanwhile(sink, schema):
+        with queue._cond:  # what close() does under its lock; its removal ran before this file existed
+            queue._closed, queue._dir = True, None
+        return new_file(sink, schema)
+
+    monkeypatch.setattr(spill.pa.ipc, "new_file", closed_meanwhile)
+    queue.put(_batch(200, 100), 100)
+    assert spill_dir is not None and not os.path.exists(spill_dir)
+
+
 def test_a_taker_waits_for_the_next_item():
     queue, got = RowQueue(10), []
     taker = threading.Thread(target=lambda: got.append(queue.get()), daemon=True)
