@@ -6,12 +6,10 @@ Nothing here reads or writes anything; the loop (pipeline.py) gathers the facts 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
 
 from cdc2ch.base.errors import ConfigError, SourceError, StateError, summarise
-from cdc2ch.model import schema
 from cdc2ch.model.changeset import FEED, LOG, Commit, records_feed
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.records import PipelineState
@@ -316,62 +314,6 @@ def choose_writer(reader: str, wanted: str, remote_target: bool, local_master: b
     if wanted == "auto":
         return "executors" if remote_target and not local_master else "driver"
     return wanted
-
-
-# Reader features (Delta protocol names) that ClickHouse's Delta reader (delta-kernel-rs, in chdb 26.9) reads;
-# a table with any other reader feature is refused. Data features in this list that it reads wrongly get a
-# rule of their own in unsupported_by_clickhouse_reader. Log features need none: v2 checkpoints with sidecars,
-# classic multi-part checkpoints, log compaction files, in-commit timestamps (its _commit_timestamp is the
-# in-commit timestamp) and early commits removed after a checkpoint each replicate equal to Delta
-# (tests/e2e/replication/test_table_history.py).
-CLICKHOUSE_READER_FEATURES = frozenset(
-    {
-        "v2Checkpoint",
-        "vacuumProtocolCheck",
-        "timestampNtz",
-        "deletionVectors",
-        "columnMapping",
-        "typeWidening",
-        "typeWidening-preview",
-        "variantType",
-        "variantType-preview",
-    }
-)
-
-
-def unsupported_by_clickhouse_reader(
-    protocol: Mapping[str, Any], properties: Mapping[str, str], schema_json: dict[str, Any] | None = None
-) -> list[str]:
-    """The features of a Delta table that `--reader clickhouse` cannot read correctly, in user words (empty:
-    it reads the table). `protocol`: minReaderVersion, readerFeatures...; `properties`: the table properties;
-    `schema_json`: the Spark JSON schema. Pure: the caller reads the latest version's.
-
-    Measured with chdb 26.9 (delta-kernel-rs), table data and change data feed alike: any reader feature
-    outside CLICKHOUSE_READER_FEATURES is refused by name; deletion vectors, column mapping (name and id),
-    type widening, row tracking, liquid clustering and TIMESTAMP_NTZ are read right
-    (tests/e2e/replication/test_table_features.py pins each); a VARIANT column is refused ("Unsupported Variant data
-    type"), at any depth."""
-    found = [
-        f"table feature {f}"
-        for f in sorted(set(protocol.get("readerFeatures") or ()))
-        if f not in CLICKHOUSE_READER_FEATURES
-    ]
-    fields = schema.user_fields(schema_json) if schema_json else []
-    variants = [f["name"] for f in fields if schema.contains_type(f["type"], "variant")]
-    if variants:
-        found.append(f"VARIANT columns ({', '.join(variants)})")
-    return found
-
-
-def clickhouse_reader_error(
-    uri: str, features: list[str], outcome: str = "nothing was written"
-) -> ConfigError:
-    """The refusal of --reader clickhouse for a table with `features` (unsupported_by_clickhouse_reader)."""
-    return ConfigError(
-        f"{uri} uses {' and '.join(features)}, which ClickHouse's Delta reader (--reader clickhouse) cannot "
-        f"read, so {outcome}. Replicate this table with --reader spark, or auto (the default), which "
-        f"chooses Spark for it: Spark reads every table feature."
-    )
 
 
 def describe(commit: Commit) -> str:

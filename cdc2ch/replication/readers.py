@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from cdc2ch.base.errors import Cdc2chError, SourceError, summarise
+from cdc2ch.base.errors import Cdc2chError, ConfigError, SourceError, summarise
 from cdc2ch.base.log import Logger
 from cdc2ch.model import schema
 from cdc2ch.model.changeset import Changes
@@ -24,11 +24,66 @@ from cdc2ch.model.config import RunConfig
 from cdc2ch.model.objectstore import S3Settings
 from cdc2ch.model.records import PipelineState
 from cdc2ch.model.tableref import is_local
-from cdc2ch.replication import plan
 from cdc2ch.replication.ports import ChangeSource, LakeReader
 
 OBJECT_STORE_SCHEMES = ("s3", "s3a", "s3n")  # the object storage ClickHouse's Delta reader reaches here
 PROBE_REASON_CHARS = 300  # of a failed probe's error in the reason logged
+
+
+# Reader features (Delta protocol names) that ClickHouse's Delta reader (delta-kernel-rs, in chdb 26.9) reads;
+# a table with any other reader feature is refused. Data features in this list that it reads wrongly get a
+# rule of their own in unsupported_by_clickhouse_reader. Log features need none: v2 checkpoints with sidecars,
+# classic multi-part checkpoints, log compaction files, in-commit timestamps (its _commit_timestamp is the
+# in-commit timestamp) and early commits removed after a checkpoint each replicate equal to Delta
+# (tests/e2e/replication/test_table_history.py).
+CLICKHOUSE_READER_FEATURES = frozenset(
+    {
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+        "timestampNtz",
+        "deletionVectors",
+        "columnMapping",
+        "typeWidening",
+        "typeWidening-preview",
+        "variantType",
+        "variantType-preview",
+    }
+)
+
+
+def unsupported_by_clickhouse_reader(
+    protocol: Mapping[str, Any], properties: Mapping[str, str], schema_json: dict[str, Any] | None = None
+) -> list[str]:
+    """The features of a Delta table that `--reader clickhouse` cannot read correctly, in user words (empty:
+    it reads the table). `protocol`: minReaderVersion, readerFeatures...; `properties`: the table properties;
+    `schema_json`: the Spark JSON schema. Pure: the caller reads the latest version's.
+
+    Measured with chdb 26.9 (delta-kernel-rs), table data and change data feed alike: any reader feature
+    outside CLICKHOUSE_READER_FEATURES is refused by name; deletion vectors, column mapping (name and id),
+    type widening, row tracking, liquid clustering and TIMESTAMP_NTZ are read right
+    (tests/e2e/replication/test_table_features.py pins each); a VARIANT column is refused ("Unsupported Variant data
+    type"), at any depth."""
+    found = [
+        f"table feature {f}"
+        for f in sorted(set(protocol.get("readerFeatures") or ()))
+        if f not in CLICKHOUSE_READER_FEATURES
+    ]
+    fields = schema.user_fields(schema_json) if schema_json else []
+    variants = [f["name"] for f in fields if schema.contains_type(f["type"], "variant")]
+    if variants:
+        found.append(f"VARIANT columns ({', '.join(variants)})")
+    return found
+
+
+def clickhouse_reader_error(
+    uri: str, features: list[str], outcome: str = "nothing was written"
+) -> ConfigError:
+    """The refusal of --reader clickhouse for a table with `features` (unsupported_by_clickhouse_reader)."""
+    return ConfigError(
+        f"{uri} uses {' and '.join(features)}, which ClickHouse's Delta reader (--reader clickhouse) cannot "
+        f"read, so {outcome}. Replicate this table with --reader spark, or auto (the default), which "
+        f"chooses Spark for it: Spark reads every table feature."
+    )
 
 
 def on_object_storage(location: str) -> bool:
@@ -93,7 +148,7 @@ def table_needs_spark(
     schema_json: dict[str, Any], protocol: Mapping[str, Any], properties: Mapping[str, str]
 ) -> str | None:
     """Why `auto` leaves a table to Spark for what it holds (None: ClickHouse reads it as Spark does)."""
-    found = plan.unsupported_by_clickhouse_reader(protocol, properties, schema_json)
+    found = unsupported_by_clickhouse_reader(protocol, properties, schema_json)
     if found:
         return f"ClickHouse's Delta reader cannot read its {' and '.join(found)}"
     zoned = [
@@ -183,9 +238,9 @@ def check_clickhouse_reads(
     does not reach, features of `protocol`, `properties` or `schema_json` its reader reads wrong, and, for
     a change `feed`, a ClickHouse that cannot read one. `outcome`: what the refusal left."""
     lake.check(source.location, feed)
-    found = plan.unsupported_by_clickhouse_reader(protocol or {}, properties or {}, schema_json)
+    found = unsupported_by_clickhouse_reader(protocol or {}, properties or {}, schema_json)
     if found:
-        raise plan.clickhouse_reader_error(source.uri, found, outcome)
+        raise clickhouse_reader_error(source.uri, found, outcome)
 
 
 def check_range(uri: str, changes: Changes, state: PipelineState, chosen: bool) -> None:
@@ -195,9 +250,9 @@ def check_range(uri: str, changes: Changes, state: PipelineState, chosen: bool) 
     stopped = f"replication stopped before versions {changes.start}..{changes.end}, with version "
     stopped += f"{state.committed_version} committed"
     why = table_needs_spark(changes.schema, {}, {}) if chosen else None
-    found = plan.unsupported_by_clickhouse_reader({}, {}, changes.schema)
+    found = unsupported_by_clickhouse_reader({}, {}, changes.schema)
     if found and not why:
-        raise plan.clickhouse_reader_error(uri, found, stopped)
+        raise clickhouse_reader_error(uri, found, stopped)
     if why:
         raise SourceError(
             f"{uri} changed since --reader auto chose ClickHouse's reader for it: {why}. So {stopped}; the "

@@ -11,7 +11,7 @@ from cdc2ch.base.errors import ConfigError, SourceError, StateError
 from cdc2ch.model.changeset import Commit, Files
 from cdc2ch.model.config import RunConfig, TargetName
 from cdc2ch.model.records import PipelineState
-from cdc2ch.replication import plan
+from cdc2ch.replication import plan, readers
 
 TS = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -134,7 +134,7 @@ def test_repointed_keeps_rows_and_a_newer_stamp():
 
 
 def test_clickhouse_reader_refuses_variant_at_any_depth():
-    from cdc2ch.replication.plan import clickhouse_reader_error, unsupported_by_clickhouse_reader
+    from cdc2ch.replication.readers import clickhouse_reader_error, unsupported_by_clickhouse_reader
 
     def fields(**types):
         return {
@@ -279,10 +279,10 @@ def test_gap_errors_give_the_snapshot_command_that_resyncs():
 
 def test_the_clickhouse_reader_refusal_names_every_feature_and_the_outcome():
     features = ["table feature rowTracking", "VARIANT columns (j)"]
-    message = str(plan.clickhouse_reader_error("/lake/t", features))
+    message = str(readers.clickhouse_reader_error("/lake/t", features))
     assert message.startswith("/lake/t uses table feature rowTracking and VARIANT columns (j), which ")
     assert ", so nothing was written. Replicate" in message
-    later = str(plan.clickhouse_reader_error("/lake/t", features[:1], "the run stops here"))
+    later = str(readers.clickhouse_reader_error("/lake/t", features[:1], "the run stops here"))
     assert "cannot read, so the run stops here. Replicate" in later
 
 

@@ -7,7 +7,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from cdc2ch.base.errors import ConfigError, SourceError, StateError
-from cdc2ch.replication import plan
+from cdc2ch.replication import readers
 from tests.support.fakes import Crash, FakeTable, Harness
 
 pytestmark = pytest.mark.unit
@@ -86,6 +86,6 @@ def test_clickhouse_reader_refuses_a_table_feature_it_cannot_read_before_writing
     assert "--reader spark" in message and "/lake/t" in message
     assert h.db.tables == {} and h.store.states == {} and h.lock.acquired == 0 and h.source.reads == []
     # The features ClickHouse's reader does read pass; --reader spark replicates any.
-    assert plan.unsupported_by_clickhouse_reader({"readerFeatures": ["v2Checkpoint"]}, {}) == []
-    assert plan.unsupported_by_clickhouse_reader({"minReaderVersion": 1}, {}) == []
+    assert readers.unsupported_by_clickhouse_reader({"readerFeatures": ["v2Checkpoint"]}, {}) == []
+    assert readers.unsupported_by_clickhouse_reader({"minReaderVersion": 1}, {}) == []
     assert h.run().committed_version == t.latest and h.final() == h.expected()
