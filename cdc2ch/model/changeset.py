@@ -6,7 +6,7 @@ made by a source and read by a writer, from the table's change data feed or deri
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -33,13 +33,78 @@ class Files:
     (replication/startup/replay.py). Paths as the log writes them: relative to the table, URI-encoded."""
 
     added: tuple[tuple[str, int | None, bool], ...] = ()  # (path, live rows or None, dataChange)
-    removed: tuple[tuple[str, bool], ...] = ()  # (path, dataChange)
+    removed: tuple[
+        tuple[str, int | None, bool], ...
+    ] = ()  # (path, rows (by size: no statistics), dataChange)
     change_files: tuple[str, ...] = ()  # its change files (_change_data/...), if it wrote any
     vectors: bool = False  # an added or removed file carries a deletion vector
     partitioned: bool = False  # an added file carries partition values (kept in the log, not in the file)
     # Every added file has row ids and was first added by this commit (row tracking: a row of it whose
     # commit version is not this commit's was copied unchanged)
     tracked: bool = False
+
+
+# The rows a range adds and removes again from which deriving it at once pays: below, its larger plan costs a
+# fresh JVM more to compile than the reads it saves (docs/benchmarks.md, tables without a feed)
+AT_ONCE_FROM_ROWS = 1_000_000
+
+
+@dataclass
+class FileSpan:
+    """The data files of consecutive commits as deriving their changes at once reads them
+    (source/sparkread/netchanges.py), counted in rows: those they remove that were there before them
+    (`before`), those they add and remove again (`between`), those they add that are there at their end
+    (`after`, by path). `derivable`: every commit named its files and their rows, none with a deletion
+    vector (a file's rows are then all it holds)."""
+
+    before: int = 0
+    between: int = 0
+    after: dict[str, int] = field(default_factory=dict)
+    after_rows: int = 0  # (their sum)
+    derivable: bool = True
+
+    @classmethod
+    def of(cls, commits: Iterable[Commit]) -> FileSpan:
+        span = cls()
+        for c in commits:
+            span.take(c.files)
+        return span
+
+    def take(self, files: Files | None) -> None:
+        """One more commit's file actions (None: not known)."""
+        if files is None or files.vectors:
+            self.derivable = False
+            return
+        for path, rows, _ in files.removed:
+            self.remove(path, rows)
+        for path, rows, _ in files.added:
+            self.add(path, rows)
+
+    def remove(self, path: str, rows: int | None) -> None:
+        if path in self.after:
+            rows = self.after.pop(path)  # (counted as added: a remove may carry no statistics)
+            self.between, self.after_rows = self.between + rows, self.after_rows - rows
+        elif rows is None:
+            self.derivable = False
+        else:
+            self.before += rows
+
+    def add(self, path: str, rows: int | None) -> None:
+        if rows is None or path in self.after:  # (a path added twice: a file re-added with a vector)
+            self.derivable = False
+        else:
+            self.after[path], self.after_rows = rows, self.after_rows + rows
+
+    def read_rows(self) -> int:
+        """The rows deriving the span at once reads whole: those of `before` and `after` (of `between`, only
+        the identities)."""
+        return self.before + self.after_rows
+
+    def pays(self) -> bool:
+        """Whether deriving the span at once reads less than commit by commit, which reads each file of
+        `between` twice, whole (added, then removed), and compares each commit's rows on their own: where
+        `between` holds at least as many rows as the files read either way, and enough to outweigh its plan."""
+        return self.derivable and self.between >= max(self.read_rows(), AT_ONCE_FROM_ROWS, 1)
 
 
 def table_file(location: str, path: str) -> str:

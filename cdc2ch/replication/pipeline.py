@@ -315,7 +315,7 @@ def scheduled(
     fed = fed_versions(cfg, source, start, commits)
     cut = plan.schedule(
         commits, interrupted, cfg.max_rows_per_read, writer.range_factor, writer.collects, source.streams,
-        checks_first, plan.vector_scanned(cfg.changes_from, fed, commits, writer.kind),
+        checks_first, plan.log_reads(cfg.changes_from, fed, commits, writer.kind),
     )  # fmt: skip
 
     def read(s: int, e: int) -> Changes:

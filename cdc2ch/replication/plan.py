@@ -6,15 +6,25 @@ Nothing here reads or writes anything; the loop (pipeline.py) gathers the facts 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from cdc2ch.base.errors import ConfigError, SourceError, StateError, summarise
-from cdc2ch.model.changeset import FEED, LOG, Commit, records_feed
+from cdc2ch.model.changeset import FEED, LOG, Commit, FileSpan, records_feed
 from cdc2ch.model.config import RunConfig
 from cdc2ch.model.records import PipelineState
 
 MAX_VERSIONS_PER_READ = 1000
+
+
+@dataclass(frozen=True)
+class LogReads:
+    """How Spark reads the versions whose changes it derives from the log, as far as a range's cost goes:
+    `scanned`, those that scan whole each file they re-add with another deletion vector (log_reads);
+    `netted`, those a range of which Spark may derive at once (FileSpan)."""
+
+    scanned: frozenset[int] = frozenset()
+    netted: frozenset[int] = frozenset()
 
 
 def plan_ranges(
@@ -22,33 +32,79 @@ def plan_ranges(
     max_rows: int,
     max_versions: int = MAX_VERSIONS_PER_READ,
     breaks: Collection[int] = (),
-    scanned: Collection[int] = (),
+    reads: LogReads = LogReads(),
 ) -> list[tuple[int, int]]:
     """Group consecutive versions into read ranges of at most ~max_rows estimated change rows.
 
     A version is never split; one larger than max_rows gets a range of its own. A version in `breaks`
-    (a schema or metadata change) always starts a range: a CDF read may not span one. A version in `scanned`
-    (vector_scanned) counts the rows of the files it adds and removes where they are more: Spark reads them
-    all, one scan a version, and one plan of many such scans costs more than several plans of fewer.
+    (a schema or metadata change) always starts a range: a CDF read may not span one. A version in
+    `reads.scanned` counts the rows of the files it adds and removes where they are more: Spark reads them
+    all, one scan a version, and one plan of many such scans costs more than several plans of fewer. From a
+    version in `reads.netted`, a range reaches as far as deriving it at once pays and reads at most max_rows
+    (FileSpan): copy-on-write rewrites of the same files, each counted whole, would cut it short.
     """
+
+    def opens(c: Commit, first: Commit) -> bool:  # a version that must begin a range of its own
+        return c.version - first.version >= max_versions or c.version in breaks
+
     ranges: list[tuple[int, int]] = []
-    start: int | None = None
-    prev = 0  # the last version seen: set with start
-    rows = 0
-    for c in commits:
-        cost = max(c.estimated_rows, c.file_rows) if c.version in scanned else c.estimated_rows
-        if start is not None and (
-            rows + cost > max_rows or c.version - start >= max_versions or c.version in breaks
-        ):
-            ranges.append((start, prev))
-            start, rows = None, 0
-        if start is None:
-            start = c.version
-        rows += cost
-        prev = c.version
-    if start is not None:
-        ranges.append((start, prev))
+    i = 0
+    while i < len(commits):
+        end = _summed_end(commits, i, max_rows, opens, reads.scanned)
+        if commits[i].version in reads.netted:
+            end = max(end, _at_once_end(commits, i, max_rows, opens, reads.netted))
+        ranges.append((commits[i].version, commits[end].version))
+        i = end + 1
     return ranges
+
+
+def _summed_end(
+    commits: list[Commit],
+    i: int,
+    max_rows: int,
+    opens: Callable[[Commit, Commit], bool],
+    scanned: Collection[int],
+) -> int:
+    """The last commit (its index) of the range from commit i whose commits' estimates sum to max_rows."""
+    rows = 0
+    for j in range(i, len(commits)):
+        c = commits[j]
+        cost = max(c.estimated_rows, c.file_rows) if c.version in scanned else c.estimated_rows
+        if j > i and (rows + cost > max_rows or opens(c, commits[i])):
+            return j - 1
+        rows += cost
+    return len(commits) - 1
+
+
+def _at_once_end(
+    commits: list[Commit],
+    i: int,
+    max_rows: int,
+    opens: Callable[[Commit, Commit], bool],
+    netted: Collection[int],
+) -> int:
+    """The last commit (its index) of the longest range from commit i that Spark derives at once: every
+    commit netted, deriving it pays, and it reads at most max_rows. i - 1 where none does."""
+    span, end = FileSpan(), i - 1
+    for j in range(i, len(commits)):
+        c = commits[j]
+        if c.version not in netted or (j > i and opens(c, commits[i])):
+            break
+        span.take(c.files)
+        if not span.derivable or span.read_rows() > max_rows:
+            break
+        if span.pays():
+            end = j
+    return end
+
+
+def at_once_rows(commits: list[Commit], netted: Collection[int]) -> int | None:
+    """The rows Spark reads whole to derive `commits` (a range) at once, None where it does not (not every
+    commit netted, or it does not pay): an upper bound of the change rows it yields."""
+    if not all(c.version in netted for c in commits):
+        return None
+    span = FileSpan.of(commits)
+    return span.read_rows() if span.pays() else None
 
 
 def schema_breaks(commits: list[Commit]) -> set[int]:
@@ -61,15 +117,15 @@ def catch_up_ranges(
     max_rows: int,
     interrupted: tuple[int, int] | None,
     first_rows: int | None = None,
-    scanned: Collection[int] = (),
+    reads: LogReads = LogReads(),
 ) -> list[tuple[int, int]]:
     """The ranges of a catch-up. An interrupted range is replayed first exactly as it was (same batches,
     same tokens); the rest is planned after it. `first_rows`: a lower bound for the first range (a new
-    pipeline's, which is read whole and checked before anything is written). `scanned`: as plan_ranges."""
+    pipeline's, which is read whole and checked before anything is written). `reads`: as plan_ranges."""
     breaks = schema_breaks(commits)
 
     def cut(some: list[Commit], rows: int) -> list[tuple[int, int]]:
-        return plan_ranges(some, rows, breaks=breaks, scanned=scanned)
+        return plan_ranges(some, rows, breaks=breaks, reads=reads)
 
     if interrupted is not None:
         return [interrupted] + cut([c for c in commits if c.version > interrupted[1]], max_rows)
@@ -79,10 +135,18 @@ def catch_up_ranges(
     return [first] + cut([c for c in commits if c.version > first[1]], max_rows)
 
 
-def range_estimates(commits: list[Commit], ranges: list[tuple[int, int]]) -> list[int]:
-    """The estimated change rows of each range, from its commits' log entries."""
-    rows = {c.version: c.estimated_rows for c in commits}
-    return [sum(rows.get(v, 0) for v in range(s, e + 1)) for s, e in ranges]
+def range_estimates(
+    commits: list[Commit], ranges: list[tuple[int, int]], netted: Collection[int] = ()
+) -> list[int]:
+    """The estimated change rows of each range, from its commits' log entries: their estimates summed, or the
+    rows read where Spark derives it at once (`netted`: LogReads), when fewer."""
+    estimates = []
+    for s, e in ranges:
+        some = [c for c in commits if s <= c.version <= e]
+        summed = sum(c.estimated_rows for c in some)
+        at_once = at_once_rows(some, netted)
+        estimates.append(summed if at_once is None else min(summed, at_once))
+    return estimates
 
 
 def streamed(estimate: int, max_rows_per_read: int, streams: bool) -> bool:
@@ -123,14 +187,14 @@ def schedule(
     collects: bool,
     streams: bool,
     checks_first: bool,
-    scanned: Collection[int] = (),
+    reads: LogReads = LogReads(),
 ) -> RangePlan:
     """The ranges of a catch-up over `commits`, up to --max-rows-per-read times the writer's `range_factor`
     each; a new pipeline's first range (`checks_first`) is read whole and checked before its claim, so it
-    stays within the plain bound. `scanned`: as plan_ranges."""
+    stays within the plain bound. `reads`: as plan_ranges."""
     first = max_rows_per_read if checks_first else None
-    ranges = catch_up_ranges(commits, max_rows_per_read * range_factor, interrupted, first, scanned)
-    estimates = range_estimates(commits, ranges)
+    ranges = catch_up_ranges(commits, max_rows_per_read * range_factor, interrupted, first, reads)
+    estimates = range_estimates(commits, ranges, reads.netted)
     held = [
         held_rows(n, max_rows_per_read, collects, streams, whole=checks_first and i == 0)
         for i, n in enumerate(estimates)
@@ -190,19 +254,16 @@ def origin(changes_from: str, fed: Collection[int], start: int, end: int) -> str
     return FEED if all(v in fed for v in range(start, end + 1)) else LOG
 
 
-def vector_scanned(
-    changes_from: str, fed: Collection[int], commits: list[Commit], writer: str
-) -> frozenset[int]:
-    """The versions among `commits` whose changes Spark derives from the log through deletion vectors, scanning
-    whole each file they re-add (plan_ranges bounds their ranges by those rows). None where ClickHouse reads
-    (`writer`), each commit on its own. Copy-on-write commits are not cut: a longer range costs them no more."""
+def log_reads(changes_from: str, fed: Collection[int], commits: list[Commit], writer: str) -> LogReads:
+    """How Spark reads the versions among `commits` whose changes it derives from the log (LogReads): those
+    with deletion vectors scan whole each file they re-add (plan_ranges bounds their ranges by those rows);
+    the others may be derived at once, a range of them together. None where ClickHouse reads (`writer`), each
+    commit on its own."""
     if writer == "clickhouse":
-        return frozenset()
-    return frozenset(
-        c.version
-        for c in commits
-        if c.files is not None and c.files.vectors and origin(changes_from, fed, c.version, c.version) == LOG
-    )
+        return LogReads()
+    logged = [c for c in commits if origin(changes_from, fed, c.version, c.version) == LOG]
+    vectors = frozenset(c.version for c in logged if c.files is not None and c.files.vectors)
+    return LogReads(vectors, frozenset(c.version for c in logged) - vectors)
 
 
 def origins_text(changes_from: str, fed: Collection[int], start: int, latest: int, fed_now: bool) -> str:

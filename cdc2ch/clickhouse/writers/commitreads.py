@@ -72,7 +72,7 @@ def commit_reads(
         files = commit.files if commit is not None else None
         if commit is None or files is None or commit.metadata or commit.protocol or files.change_files:
             return None
-        removed = tuple(path for path, data_change in files.removed if data_change)
+        removed = tuple(path for path, _, data_change in files.removed if data_change)
         added = tuple(path for path, _, data_change in files.added if data_change)
         new = tuple(path for path in added if path not in removed)
         as_files = as_files and not files.vectors and not files.partitioned

@@ -71,7 +71,7 @@ def file_reads(location: str, start: int, end: int, commits: list[Commit], uri: 
         commit, ts_ms = known[v], int(known[v].timestamp.timestamp() * 1000)
         files = commit.files
         assert files is not None  # (checked above)
-        for path, data_change in files.removed:  # the state before this commit: before its adds
+        for path, _, data_change in files.removed:  # the state before this commit: before its adds
             at = added.pop(path, None)
             if at is not None and at[2]:
                 spans[INSERT].append(_Span(at[0], v - 1, path, at[0], at[1]))

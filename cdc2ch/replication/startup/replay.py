@@ -39,7 +39,7 @@ def replay(commits: list[Commit]) -> Replay | None:
         if files.change_files and first is None:
             first = (commit.version, files.change_files[0])
         kept = {path for path, _, _ in files.added}
-        for path, data_change in files.removed:
+        for path, _, data_change in files.removed:
             if path in kept:  # removed and added again with a new deletion vector: the file stays
                 continue
             live.pop(path, None)

@@ -54,6 +54,9 @@ def parse_commit(version: int, text: str, modified_ms: int) -> Commit:
         a.get("baseRowId") is not None and a.get("defaultRowCommitVersion") == version for a in adds
     )
     vectors = any(a.get("deletionVector") for a in adds + removes)
+    per_row = _bytes_per_row(
+        adds + removes
+    )  # (sizes a removed file without statistics: delta-rs writes none)
     return Commit(
         version=version,
         timestamp=datetime.fromtimestamp(ts_ms / 1000, tz=timezone.utc),
@@ -70,7 +73,7 @@ def parse_commit(version: int, text: str, modified_ms: int) -> Commit:
         properties=dict(meta.get("configuration") or {}) if meta is not None else None,
         files=Files(
             tuple((a["path"], _live(a), a.get("dataChange", True)) for a in adds),
-            tuple((r["path"], r.get("dataChange", True)) for r in removes),
+            tuple((r["path"], _rows(r, per_row), r.get("dataChange", True)) for r in removes),
             tuple(c["path"] for c in cdcs),
             vectors=vectors,
             partitioned=any(a.get("partitionValues") for a in adds),

@@ -1,24 +1,26 @@
-"""A row-tracked range's changes derived at once: the files it found against those it leaves.
+"""A range's changes derived at once: the files it found against those it leaves.
 
 Derived commit by commit (cdfscan.scanned_changes, coarse), a range of copy-on-write MERGEs reads every file
-each of them rewrites and anti-joins each one's removed rows with its added keys: where every MERGE rewrites
-every file, the table is read and joined once per commit. FINAL needs only the range's net effect, which its
-files tell where row tracking keeps each row's last commit version through the copies:
+each of them rewrites and compares each one's removed rows with its added ones: where every MERGE rewrites
+every file, the table is read and compared once per commit. FINAL needs only the range's net effect, which
+its files tell (FileSpan):
 - `before`: the files it removes that were there before it. Their rows are what the target holds of them.
 - `between`: the files it adds and removes again.
 - `after`: the files it adds that are still there at its end.
-A row of `after` whose row commit version falls in the range changed there: an insert at that version, its
-last change (an older version marks a row copied unchanged, which the target holds). A row of `before` whose
-identity no row of `after` holds is gone: a tombstone with the values the target holds, at the last commit
-that removed a file holding that identity (its delete; a key-changing update's old key goes at the update):
-its own file's removal, or a later one of a file of `between`, whose identities alone are read and matched
-with the gone ones. A key deleted and inserted again within the range is held at the end, and its insert
-outranks what the target held; rows inserted and deleted within the range are not written at all.
+A row of `after` is the last state of its key: an insert at the version that added its file. Where row
+tracking keeps each row's last commit version through the copies, only the rows whose version falls in the
+range changed, each at that version (an older one marks a row copied unchanged, which the target holds). A
+row of `before` whose identity no row of `after` holds is gone: a tombstone with the values the target holds,
+at the last commit that removed a file holding that identity (its delete; a key-changing update's old key
+goes at the update): its own file's removal, or a later one of a file of `between`, whose identities alone
+are read and matched with the gone ones. A key deleted and inserted again within the range is held at the
+end, and its insert outranks what the target held; rows inserted and deleted within the range are not
+written at all.
 
-Only where every commit of the range keeps row commit versions meaningful (no deletion vectors, every added
-file first added by its commit: RESTORE re-adds old ones), which rowcopies.rewrites decides from the log; row
-tracking on at the range's end (a range never spans a metaData commit), every removed file's partition values
-and row ids known, and where it pays (RangeFiles.pays) are checked here.
+Only where no file of the range carries a deletion vector (a file's rows are then all it holds) and that
+pays, which rowcopies.rewrites decides from the log (FileSpan); row versions are read only where every file
+the range adds was first added by its commit (RESTORE re-adds old ones) and row tracking is on at its end (a
+range never spans a metaData commit). Every removed file must give its partition values (checked here).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ import json
 from dataclasses import dataclass
 
 from cdc2ch.model.contract import CDF_COLUMNS, spark_col
-from cdc2ch.source.deltalog.commitlog import file_records
 from cdc2ch.source.spark.scalaseqs import scala_seq
 from cdc2ch.source.sparkread.rowcopies import Copies
 
@@ -35,57 +36,49 @@ _ADD_FIELDS = ("path", "partitionValues", "size", "tags", "baseRowId", "defaultR
 # The rows of `before` up to which the gone identities are sent whole to every task that reads `between`:
 # they are at most as many (a bound known from the log, where a sort-merge join would shuffle all of between)
 BROADCAST_GONE_UP_TO = 2_000_000
-# The rows rewritten again within a range from which deriving it at once pays: below, its larger plan costs
-# a fresh JVM more to compile than the reads it saves (docs/benchmarks.md, tables without a feed)
-AT_ONCE_FROM_ROWS = 1_000_000
 
 
 @dataclass(frozen=True)
 class RangeFiles:
     """A range's files as AddFile actions (JVM objects): those removed that were there before it, those it
-    added and removed, those it added that are there at its end."""
+    added and removed, those it added that are there at its end; the version that removed each file of
+    before and between, and that added each of after (by path, as the log names it)."""
 
     before: list
     between: list
     after: list
-    removed_at: dict[int, int]  # the version that removed each file of before and between, by its base row id
-    rows: tuple[int, int, int] | None  # the rows of before, between and after, where every file says
-
-    def pays(self) -> bool:
-        """Whether deriving the range at once reads less than commit by commit, which reads each file of
-        `between` twice, whole (added, then removed), and compares each commit's rows on their own: where
-        `between` holds at least as many rows as the files read either way, and enough to outweigh its plan."""
-        return self.rows is not None and self.rows[1] >= max(
-            self.rows[0] + self.rows[2], AT_ONCE_FROM_ROWS, 1
-        )
+    removed_at: dict[str, int]
+    added_at: dict[str, int]
 
 
 def net_changes(spark, log, snapshot, frame, copies: Copies):
     """The net changes of `frame`'s range (Delta's coarse derivation over `log`, `snapshot` its end): its
-    inserts and tombstones as above, in `frame`'s columns. None where row tracking is off at the end, a
-    removed file does not say its partition values or row ids, or it does not pay: the range is then derived
-    commit by commit."""
+    inserts and tombstones as above, in `frame`'s columns. None where a removed file does not say its
+    partition values: the range is then derived commit by commit."""
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
     jvm = spark._jvm
-    if not jvm.org.apache.spark.sql.delta.RowTracking.isEnabled(snapshot.protocol(), snapshot.metadata()):
-        return None
     first, last = min(copies.times), max(copies.times)
     files = _range_files(spark, log, first, last)
-    if files is None or not files.pays():
+    if files is None:
         return None
     none = jvm.scala.Option.empty()
 
     def scan(found):
         return DataFrame(log.createDataFrame(snapshot, scala_seq(jvm, found), False, none), spark)
 
-    # (one scan of all files, told apart by their row ids: a union of scans would have each joined alone)
-    removed_at = F.create_map(*[F.lit(x) for pair in files.removed_at.items() for x in pair])
+    # Each file's version looked up by its path, as the scan names it (one scan of all files: a union of
+    # scans would have each joined alone)
+    ops, root = jvm.org.apache.spark.sql.delta.util.DeltaFileOperations, log.dataPath().toString()
+
+    def by_file(versions: dict[str, int]):
+        pairs = [(ops.absolutePath(root, path).toUri().toString(), v) for path, v in versions.items()]
+        return F.create_map(*[F.lit(x) for pair in pairs for x in pair])[F.col("_metadata.file_path")]
 
     def removed(found):
         """The rows of removed files, with the version that removed them (`_gone_at`)."""
-        return scan(found).withColumn("_gone_at", removed_at[F.col("_metadata.base_row_id")])
+        return scan(found).withColumn("_gone_at", by_file(files.removed_at))
 
     columns = [c for c in frame.columns if c not in CDF_COLUMNS]
     times = F.create_map(*[x for v, ts in copies.times.items() for x in (F.lit(v), F.lit(ts))])
@@ -94,9 +87,16 @@ def net_changes(spark, log, snapshot, frame, copies: Copies):
     parts = []
     if files.after:
         ends = scan(files.after)
-        version = F.col("_metadata.row_commit_version")
+        rows_tracked = jvm.org.apache.spark.sql.delta.RowTracking.isEnabled(
+            snapshot.protocol(), snapshot.metadata()
+        )
+        if copies.tracked and rows_tracked:
+            version = F.col("_metadata.row_commit_version")
+            changed = ends.where(version.between(first, last))
+        else:
+            version, changed = by_file(files.added_at), ends
         parts.append(
-            ends.where(version.between(first, last)).select(
+            changed.select(
                 *[spark_col(c) for c in columns],
                 F.lit("insert").alias("_change_type"),
                 version.alias("_commit_version"),
@@ -110,7 +110,7 @@ def net_changes(spark, log, snapshot, frame, copies: Copies):
             gone = gone.join(kept, _same(copies.key, held), "left_anti")
         if files.between:
             gone_keys = gone.select(*[spark_col(c) for c in copies.key])
-            if files.rows is not None and files.rows[0] <= BROADCAST_GONE_UP_TO:
+            if copies.found_rows <= BROADCAST_GONE_UP_TO:
                 gone_keys = F.broadcast(gone_keys)
             later = (
                 removed(files.between)
@@ -152,12 +152,12 @@ def _same(key, held):
 
 def _range_files(spark, log, start: int, end: int) -> RangeFiles | None:
     """The files of versions [start, end] (RangeFiles). None where a removed file does not say its partition
-    values or row ids (written before removes kept them)."""
+    values (written before removes kept them)."""
     added: dict = {}
     before: list = []
     between: list = []
-    removed_at: dict[int, int] = {}
-    rows: dict[str, list[int | None]] = {"before": [], "between": [], "after": []}
+    removed_at: dict[str, int] = {}
+    added_at: dict[str, int] = {}
     commits = log.getChanges(int(start), int(end), spark._jvm.scala.Option.empty(), False)
     while commits.hasNext():
         version_actions = commits.next()
@@ -169,23 +169,15 @@ def _range_files(spark, log, start: int, end: int) -> RangeFiles | None:
             action = actions.next()
             kind = action.getClass().getSimpleName()
             if kind == "AddFile":
-                added[action.path()] = action
+                added[action.path()], added_at[action.path()] = action, version
             elif kind == "RemoveFile":
                 fields = json.loads(action.json())["remove"]
-                if not fields.get("extendedFileMetadata") or fields.get("baseRowId") is None:
+                if not fields.get("extendedFileMetadata"):
                     return None
-                removed_at[fields["baseRowId"]] = version
-                first = added.pop(action.path(), None)
-                if first is None:
-                    before.append(_as_add(spark, fields))
-                    rows["before"].append(file_records(fields))
-                else:  # (its rows as its add counted them: a remove may carry no statistics)
-                    between.append(_as_add(spark, fields))
-                    rows["between"].append(file_records(json.loads(first.json())["add"]))
-    rows["after"] = [file_records(json.loads(a.json())["add"]) for a in added.values()]
-    known = [[r for r in found if r is not None] for found in rows.values()]
-    counted = None if any(None in r for r in rows.values()) else (sum(known[0]), sum(known[1]), sum(known[2]))
-    return RangeFiles(before, between, list(added.values()), removed_at, counted)
+                removed_at[action.path()] = version
+                (before if added.pop(action.path(), None) is None else between).append(_as_add(spark, fields))
+    kept = {path: added_at[path] for path in added}
+    return RangeFiles(before, between, list(added.values()), removed_at, kept)
 
 
 def _as_add(spark, fields: dict):

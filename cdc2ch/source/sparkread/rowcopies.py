@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from cdc2ch.model import contract, schema
-from cdc2ch.model.changeset import Commit
+from cdc2ch.model.changeset import Commit, FileSpan
 from cdc2ch.source.spark.scalaseqs import scala_seq
 
 REWRITES = ("MERGE", "UPDATE", "DELETE")  # the operations that copy rows when they rewrite a file
@@ -42,8 +42,12 @@ class Copies:
     versions: dict[int, datetime]
     key: tuple[str, ...]
     compared: frozenset[int] = frozenset()
-    # every commit's time where the range's changes can be derived at once (netchanges.py), else empty
+    # every commit's time where the range's changes are derived at once (netchanges.py), else empty
     times: dict[int, datetime] = field(default_factory=dict)
+    # every file the range adds tells its rows' commit versions (Files.tracked): the rows of those it keeps
+    # whose version falls in the range are all it changed
+    tracked: bool = False
+    found_rows: int = 0  # the rows of the files it removes that were there before it (FileSpan.before)
 
 
 def rewrites(commits: Sequence[Commit], key: Sequence[str]) -> Copies | None:
@@ -51,13 +55,14 @@ def rewrites(commits: Sequence[Commit], key: Sequence[str]) -> Copies | None:
     and add one they did not remove. Row tracking marks the copies of a MERGE, UPDATE or DELETE whose writer
     kept its values, where a key is known; other commits are compared where they removed a file whole (a
     file re-added with a larger deletion vector yields only the rows it newly deletes: no copies) and they
-    yield enough rows for comparing to pay."""
+    yield enough rows for comparing to pay. Where deriving the whole range at once pays (FileSpan), it is
+    derived so (netchanges.py), and its copies need neither."""
     versions: dict[int, datetime] = {}
     compared: set[int] = set()
     for c in commits:
         if c.files is None:
             continue  # file actions not known
-        removed = {path for path, data_change in c.files.removed if data_change}
+        removed = {path for path, _, data_change in c.files.removed if data_change}
         added = {path for path, _, data_change in c.files.added if data_change}
         if not removed or not added - removed:
             continue
@@ -67,11 +72,12 @@ def rewrites(commits: Sequence[Commit], key: Sequence[str]) -> Copies | None:
             compared.add(c.version)
     if sum(c.estimated_rows for c in commits if c.version in compared) < COMPARED_FROM_ROWS:
         compared.clear()  # few copies: written again
-    # The range at once where row tracking marks copies and nothing hides a row's last change from it: no
-    # deletion vectors, every added file new (RESTORE re-adds old ones: netchanges.py)
-    net = versions and all(c.files is not None and c.files.tracked and not c.files.vectors for c in commits)
-    times = {c.version: c.timestamp for c in commits} if net else {}
-    return Copies(versions, tuple(key), frozenset(compared), times) if versions or compared else None
+    # The range at once where its files tell its net effect and that pays (FileSpan)
+    span = FileSpan.of(commits)
+    times = {c.version: c.timestamp for c in commits} if key and span.pays() else {}
+    tracked = all(c.files is not None and c.files.tracked for c in commits)
+    found = versions or compared or times
+    return Copies(versions, tuple(key), frozenset(compared), times, tracked, span.before) if found else None
 
 
 def without_copies(spark, log, snapshot, frame, copies: Copies):

@@ -16,11 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cdc2ch.model import schema
+from cdc2ch.model import changeset, schema
 from cdc2ch.model.config import TargetName
 from cdc2ch.source.deltalog.commitlog import parse_commit
 from cdc2ch.source.spark.scalaseqs import python_list
-from cdc2ch.source.sparkread import netchanges, rowcopies
+from cdc2ch.source.sparkread import rowcopies
 from cdc2ch.source.sparkread.cdfscan import scanned_changes
 from cdc2ch.source.sparkread.rowcopies import Copies
 from tests.support.helpers import assert_rows_equal, clickhouse_rows, delta_rows
@@ -265,22 +265,24 @@ def test_row_tracked_rewrites_of_a_partitioned_table_write_only_what_changed(spa
     _final_equals_delta(spark, sink, path, target)
 
 
-def test_a_row_tracked_range_is_derived_from_the_files_it_found_and_those_it_leaves(
-    spark, sink, cli, tmp_path, monkeypatch
+@pytest.mark.parametrize("tracked", [True, False], ids=["row_tracking", "copy_on_write"])
+def test_a_range_is_derived_from_the_files_it_found_and_those_it_leaves(
+    spark, sink, cli, tmp_path, monkeypatch, tracked
 ):
-    """A range of row-tracked copy-on-write commits is derived at once (netchanges.py): each changed row once,
-    at its last change; for each key gone a tombstone at its delete with the values the target holds; nothing
-    for a key inserted and deleted within the range, no tombstone for one deleted and inserted again; an
-    OPTIMIZE among them moves rows without changing them. FINAL equals the table."""
-    monkeypatch.setattr(netchanges, "AT_ONCE_FROM_ROWS", 0)  # (however few rows it rewrites)
-    path = str(tmp_path / "net")
+    """A range of copy-on-write commits is derived at once (netchanges.py): for each key gone a tombstone at
+    its delete with the values the target holds; nothing for a key inserted and deleted within the range, no
+    tombstone for one deleted and inserted again; an OPTIMIZE among them moves rows without changing them.
+    With row tracking, each changed row once, at its last change; without, every row of a file still there
+    at the end, at the version that wrote that file. FINAL equals the table."""
+    monkeypatch.setattr(changeset, "AT_ONCE_FROM_ROWS", 0)  # (however few rows it rewrites)
+    path = str(tmp_path / f"net_{tracked}")
     t = f"delta.`{path}`"
     spark.sql(
         f"CREATE TABLE {t} (id BIGINT, v STRING) USING delta "
-        "TBLPROPERTIES (delta.enableRowTracking = true, delta.enableDeletionVectors = false)"
+        f"TBLPROPERTIES (delta.enableRowTracking = {str(tracked).lower()}, delta.enableDeletionVectors = false)"
     )
     spark.sql(f"INSERT INTO {t} SELECT id, concat('v', id) FROM range(0, 10, 1, 2)")  # version 1, two files
-    target = TargetName("from_log", "net")
+    target = TargetName("from_log", f"net_{tracked}")
     cli.replicate("run", path, str(target), "--once", "--reader", "spark")
     spark.sql(
         f"MERGE INTO {t} d USING (SELECT * FROM VALUES (1, 'a', 'u'), (2, '', 'd'), (20, 'n', 'u') AS s(id, v, op)) s "
@@ -296,14 +298,18 @@ def test_a_row_tracked_range_is_derived_from_the_files_it_found_and_those_it_lea
         parse_commit(v, (Path(path) / "_delta_log" / f"{v:020}.json").read_text(), 0) for v in range(2, 8)
     ]
     copies = rowcopies.rewrites(commits, ("id",))
-    assert copies is not None and sorted(copies.times) == [2, 3, 4, 5, 6, 7]
+    assert copies is not None and sorted(copies.times) == [2, 3, 4, 5, 6, 7] and copies.tracked == tracked
     derived = scanned_changes(spark, path, 2, 7, coarse=True, copies=copies).collect()
-    assert sorted((r["id"], r["v"], r["_change_type"], r["_commit_version"]) for r in derived) == [
-        (1, "b", "insert", 3), (2, "again", "insert", 7), (3, "v3", "delete", 5), (4, "v4", "delete", 6),
-        (30, "v4", "insert", 6),
-    ]  # fmt: skip
+    deletes = [(3, "v3", "delete", 5), (4, "v4", "delete", 6)]
+    if tracked:
+        inserts = [(1, "b", "insert", 3), (2, "again", "insert", 7), (30, "v4", "insert", 6)]
+    else:  # (OPTIMIZE wrote one file, which versions 5 and 6 rewrote whole)
+        kept = [(1, "b")] + [(i, f"v{i}") for i in (0, 5, 6, 7, 8, 9)] + [(30, "v4")]
+        inserts = [(i, v, "insert", 6) for i, v in kept] + [(2, "again", "insert", 7)]
+    found = sorted((r["id"], r["v"], r["_change_type"], r["_commit_version"]) for r in derived)
+    assert found == sorted(inserts + deletes)
     result = cli.replicate("run", path, str(target), "--once", "--reader", "spark")
-    assert sum(e["rows"] for e in cli.events(result, "batch")) == 5
+    assert sum(e["rows"] for e in cli.events(result, "batch")) == len(inserts + deletes)
     _final_equals_delta(spark, sink, path, target)
 
 
@@ -312,7 +318,7 @@ def test_a_row_tracked_range_whose_every_new_file_is_removed_again_writes_nothin
 ):
     """Rows inserted, updated and deleted within one row-tracked range never reach the target: derived at
     once, the range has no file before it and none at its end, and writes nothing."""
-    monkeypatch.setattr(netchanges, "AT_ONCE_FROM_ROWS", 0)
+    monkeypatch.setattr(changeset, "AT_ONCE_FROM_ROWS", 0)
     path = str(tmp_path / "net_none")
     t = f"delta.`{path}`"
     spark.sql(
@@ -357,7 +363,7 @@ def test_generated_row_tracked_rewrites_replicate_exactly(
     written by Spark (MERGEs that update, delete and insert, key changes, rows moved between partitions),
     replicated after the commits drawn and at the end in ranges of a drawn size, each derived at once
     wherever it can be (netchanges.py), whether that pays or not: FINAL equals the table."""
-    monkeypatch.setattr(netchanges.RangeFiles, "pays", lambda files: True)
+    monkeypatch.setattr(changeset.FileSpan, "pays", lambda span: span.derivable)
     n = next(_histories)
     path = str(tmp_path / f"tracked_history_{n}")
     t = f"delta.`{path}`"

@@ -26,12 +26,14 @@ def commit(version: int, added=(), removed=(), preserved=True, **files) -> Commi
     """`added`, `removed`: paths with a data change; `files`: the rest of Files."""
     return Commit(
         version, T0 + timedelta(seconds=version), "MERGE", 1, rows_preserved=preserved,
-        files=Files(tuple((p, 1, True) for p in added), tuple((p, True) for p in removed), tracked=True, **files),
+        files=Files(tuple((p, 1, True) for p in added), tuple((p, 1, True) for p in removed), tracked=True, **files),
     )  # fmt: skip
 
 
 def history() -> list[Commit]:
-    optimize = Files((("c.parquet", 3, False),), (("a.parquet", False), ("b2.parquet", False)), tracked=True)
+    optimize = Files(
+        (("c.parquet", 3, False),), (("a.parquet", 1, False), ("b2.parquet", 2, False)), tracked=True
+    )
     return [
         commit(1, ["a.parquet"], preserved=False),  # an append
         commit(2, ["b2.parquet"], ["b.parquet"]),  # a rewrite
@@ -98,7 +100,7 @@ def test_a_rewrite_whose_copies_row_tracking_does_not_tell_writes_them_again(cha
         lambda c: dataclasses.replace(c, files=dataclasses.replace(c.files, vectors=True)),
         lambda c: dataclasses.replace(c, files=dataclasses.replace(c.files, partitioned=True)),
         lambda c: dataclasses.replace(
-            c, files=dataclasses.replace(c.files, removed=(("b%20c.parquet", True),))
+            c, files=dataclasses.replace(c.files, removed=(("b%20c.parquet", 1, True),))
         ),
     ],
     ids=["deletion vector", "partition values", "escaped name"],

@@ -25,8 +25,8 @@ MS = int(T0.timestamp() * 1000)
 
 
 def commit(version: int, added=(), removed=(), files: Files | None = None) -> Commit:
-    """`added`: (path, dataChange); `removed`: (path, dataChange); commits one second apart from T0."""
-    files = files or Files(tuple((p, 1, d) for p, d in added), tuple(removed))
+    """`added`, `removed`: (path, dataChange), one row each; commits one second apart from T0."""
+    files = files or Files(tuple((p, 1, d) for p, d in added), tuple((p, 1, d) for p, d in removed))
     return Commit(version, T0 + timedelta(seconds=version), "WRITE", 1, files=files)
 
 
@@ -115,7 +115,7 @@ def logged_history() -> FakeTable:
     t.commit(("insert", {"id": 1, "name": "a"}), files=Files(added=(("a.parquet", 1, True),)))
     t.commit(
         ("update", 1, {"name": "b"}),
-        files=Files(added=(("b.parquet", 1, True),), removed=(("a.parquet", True),)),
+        files=Files(added=(("b.parquet", 1, True),), removed=(("a.parquet", 1, True),)),
     )
     return t
 
@@ -194,7 +194,7 @@ def test_files_removed_by_a_commit_that_changes_the_schema_are_read_with_the_col
     at the version before, which lacks the columns it added: those are read as NULL."""
     t = FakeTable(cdf=False)
     t.commit(("insert", {"id": 1, "name": "a"}), files=Files(added=(("a.parquet", 1, True),)))
-    t.commit(metadata=True, files=Files(added=(("b.parquet", 1, True),), removed=(("a.parquet", True),)))
+    t.commit(metadata=True, files=Files(added=(("b.parquet", 1, True),), removed=(("a.parquet", 1, True),)))
     h = Harness(t)
 
     class Described(RecordingSink):
@@ -269,7 +269,7 @@ def test_a_range_that_only_appends_reads_its_files_as_they_are():
 @pytest.mark.parametrize(
     "files",
     [
-        Files(added=(("part-2.parquet", 1, True),), removed=(("part-1.parquet", True),)),
+        Files(added=(("part-2.parquet", 1, True),), removed=(("part-1.parquet", 1, True),)),
         Files(added=(("part-2.parquet", 1, True),), change_files=("_change_data/c.parquet",)),
         Files(added=(("part-2.parquet", 1, True),), vectors=True),
         Files(added=(("p=1/part-2.parquet", 1, True),), partitioned=True),

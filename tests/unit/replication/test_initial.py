@@ -217,7 +217,7 @@ def test_expired_log_and_vacuumed_files_begin_with_a_snapshot():
     t = FakeTable()
     t.versions[0]["commit"] = Commit(0, T0, "CREATE TABLE", 0, {}, True, CDF_ON, Files())
     t.commit(("insert", {"id": 1, "name": "a"}), files=Files((("a.parquet", 1, True),)))
-    t.commit(("delete", 1), files=Files((), (("a.parquet", True),)))
+    t.commit(("delete", 1), files=Files((), (("a.parquet", 1, True),)))
     t.vacuumed.add("a.parquet")
     h = Harness(t)
     assert "version 1 (a.parquet) is gone from storage" in h.run().initial_reason

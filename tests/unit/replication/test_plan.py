@@ -195,24 +195,59 @@ def test_a_target_belongs_to_one_pipeline():
 def test_versions_spark_scans_through_deletion_vectors_are_cut_by_the_rows_of_their_files():
     history = [replace(c, file_rows=25) for c in commits(10, 10, 10, 10, 10, 10)]  # versions 3..8
     assert plan.catch_up_ranges(history, 40, None) == [(3, 6), (7, 8)]
-    assert plan.catch_up_ranges(history, 40, None, scanned={3, 4, 5}) == [(3, 3), (4, 4), (5, 6), (7, 8)]
-    assert plan.catch_up_ranges(history, 40, (3, 5), scanned={6, 7}) == [(3, 5), (6, 6), (7, 8)]
+    assert plan.catch_up_ranges(history, 40, None, reads=scanned(3, 4, 5)) == [(3, 3), (4, 4), (5, 6), (7, 8)]
+    assert plan.catch_up_ranges(history, 40, (3, 5), reads=scanned(6, 7)) == [(3, 5), (6, 6), (7, 8)]
     fewer = [replace(c, file_rows=5) for c in history]  # the estimate where it is more
-    assert plan.catch_up_ranges(fewer, 40, None, scanned={3, 4, 5, 6, 7, 8}) == [(3, 6), (7, 8)]
-    scheduled = plan.schedule(history, None, 20, 2, True, True, False, scanned={3})
+    assert plan.catch_up_ranges(fewer, 40, None, reads=scanned(3, 4, 5, 6, 7, 8)) == [(3, 6), (7, 8)]
+    scheduled = plan.schedule(history, None, 20, 2, True, True, False, scanned(3))
     assert (scheduled.ranges, scheduled.estimates) == ([(3, 4), (5, 8)], [20, 40])  # estimates: change rows
 
 
-def test_spark_scans_through_vectors_the_versions_the_feed_does_not_record_unless_clickhouse_reads():
+def scanned(*versions: int) -> plan.LogReads:
+    return plan.LogReads(scanned=frozenset(versions))
+
+
+def test_spark_reads_from_the_log_the_versions_the_feed_does_not_record_unless_clickhouse_reads():
     vectors = Files((), (), (), vectors=True)
     history = [replace(c, files=vectors) for c in commits(1, 1, 1, 1)]  # versions 3..6, the feed records 5, 6
-    assert plan.vector_scanned("auto", {5, 6}, history, "driver") == {3, 4}
-    assert plan.vector_scanned("log", {5, 6}, history, "executors") == {3, 4, 5, 6}
-    assert plan.vector_scanned("cdf", set(), history, "driver") == set()
-    assert plan.vector_scanned("auto", {5, 6}, history, "clickhouse") == set()
-    # copy-on-write, or file actions not known
+    assert plan.log_reads("auto", {5, 6}, history, "driver") == scanned(3, 4)
+    assert plan.log_reads("log", {5, 6}, history, "executors") == scanned(3, 4, 5, 6)
+    assert plan.log_reads("cdf", set(), history, "driver") == plan.LogReads()
+    assert plan.log_reads("auto", {5, 6}, history, "clickhouse") == plan.LogReads()
+    # copy-on-write, or file actions not known: may be derived at once
     mixed = [history[0], replace(history[1], files=Files((), (), ())), replace(history[2], files=None)]
-    assert plan.vector_scanned("log", set(), mixed, "driver") == {3}
+    assert plan.log_reads("log", set(), mixed, "driver") == plan.LogReads(frozenset({3}), frozenset({4, 5}))
+
+
+def rewrite(version: int, gone: tuple[str, ...], new: tuple[str, ...], rows: int = 250_000) -> Commit:
+    """A copy-on-write commit that removes the files `gone` and adds `new`, `rows` each, every row counted
+    in its estimate (none left out as a copy)."""
+    files = Files(tuple((p, rows, True) for p in new), tuple((p, rows, True) for p in gone))
+    return Commit(version, TS, "MERGE", rows * (len(gone) + len(new)), {}, files=files)
+
+
+def test_rewrites_of_the_same_files_are_cut_by_the_rows_spark_reads_deriving_them_at_once():
+    """Each MERGE rewrites the whole table (four files of 250,000 rows): counted whole, each is its own range;
+    derived at once, a range reads the files it found and those it leaves, so it spans every MERGE until
+    deriving it pays (FileSpan.pays), and as many more as keep those within the bound."""
+    names = [(f"a{v}", f"b{v}", f"c{v}", f"d{v}") for v in range(3, 11)]
+    history = [
+        rewrite(v, names[v - 4] if v > 3 else ("a", "b", "c", "d"), names[v - 3]) for v in range(3, 11)
+    ]
+    netted = plan.LogReads(netted=frozenset(range(3, 11)))
+    assert plan.catch_up_ranges(history, 2_000_000, None) == [(v, v) for v in range(3, 11)]
+    assert plan.catch_up_ranges(history, 2_000_000, None, reads=netted) == [(3, 10)]
+    # (a range must reach 3 MERGEs to pay: between >= 2,000,000 rows, before and after 1,000,000 each)
+    assert plan.catch_up_ranges(history[:2], 2_000_000, None, reads=netted) == [(3, 3), (4, 4)]
+    assert plan.catch_up_ranges(history, 1_999_999, None, reads=netted) == [(v, v) for v in range(3, 11)]
+    # a version not netted (vectors, the feed) ends it, and so does a schema change
+    assert plan.catch_up_ranges(
+        history, 2_000_000, None, reads=plan.LogReads(netted=frozenset({3, 4, 5, 7, 8, 9}))
+    ) == [(3, 5), (6, 6), (7, 9), (10, 10)]
+    history[5] = replace(history[5], metadata=True)  # version 8
+    assert plan.catch_up_ranges(history, 2_000_000, None, reads=netted) == [(3, 7), (8, 10)]
+    scheduled = plan.schedule(history[:5], None, 500_000, 4, True, True, True, netted)  # the first checked
+    assert (scheduled.ranges, scheduled.estimates) == ([(3, 3), (4, 7)], [2_000_000, 2_000_000])
 
 
 def test_interrupted_and_first_ranges_are_followed_by_ranges_that_respect_schema_changes():

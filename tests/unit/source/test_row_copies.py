@@ -6,15 +6,17 @@ any other commit that rewrote files by comparing rows, where every column can be
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timezone
 
+from cdc2ch.model import changeset
 from cdc2ch.model.changeset import Commit, Files
 from cdc2ch.source.deltalog.commitlog import parse_commit
 from cdc2ch.source.sparkread import rowcopies
 from cdc2ch.source.sparkread.rowcopies import groupable, rewrites
 
 TS = datetime(2026, 1, 1, tzinfo=timezone.utc)
-REWRITE = Files(added=(("b.parquet", 10, True),), removed=(("a.parquet", True),))
+REWRITE = Files(added=(("b.parquet", 10, True),), removed=(("a.parquet", 1, True),))
 
 
 def commit(
@@ -33,27 +35,27 @@ def test_rewrites_whose_writer_kept_row_tracking_values_are_marked_and_other_rew
         commit(2, "MERGE"),
         commit(3, "UPDATE", preserved=False),  # row tracking off, or a writer that did not keep its values
         commit(4, "RESTORE"),  # restored rows keep their old row commit versions: not marked
-        commit(5, "DELETE", files=Files(removed=(("a.parquet", True),))),  # whole files removed: no copies
+        commit(5, "DELETE", files=Files(removed=(("a.parquet", 1, True),))),  # whole files removed: no copies
         commit(6, "DELETE", files=None),  # file actions not known
         commit(7, "UPDATE"),
         # a file re-added with a deletion vector copies nothing: its rows are not read again
-        commit(8, "DELETE", files=Files(added=(("a.parquet", 9, True),), removed=(("a.parquet", True),))),
+        commit(8, "DELETE", files=Files(added=(("a.parquet", 9, True),), removed=(("a.parquet", 1, True),))),
         # files OPTIMIZE rewrote change no data
-        commit(9, "OPTIMIZE", files=Files(added=(("b", 10, False),), removed=(("a", False),))),
+        commit(9, "OPTIMIZE", files=Files(added=(("b", 10, False),), removed=(("a", 1, False),))),
         commit(10, "WRITE", preserved=False),  # an overwrite writing rows it had again
         # a file removed and another added without a data change: the added one yields no rows to compare
-        commit(11, "DELETE", files=Files(added=(("d", 5, False),), removed=(("e", True),))),
+        commit(11, "DELETE", files=Files(added=(("d", 5, False),), removed=(("e", 1, True),))),
         # and the other way round: the removed one yields no rows to compare with
-        commit(12, "WRITE", files=Files(added=(("f", 5, True),), removed=(("g", False),))),
+        commit(12, "WRITE", files=Files(added=(("f", 5, True),), removed=(("g", 1, False),))),
         # a file re-added with a larger deletion vector and a new file of the rows it updated: no copies,
         # unless row tracking marks the new file's rows
         commit(
             13,
             "UPDATE",
             preserved=False,
-            files=Files(added=(("a", 9, True), ("h", 1, True)), removed=(("a", True),)),
+            files=Files(added=(("a", 9, True), ("h", 1, True)), removed=(("a", 1, True),)),
         ),
-        commit(14, "UPDATE", files=Files(added=(("a", 9, True), ("h", 1, True)), removed=(("a", True),))),
+        commit(14, "UPDATE", files=Files(added=(("a", 9, True), ("h", 1, True)), removed=(("a", 1, True),))),
     ]
     copies = rewrites(commits, ("id",))
     assert copies is not None and copies.versions == {2: TS, 7: TS, 14: TS} and copies.key == ("id",)
@@ -75,30 +77,45 @@ def test_rewrites_are_compared_only_where_they_yield_enough_rows_for_it_to_pay(m
     assert enough is not None and enough.compared == {2, 3, 4}
 
 
-TRACKED = Files(added=(("b.parquet", 10, True),), removed=(("a.parquet", True),), tracked=True)
+TRACKED = Files(added=(("b.parquet", 10, True),), removed=(("a.parquet", 10, True),), tracked=True)
 
 
-def test_a_range_is_derived_at_once_where_row_tracking_tells_every_rows_last_change(monkeypatch):
-    """netchanges.py: every commit's time is kept where a range has a marked rewrite and every commit of it
-    adds only files it first added, without deletion vectors; none otherwise."""
-    merge = commit(3, "MERGE", files=TRACKED)
+def test_a_range_is_derived_at_once_where_its_files_tell_its_net_effect_and_that_pays(monkeypatch):
+    """netchanges.py: every commit's time is kept where the range's files tell their rows, none carries a
+    deletion vector, deriving it at once pays (FileSpan) and a key is known; row versions are read where
+    every commit adds only files it first added."""
+    monkeypatch.setattr(changeset, "AT_ONCE_FROM_ROWS", 0)
     append = commit(2, "WRITE", files=Files(added=(("c", 5, True),), tracked=True))
-    deleted = commit(4, "DELETE", files=Files(removed=(("b.parquet", True),), tracked=True))
-    copies = rewrites([append, merge, deleted], ("id",))
-    assert copies is not None and copies.times == {2: TS, 3: TS, 4: TS}
-    assert copies.versions == {3: TS}
-    restored = commit(5, "RESTORE", preserved=False, files=REWRITE)  # re-added files: not tracked
-    vectors = Files(added=(("d", 9, True),), removed=(("b.parquet", True),), vectors=True, tracked=True)
-    for other in (restored, commit(5, "UPDATE", files=vectors), commit(5, "UPDATE", files=None)):
-        found = rewrites([append, merge, other], ("id",))
-        assert found is not None and found.times == {}
-    # nothing marked (no key, or a writer that kept no values): compared, commit by commit
-    monkeypatch.setattr(rowcopies, "COMPARED_FROM_ROWS", 0)
-    for unmarked in (
-        rewrites([append, merge], ()),
-        rewrites([append, commit(3, "MERGE", preserved=False, files=TRACKED)], ("id",)),
+    merge = commit(3, "MERGE", files=TRACKED)
+    again = commit(
+        4, "MERGE", files=replace(TRACKED, added=(("e", 10, True),), removed=(("b.parquet", 10, True),))
+    )
+    deleted = commit(5, "DELETE", files=Files(removed=(("e", 10, True),), tracked=True))
+    copies = rewrites([append, merge, again, deleted], ("id",))  # before 10 rows, between 20, after 5
+    assert copies is not None and copies.times == {2: TS, 3: TS, 4: TS, 5: TS} and copies.tracked
+    assert copies.versions == {3: TS, 4: TS}
+    restored = commit(
+        6, "RESTORE", preserved=False, files=Files((("b.parquet", 10, True),), (("c", 5, True),))
+    )
+    found = rewrites(
+        [append, merge, again, deleted, restored], ("id",)
+    )  # re-adds an old file: no row versions
+    assert found is not None and list(found.times) == [2, 3, 4, 5, 6] and not found.tracked
+    plain = [
+        commit(v, c.operation, False, replace(c.files, tracked=False))
+        for v, c in enumerate([merge, again, deleted], 3)
+    ]
+    found = rewrites(plain, ("id",))  # copy-on-write without row tracking: every row of `after` written
+    assert found is not None and list(found.times) == [3, 4, 5] and not found.tracked
+    assert rewrites(plain, ()) is None  # no key: nothing to tell a key gone by
+    vectors = Files(added=(("d", 9, True),), removed=(("b.parquet", 10, True),), vectors=True, tracked=True)
+    for other in (
+        commit(4, "UPDATE", files=vectors),
+        commit(4, "UPDATE", files=None),
+        commit(4, "WRITE", files=APPEND),
     ):
-        assert unmarked is not None and unmarked.compared == {3} and unmarked.times == {}
+        found = rewrites([append, merge, other], ("id",))  # vectors, files not known, or too little rewritten
+        assert found is not None and found.times == {}
 
 
 def test_rows_are_compared_only_where_spark_can_group_every_column():
@@ -123,24 +140,3 @@ def test_commits_say_whether_their_writer_kept_row_tracking_values():
     assert parsed({"delta.rowTracking.preserved": "true"}).rows_preserved
     assert not parsed({"delta.rowTracking.preserved": "false"}).rows_preserved
     assert not parsed({}).rows_preserved and not parsed(None).rows_preserved
-
-
-def test_a_range_is_derived_at_once_only_where_its_files_rewritten_again_outweigh_the_others(monkeypatch):
-    """netchanges.RangeFiles.pays: commit by commit reads each file a range adds and removes again twice;
-    at once pays where those hold at least the rows of the files it found and leaves, and enough rows to
-    outweigh its plan, and every file says."""
-    from cdc2ch.source.sparkread import netchanges
-    from cdc2ch.source.sparkread.netchanges import RangeFiles
-
-    def files(rows):
-        return RangeFiles([], [], [], {}, rows)
-
-    assert files((1_000_000, 16_900_000, 900_000)).pays()  # every MERGE rewrites every file
-    assert not files((100_000, 200_000, 100_000)).pays()  # the same, small: compiling its plan costs more
-    assert files((300_000, 1_000_000, 300_000)).pays()
-    monkeypatch.setattr(netchanges, "AT_ONCE_FROM_ROWS", 0)
-    assert files((10, 20, 10)).pays()
-    assert not files((10, 19, 10)).pays()
-    assert not files((7_000_000, 4_300_000, 6_600_000)).pays()  # MERGEs of keys clustered in a few files
-    assert not files(None).pays()  # a file whose statistics are not known
-    assert not files((0, 0, 0)).pays()  # nothing rewritten again
