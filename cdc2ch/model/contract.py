@@ -26,7 +26,7 @@ to executors without cdc2ch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -201,15 +201,25 @@ def sql_files_meta(path: str, files: Iterable[tuple[str, int, int]], change_type
     commits = {(v, ts) for _, v, ts in files}
     if len(commits) == 1:
         return sql_fixed_meta(*commits.pop(), change_type)
-    names = ", ".join(sql_literal(f) for f, _, _ in files)
+    commit = f"toUInt64({sql_by_file(path, [(f, v) for f, v, _ in files])})"
+    return sql_versions_meta(commit, dict(commits), change_type)
 
-    def by_file(values: Iterable[int]) -> str:
-        return f"transform({path}, [{names}], [{', '.join(str(int(x)) for x in values)}], 0)"
 
-    commit = f"toUInt64({by_file(v for _, v, _ in files)})"
+def sql_by_file(path: str, files: Iterable[tuple[str, int]]) -> str:
+    """The number each of `files` (file, number) is given, for a row of the file the SQL expression `path`
+    names (0 for any other)."""
+    files = list(files)
+    names, values = ", ".join(sql_literal(f) for f, _ in files), ", ".join(str(int(n)) for _, n in files)
+    return f"transform({path}, [{names}], [{values}], 0)"
+
+
+def sql_versions_meta(commit: str, times: Mapping[int, int], change_type: str) -> list[str]:
+    """The WRITTEN_META expressions of rows of one change type whose commit version is the SQL expression
+    `commit` (a UInt64), one of `times` (commit version -> its time in ms)."""
+    versions, stamps = ", ".join(str(int(v)) for v in times), ", ".join(str(int(t)) for t in times.values())
     return [
         commit,
-        f"fromUnixTimestamp64Milli(toInt64({by_file(ts for _, _, ts in files)}), 'UTC')",
+        f"fromUnixTimestamp64Milli(toInt64(transform({commit}, [{versions}], [{stamps}], 0)), 'UTC')",
         sql_literal(change_type),
         f"toUInt8({int(is_deleted(change_type))})",
         f"{commit} * {SLOTS} + {_rank(change_type)}",

@@ -19,9 +19,9 @@ MAX_VERSIONS_PER_READ = 1000
 
 @dataclass(frozen=True)
 class LogReads:
-    """How Spark reads the versions whose changes it derives from the log, as far as a range's cost goes:
-    `scanned`, those that scan whole each file they re-add with another deletion vector (log_reads);
-    `netted`, those a range of which Spark may derive at once (FileSpan)."""
+    """How the versions whose changes are derived from the log are read, as far as a range's cost goes:
+    `scanned`, those Spark reads scanning whole each file they re-add with another deletion vector;
+    `netted`, those a range of which may be derived at once (FileSpan). log_reads tells both."""
 
     scanned: frozenset[int] = frozenset()
     netted: frozenset[int] = frozenset()
@@ -140,9 +140,9 @@ def range_estimates(
 ) -> list[int]:
     """The estimated change rows of each range, from its commits' log entries: their estimates summed, or the
     rows read where Spark derives it at once (`netted`: LogReads), when fewer."""
-    estimates = []
+    by_version, estimates = {c.version: c for c in commits}, []
     for s, e in ranges:
-        some = [c for c in commits if s <= c.version <= e]
+        some = [by_version[v] for v in range(s, e + 1) if v in by_version]
         summed = sum(c.estimated_rows for c in some)
         at_once = at_once_rows(some, netted)
         estimates.append(summed if at_once is None else min(summed, at_once))
@@ -255,15 +255,14 @@ def origin(changes_from: str, fed: Collection[int], start: int, end: int) -> str
 
 
 def log_reads(changes_from: str, fed: Collection[int], commits: list[Commit], writer: str) -> LogReads:
-    """How Spark reads the versions among `commits` whose changes it derives from the log (LogReads): those
-    with deletion vectors scan whole each file they re-add (plan_ranges bounds their ranges by those rows);
-    the others may be derived at once, a range of them together. None where ClickHouse reads (`writer`), each
-    commit on its own."""
-    if writer == "clickhouse":
-        return LogReads()
+    """How the versions among `commits` whose changes are derived from the log are read (LogReads): through
+    Spark, those with deletion vectors scan whole each file they re-add (plan_ranges bounds their ranges by
+    those rows); the others may be derived at once, a range of them together, by either reader (ClickHouse
+    reads a commit with vectors on its own)."""
     logged = [c for c in commits if origin(changes_from, fed, c.version, c.version) == LOG]
     vectors = frozenset(c.version for c in logged if c.files is not None and c.files.vectors)
-    return LogReads(vectors, frozenset(c.version for c in logged) - vectors)
+    netted = frozenset(c.version for c in logged) - vectors
+    return LogReads(netted=netted) if writer == "clickhouse" else LogReads(vectors, netted)
 
 
 def origins_text(changes_from: str, fed: Collection[int], start: int, latest: int, fed_now: bool) -> str:

@@ -12,6 +12,9 @@ fewest such versions (the stabbing points of the spans, each the end of one) mak
 range of appends is one read at its end, and only versions the per-commit reads would read are read. A
 statement names its files four times (which to read, each one's commit version, time and rank), and ClickHouse
 parses at most `max_query_size` (256 KiB by default) of it: a read of more files is cut into parts.
+
+Where deriving a range at once pays (model/changeset.FileSpan), net_reads tells the reads of its net effect
+instead: the files there at its end, those it found, and those it added and removed again.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdc2ch.base.errors import SourceError
-from cdc2ch.model.changeset import Commit, table_file
+from cdc2ch.model.changeset import Commit, FileSpan, table_file
 
 INSERT, DELETE = "insert", "delete"
 # A data file at the table's root whose name needs no escaping in a URL, a path or a glob
@@ -87,6 +90,52 @@ def file_reads(location: str, start: int, end: int, commits: list[Commit], uri: 
         for change_type in (INSERT, DELETE)
         for read in _grouped(spans[change_type], change_type, location)
     ]
+
+
+@dataclass(frozen=True)
+class NetReads:
+    """A range's files as deriving its changes at once reads them (source/sparkread/netchanges.py tells how),
+    each file with the version whose change it is: `after`, the files there at its end, read at its end, each
+    at the version that added it; `before`, those it removed that were there before it, read at the version
+    before it, each at the version that removed it; `between`, the reads (at versions where they are there) of
+    those it added and removed again, each at the version that removed it."""
+
+    after: FileRead | None
+    before: FileRead | None
+    between: list[FileRead]
+
+
+def net_reads(location: str, start: int, end: int, commits: list[Commit]) -> NetReads | None:
+    """The reads that derive versions [start, end] at once, from `commits` (their file actions); None where
+    deriving them so does not pay or cannot be done (FileSpan: a deletion vector, files not known), the range
+    begins with a schema change and removes files from before it (they have other columns), or its files are
+    too many to name in one statement."""
+    known = {c.version: c for c in commits if start <= c.version <= end}
+    chosen = [known[v] for v in range(start, end + 1) if v in known]
+    if len(chosen) != end - start + 1 or not FileSpan.of(chosen).pays():
+        return None
+    spans: dict[str, list[_Span]] = {"before": [], "between": [], "after": []}
+    added: dict[str, tuple[int, int]] = {}  # path -> (version, ts_ms) of its add
+    for commit in chosen:
+        v, ts_ms = commit.version, int(commit.timestamp.timestamp() * 1000)
+        assert commit.files is not None  # (FileSpan.derivable)
+        for path, _, _ in commit.files.removed:  # (data change or not: what is there is what counts)
+            at = added.pop(path, None)
+            kind, first = ("before", start - 1) if at is None else ("between", at[0])
+            spans[kind].append(_Span(first, v - 1, path, v, ts_ms))
+        for path, _, _ in commit.files.added:
+            added[path] = (v, ts_ms)
+    spans["after"] = [_Span(v, end, path, v, ts_ms) for path, (v, ts_ms) in added.items()]
+    if spans["before"] and chosen[0].metadata:
+        return None  # (the files before a schema change have other columns)
+    if sum(len(s.path.encode()) + FILE_BYTES for found in spans.values() for s in found) > PART_BYTES:
+        return None
+    reads = {
+        kind: _grouped(found, INSERT if kind == "after" else DELETE, location)
+        for kind, found in spans.items()
+    }
+    # (`before` all there before the range, `after` all at its end: one read each)
+    return NetReads(next(iter(reads["after"]), None), next(iter(reads["before"]), None), reads["between"])
 
 
 def _grouped(spans: list[_Span], change_type: str, location: str) -> list[FileRead]:

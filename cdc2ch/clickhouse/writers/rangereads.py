@@ -1,6 +1,7 @@
 """The statements that write a range with `--reader clickhouse`: one read of its change data feed; where its
-changes come from the log, each commit's files read as they are where they alone tell (commitreads.py),
-else the fewest reads at versions (logreads.py); a range that only appends, its files as they are."""
+changes come from the log, the range at once where that pays (logreads.net_reads), else each commit's files
+read as they are where they alone tell (commitreads.py), else the fewest reads at versions (logreads.py); a
+range that only appends, its files as they are."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from cdc2ch.clickhouse.writers.lakesql import (
     lake_access,
     lake_function,
 )
-from cdc2ch.clickhouse.writers.logreads import INSERT, appends_only, file_reads
+from cdc2ch.clickhouse.writers.logreads import DELETE, INSERT, FileRead, appends_only, file_reads, net_reads
 from cdc2ch.model import contract, schema
 from cdc2ch.model.changeset import LOG, Changes, Commit, table_file
 from cdc2ch.model.config import RunConfig
@@ -57,7 +58,55 @@ def lake_reads(cfg: RunConfig, rng: Changes, local_files: bool = False) -> list[
         token = contract.pushdown_range_token(cfg.pipeline, rng.start, rng.end)
         where = contract.sql_change_filter(cfg.immutable_keys)
         return [LakeRead(contract.sql_change_meta(), where, cdf_settings(rng.start, rng.end), token)]
-    return _commit_reads(cfg, rng, commits, local_files) or _file_reads(cfg, rng, commits, None)
+    return (
+        _net_reads(cfg, rng, commits)
+        or _commit_reads(cfg, rng, commits, local_files)
+        or _file_reads(cfg, rng, commits, None)
+    )
+
+
+def _net_reads(cfg: RunConfig, rng: Changes, commits: list[Commit]) -> list[LakeRead]:
+    """The range derived at once, where that pays (logreads.net_reads): the rows of the files there at its
+    end, each at the version that added its file; and the rows of the files it found whose key none of those
+    holds, each at the last version that removed a file holding its key (its own file's removal, or a later
+    one of a file it added and removed again). Through the table at versions: each file as it was there."""
+    net = net_reads(rng.location, rng.start, rng.end, commits)
+    if net is None:
+        return []
+    lake = lake_function(rng.location, lake_access(cfg))
+
+    def at(read: FileRead, columns: str = "*") -> str:
+        where = files_where([path for path, _, _ in read.files])
+        return f"(SELECT {columns} FROM {lake}{where} SETTINGS {VERSION_SETTING} = {int(read.version)})"
+
+    def removed_at(read: FileRead, name: str) -> str:  # (each file's removal version)
+        return f"toUInt64({contract.sql_by_file('_path', [(p, v) for p, v, _ in read.files])}) AS {name}"
+
+    def token(kind: str) -> str:
+        return contract.pushdown_read_token(cfg.pipeline, rng.start, rng.end, f"{kind}-net", rng.end)
+
+    reads = []
+    if net.after is not None:
+        meta = contract.sql_files_meta("_path", net.after.files, INSERT)
+        where = files_where([path for path, _, _ in net.after.files])
+        reads.append(LakeRead(meta, where, {VERSION_SETTING: net.after.version}, token(INSERT)))
+    if net.before is not None:
+        held = at(net.after) if net.after is not None else None
+        source = _unheld(cfg, at(net.before, f"*, {removed_at(net.before, '_gone_at')}"), held)
+        gone_at = "_gone_at"
+        if net.between:  # (a file's keys only, and the latest removal of each)
+            keys, same = _identity(cfg, "_later")
+            # (each read a subquery of its own: a union of reads with SETTINGS applies the last one to all)
+            reads_between = [at(r, f"{keys}, {removed_at(r, '_later_at')}") for r in net.between]
+            later = " UNION ALL ".join(f"SELECT * FROM {read}" for read in reads_between)
+            grouped = ", ".join(f"_later_{i}" for i in range(len(cfg.identity.columns)))
+            last = f"SELECT {grouped}, max(_later_at) AS _last FROM ({later}) GROUP BY {grouped}"
+            source += f" LEFT JOIN ({last}) AS _later ON {same}"
+            gone_at = "greatest(_removed._gone_at, _later._last)"
+        times = {c.version: int(c.timestamp.timestamp() * 1000) for c in commits}
+        meta = contract.sql_versions_meta(gone_at, times, DELETE)
+        reads.append(LakeRead(meta, "", {}, token(DELETE), source=source))
+    return reads
 
 
 def _commit_reads(cfg: RunConfig, rng: Changes, commits: list[Commit], local_files: bool) -> list[LakeRead]:
@@ -152,18 +201,24 @@ def _unheld(cfg: RunConfig, removed: str, added: str | None) -> str:
     which ClickHouse runs in about half the time of a NOT IN over the same keys. A key's columns beyond the
     primary key may be NULL, and NULL matches NULL there, as a row's identity in the target."""
     if added is None:
-        return removed
+        return f"{removed} AS _removed"
+    held, same = _identity(cfg, "_held")
+    return f"{removed} AS _removed LEFT ANTI JOIN (SELECT {held} FROM {added}) AS _held ON {same}"
+
+
+def _identity(cfg: RunConfig, prefix: str) -> tuple[str, str]:
+    """A row's identity columns named `prefix`_0, ... (a SELECT list), and each equal to its own (an ON)."""
     identity = cfg.identity
-    held = ", ".join(
-        f"{schema.quote(cfg.design.source_name(c))} AS _held_{i}" for i, c in enumerate(identity.columns)
+    named = ", ".join(
+        f"{schema.quote(cfg.design.source_name(c))} AS {prefix}_{i}" for i, c in enumerate(identity.columns)
     )
     same = " AND ".join(
-        f"{schema.quote(cfg.design.source_name(c))} = _held_{i}"
+        f"{schema.quote(cfg.design.source_name(c))} = {prefix}_{i}"
         if c in identity.primary_key
-        else f"isNotDistinctFrom({schema.quote(cfg.design.source_name(c))}, _held_{i})"
+        else f"isNotDistinctFrom({schema.quote(cfg.design.source_name(c))}, {prefix}_{i})"
         for i, c in enumerate(identity.columns)
     )
-    return f"{removed} AS _removed LEFT ANTI JOIN (SELECT {held} FROM {added}) AS _held ON {same}"
+    return named, same
 
 
 def _file_reads(

@@ -273,7 +273,8 @@ def test_a_range_is_derived_from_the_files_it_found_and_those_it_leaves(
     its delete with the values the target holds; nothing for a key inserted and deleted within the range, no
     tombstone for one deleted and inserted again; an OPTIMIZE among them moves rows without changing them.
     With row tracking, each changed row once, at its last change; without, every row of a file still there
-    at the end, at the version that wrote that file. FINAL equals the table."""
+    at the end, at the version that wrote that file. ClickHouse's reader derives it at once too (rangereads.py),
+    every row of those files, with the same tombstones. FINAL equals the table, on both readers."""
     monkeypatch.setattr(changeset, "AT_ONCE_FROM_ROWS", 0)  # (however few rows it rewrites)
     path = str(tmp_path / f"net_{tracked}")
     t = f"delta.`{path}`"
@@ -282,8 +283,12 @@ def test_a_range_is_derived_from_the_files_it_found_and_those_it_leaves(
         f"TBLPROPERTIES (delta.enableRowTracking = {str(tracked).lower()}, delta.enableDeletionVectors = false)"
     )
     spark.sql(f"INSERT INTO {t} SELECT id, concat('v', id) FROM range(0, 10, 1, 2)")  # version 1, two files
-    target = TargetName("from_log", f"net_{tracked}")
-    cli.replicate("run", path, str(target), "--once", "--reader", "spark")
+    target, by_clickhouse = (
+        TargetName("from_log", f"net_{tracked}"),
+        TargetName("from_log", f"net_{tracked}_ch"),
+    )
+    for name, reader in ((target, "spark"), (by_clickhouse, "clickhouse")):
+        cli.replicate("run", path, str(name), "--once", "--reader", reader)
     spark.sql(
         f"MERGE INTO {t} d USING (SELECT * FROM VALUES (1, 'a', 'u'), (2, '', 'd'), (20, 'n', 'u') AS s(id, v, op)) s "
         "ON d.id = s.id WHEN MATCHED AND s.op = 'd' THEN DELETE WHEN MATCHED THEN UPDATE SET d.v = s.v "
@@ -301,16 +306,26 @@ def test_a_range_is_derived_from_the_files_it_found_and_those_it_leaves(
     assert copies is not None and sorted(copies.times) == [2, 3, 4, 5, 6, 7] and copies.tracked == tracked
     derived = scanned_changes(spark, path, 2, 7, coarse=True, copies=copies).collect()
     deletes = [(3, "v3", "delete", 5), (4, "v4", "delete", 6)]
-    if tracked:
-        inserts = [(1, "b", "insert", 3), (2, "again", "insert", 7), (30, "v4", "insert", 6)]
-    else:  # (OPTIMIZE wrote one file, which versions 5 and 6 rewrote whole)
-        kept = [(1, "b")] + [(i, f"v{i}") for i in (0, 5, 6, 7, 8, 9)] + [(30, "v4")]
-        inserts = [(i, v, "insert", 6) for i, v in kept] + [(2, "again", "insert", 7)]
+    # (OPTIMIZE wrote one file, which versions 5 and 6 rewrote whole)
+    kept = [(1, "b")] + [(i, f"v{i}") for i in (0, 5, 6, 7, 8, 9)] + [(30, "v4")]
+    every_row = [(i, v, "insert", 6) for i, v in kept] + [(2, "again", "insert", 7)]
+    inserts = (
+        [(1, "b", "insert", 3), (2, "again", "insert", 7), (30, "v4", "insert", 6)] if tracked else every_row
+    )
     found = sorted((r["id"], r["v"], r["_change_type"], r["_commit_version"]) for r in derived)
     assert found == sorted(inserts + deletes)
     result = cli.replicate("run", path, str(target), "--once", "--reader", "spark")
     assert sum(e["rows"] for e in cli.events(result, "batch")) == len(inserts + deletes)
     _final_equals_delta(spark, sink, path, target)
+    cli.replicate("run", path, str(by_clickhouse), "--once", "--reader", "clickhouse")
+    written = sink.query_arrow(
+        f"SELECT id, v, _is_deleted, _commit_version FROM {schema.qualified(by_clickhouse)} WHERE _commit_version > 1"
+    ).to_pylist()  # (each gone key's one tombstone, at its delete: 3's first file was rewritten at 2)
+    found = sorted(
+        (r["id"], r["v"], "delete" if r["_is_deleted"] else "insert", r["_commit_version"]) for r in written
+    )
+    assert found == sorted(every_row + deletes)
+    _final_equals_delta(spark, sink, path, by_clickhouse)
 
 
 def test_a_row_tracked_range_whose_every_new_file_is_removed_again_writes_nothing(

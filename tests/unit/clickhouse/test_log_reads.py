@@ -13,9 +13,9 @@ import structlog
 
 from cdc2ch.base.errors import SinkError, SourceError
 from cdc2ch.clickhouse.writers import Destination
-from cdc2ch.clickhouse.writers.logreads import FileRead, file_reads
+from cdc2ch.clickhouse.writers.logreads import FileRead, NetReads, file_reads, net_reads
 from cdc2ch.clickhouse.writers.pushdown import LakeFunctionReader, PushdownWriter
-from cdc2ch.model import contract
+from cdc2ch.model import changeset, contract
 from cdc2ch.model.changeset import LOG, Commit, Files
 from cdc2ch.replication.metrics import Metrics
 from cdc2ch.replication.plan import state_pointed_at
@@ -99,13 +99,19 @@ def test_the_written_metadata_of_files_of_several_commits_follows_the_rank_rule(
     assert one == contract.sql_fixed_meta(9, 1000, "delete")
     meta = contract.sql_files_meta("_path", [("a'", 3, 10), ("b", 4, 20)], "delete")
     assert meta[0] == "toUInt64(transform(_path, ['a\\'', 'b'], [3, 4], 0))"
-    assert meta[1] == "fromUnixTimestamp64Milli(toInt64(transform(_path, ['a\\'', 'b'], [10, 20], 0)), 'UTC')"
+    assert meta[1] == f"fromUnixTimestamp64Milli(toInt64(transform({meta[0]}, [3, 4], [10, 20], 0)), 'UTC')"
     assert meta[2:4] == ["'delete'", "toUInt8(1)"]
     assert meta[4] == f"{meta[0]} * 4 + 2"
     assert contract.sql_files_meta("_path", [("a'", 3, 10), ("b", 4, 20)], "insert")[3:] == [
         "toUInt8(0)",
         f"{meta[0]} * 4 + 3",
     ]
+    # rows at versions an expression gives (a tombstone at the last removal of its key)
+    gone = contract.sql_versions_meta("greatest(a, b)", {3: 10, 4: 20}, "delete")
+    assert gone[0] == "greatest(a, b)" and gone[4] == "greatest(a, b) * 4 + 2"
+    assert (
+        gone[1] == "fromUnixTimestamp64Milli(toInt64(transform(greatest(a, b), [3, 4], [10, 20], 0)), 'UTC')"
+    )
     token = contract.pushdown_read_token("p", 3, 5, "insert", 4)
     assert token == "p:3-5:clickhouse:insert@4" and contract.batch_index(token) is None
 
@@ -301,3 +307,45 @@ def test_a_range_that_does_more_than_append_plain_files_reads_through_the_lake_f
     assert not appends_only(1, 1, [plain], mapped)
     for kind in ("timestamp", "timestamp_ntz", "variant", {"type": "struct", "fields": []}):
         assert not appends_only(1, 1, [plain], [{"name": "x", "type": kind}])
+
+
+def test_a_range_derived_at_once_reads_the_files_it_found_those_it_leaves_and_the_keys_of_the_rest(
+    monkeypatch,
+):
+    """logreads.net_reads: the files there at the range's end read at its end, each at the version that added
+    it; those it found read before it, each at the version that removed it; those added and removed again
+    read where they are there, each at its removal (only their keys are read: rangereads.py)."""
+    monkeypatch.setattr(changeset, "AT_ONCE_FROM_ROWS", 0)
+    commits = [  # (b and d, 10 rows each, are read twice commit by commit: reading at once pays)
+        commit(3, files=Files((("b.parquet", 10, True), ("c.parquet", 1, True)), (("a.parquet", 1, True),))),
+        commit(
+            4, files=Files((("d.parquet", 10, False),), (("b.parquet", 10, False), ("z.parquet", 1, False)))
+        ),
+        commit(5, [("e.parquet", True)], [("d.parquet", True)]),  # (an OPTIMIZE before it)
+    ]
+    net = net_reads("/lake/t", 3, 5, commits)
+    assert net == NetReads(
+        FileRead(5, "insert", (("/lake/t/c.parquet", 3, ms(3)), ("/lake/t/e.parquet", 5, ms(5)))),
+        FileRead(2, "delete", (("/lake/t/a.parquet", 3, ms(3)), ("/lake/t/z.parquet", 4, ms(4)))),
+        [FileRead(3, "delete", (("/lake/t/b.parquet", 4, ms(4)),)),
+         FileRead(4, "delete", (("/lake/t/d.parquet", 5, ms(5)),))],
+    )  # fmt: skip
+    # not where it does not pay, a file carries a deletion vector, or a schema change precedes files it removes
+    monkeypatch.setattr(changeset, "AT_ONCE_FROM_ROWS", 100)
+    assert net_reads("/lake/t", 3, 5, commits) is None
+    monkeypatch.setattr(changeset, "AT_ONCE_FROM_ROWS", 0)
+    vectors = dataclasses.replace(commits[2], files=dataclasses.replace(commits[2].files, vectors=True))
+    assert net_reads("/lake/t", 3, 5, [*commits[:2], vectors]) is None
+    schema_change = dataclasses.replace(commits[0], metadata=True)
+    assert net_reads("/lake/t", 3, 5, [schema_change, *commits[1:]]) is None
+    created = [
+        dataclasses.replace(commit(2, [("a.parquet", True), ("z.parquet", True)]), metadata=True),
+        *commits,
+    ]
+    assert net_reads("/lake/t", 2, 5, created) is not None  # (no file from before it)
+    assert net_reads("/lake/t", 3, 6, commits) is None  # a version not known
+    many = [
+        commit(3, [(f"{'n' * 200}{i}.parquet", True) for i in range(300)], [("a.parquet", True)]),
+        *commits[1:],
+    ]
+    assert net_reads("/lake/t", 3, 5, many) is None  # more files than one statement should name

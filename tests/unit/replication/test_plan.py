@@ -207,7 +207,7 @@ def scanned(*versions: int) -> plan.LogReads:
     return plan.LogReads(scanned=frozenset(versions))
 
 
-def test_spark_reads_from_the_log_the_versions_the_feed_does_not_record_unless_clickhouse_reads():
+def test_the_versions_the_feed_does_not_record_are_read_from_the_log_and_how():
     vectors = Files((), (), (), vectors=True)
     history = [replace(c, files=vectors) for c in commits(1, 1, 1, 1)]  # versions 3..6, the feed records 5, 6
     assert plan.log_reads("auto", {5, 6}, history, "driver") == scanned(3, 4)
@@ -217,6 +217,8 @@ def test_spark_reads_from_the_log_the_versions_the_feed_does_not_record_unless_c
     # copy-on-write, or file actions not known: may be derived at once
     mixed = [history[0], replace(history[1], files=Files((), (), ())), replace(history[2], files=None)]
     assert plan.log_reads("log", set(), mixed, "driver") == plan.LogReads(frozenset({3}), frozenset({4, 5}))
+    # ClickHouse reads a commit with deletion vectors on its own, and may derive the others at once
+    assert plan.log_reads("log", set(), mixed, "clickhouse") == plan.LogReads(netted=frozenset({4, 5}))
 
 
 def rewrite(version: int, gone: tuple[str, ...], new: tuple[str, ...], rows: int = 250_000) -> Commit:
