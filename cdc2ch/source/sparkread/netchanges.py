@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from cdc2ch.model.contract import CDF_COLUMNS, spark_col
 from cdc2ch.source.spark.scalaseqs import scala_seq
-from cdc2ch.source.sparkread.rowcopies import Copies
+from cdc2ch.source.sparkread.rowcopies import Copies, file_actions
 
 _ADD_FIELDS = ("path", "partitionValues", "size", "tags", "baseRowId", "defaultRowCommitVersion", "stats")
 # The rows of `before` up to which the gone identities are sent whole to every task that reads `between`:
@@ -158,24 +158,15 @@ def _range_files(spark, log, start: int, end: int) -> RangeFiles | None:
     between: list = []
     removed_at: dict[str, int] = {}
     added_at: dict[str, int] = {}
-    commits = log.getChanges(int(start), int(end), spark._jvm.scala.Option.empty(), False)
-    while commits.hasNext():
-        version_actions = commits.next()
-        version = version_actions._1()
-        if version > end:
-            break
-        actions = version_actions._2().iterator()
-        while actions.hasNext():
-            action = actions.next()
-            kind = action.getClass().getSimpleName()
-            if kind == "AddFile":
-                added[action.path()], added_at[action.path()] = action, version
-            elif kind == "RemoveFile":
-                fields = json.loads(action.json())["remove"]
-                if not fields.get("extendedFileMetadata"):
-                    return None
-                removed_at[action.path()] = version
-                (before if added.pop(action.path(), None) is None else between).append(_as_add(spark, fields))
+    for version, kind, action in file_actions(spark, log, start, end):
+        if kind == "AddFile":
+            added[action.path()], added_at[action.path()] = action, version
+        elif kind == "RemoveFile":
+            fields = json.loads(action.json())["remove"]
+            if not fields.get("extendedFileMetadata"):
+                return None
+            removed_at[action.path()] = version
+            (before if added.pop(action.path(), None) is None else between).append(_as_add(spark, fields))
     kept = {path: added_at[path] for path in added}
     return RangeFiles(before, between, list(added.values()), removed_at, kept)
 

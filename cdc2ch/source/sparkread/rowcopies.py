@@ -19,9 +19,10 @@ it did not touch. Two ways to leave those copies out:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from cdc2ch.model import contract, schema
 from cdc2ch.model.changeset import Commit, FileSpan
@@ -166,24 +167,34 @@ def _new_files(spark, log, versions: dict[int, datetime]) -> list:
     """The AddFile actions (JVM objects) with a data change of `versions` whose paths the same commit does not
     remove, each first added at its commit (its defaultRowCommitVersion); none at all when one of them has no
     row commit version (row tracking off at that commit)."""
-    none, found = spark._jvm.scala.Option.empty(), []
+    found = []
     for v in sorted(versions):
-        commits = log.getChanges(int(v), int(v), none, False)
-        while commits.hasNext():
-            actions = commits.next()._2().iterator()
-            adds, removed = [], set()
-            while actions.hasNext():
-                action = actions.next()
-                kind = action.getClass().getSimpleName()
-                if kind == "AddFile" and action.dataChange():
-                    adds.append(action)
-                elif kind == "RemoveFile" and action.dataChange():
-                    removed.add(action.path())
-            for add in adds:
-                if add.path() in removed:
-                    continue  # re-added with a deletion vector: its rows are all copies
-                first = add.defaultRowCommitVersion()
-                if first.isEmpty() or first.get() != v or add.deletionVector() is not None:
-                    return []
-                found.append(add)
+        adds, removed = [], set()
+        for _, kind, action in file_actions(spark, log, v, v):
+            if kind == "AddFile" and action.dataChange():
+                adds.append(action)
+            elif kind == "RemoveFile" and action.dataChange():
+                removed.add(action.path())
+        for add in adds:
+            if add.path() in removed:
+                continue  # re-added with a deletion vector: its rows are all copies
+            first = add.defaultRowCommitVersion()
+            if first.isEmpty() or first.get() != v or add.deletionVector() is not None:
+                return []
+            found.append(add)
     return found
+
+
+def file_actions(spark, log, start: int, end: int) -> Iterator[tuple[int, str, Any]]:
+    """The actions of versions [start, end] of `log` (Delta's JVM log), oldest first, each with its version
+    and its class's name (AddFile, RemoveFile, ...)."""
+    commits = log.getChanges(int(start), int(end), spark._jvm.scala.Option.empty(), False)
+    while commits.hasNext():
+        version_actions = commits.next()
+        version = version_actions._1()
+        if version > end:
+            return
+        actions = version_actions._2().iterator()
+        while actions.hasNext():
+            action = actions.next()
+            yield version, action.getClass().getSimpleName(), action
