@@ -84,8 +84,8 @@ def _at_once_end(
     netted: Collection[int],
 ) -> int:
     """The last commit (its index) of the longest range from commit i that Spark derives at once: every
-    commit netted, deriving it pays, and it reads at most max_rows. i - 1 where none does."""
-    span, end = FileSpan(), i - 1
+    commit netted, deriving it pays, and it reads at most max_rows; i where no longer one does."""
+    span, end = FileSpan(), i
     for j in range(i, len(commits)):
         c = commits[j]
         if c.version not in netted or (j > i and opens(c, commits[i])):
