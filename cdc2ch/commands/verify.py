@@ -329,7 +329,7 @@ class Verifier:
         live = [k for k, (kind, _) in found.items() if kind != "extra"]
         gone = [k for k, (kind, _) in found.items() if kind == "extra"]
         commit = self.source.commit(version)
-        ts_ms = int(commit.timestamp.timestamp() * 1000) if commit is not None else int(time.time() * 1000)
+        ts_ms = commit.timestamp_ms if commit is not None else int(time.time() * 1000)
         written = 0
         if live:
             rows = self._with_keys(self._delta(version), sides, live)

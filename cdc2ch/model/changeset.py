@@ -135,6 +135,11 @@ class Commit:
     # deriving its changes from the log reads; 0 where not known
     file_rows: int = 0
 
+    @property
+    def timestamp_ms(self) -> int:
+        """Its time in milliseconds since the epoch, as statements write it."""
+        return int(self.timestamp.timestamp() * 1000)
+
 
 class Changes(Protocol):
     """The change rows of whole versions [start, end], not yet read. Reading twice yields the same rows."""

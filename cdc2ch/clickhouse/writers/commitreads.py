@@ -77,7 +77,7 @@ def commit_reads(
         new = tuple(path for path in added if path not in removed)
         as_files = as_files and not files.vectors and not files.partitioned
         as_files = as_files and all(PLAIN_FILE.fullmatch(p) for p in added + removed)
-        ts_ms = int(commit.timestamp.timestamp() * 1000)
+        ts_ms = commit.timestamp_ms
         if new:
             own = versions_kept and bool(removed) and commit.rows_preserved and files.tracked
             reads.append(CommitRead(v, ts_ms, INSERT, new, own_rows=own))

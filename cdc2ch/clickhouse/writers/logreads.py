@@ -71,7 +71,7 @@ def file_reads(location: str, start: int, end: int, commits: list[Commit], uri: 
     spans: dict[str, list[_Span]] = {INSERT: [], DELETE: []}
     added: dict[str, tuple[int, int, bool]] = {}  # path -> (version, ts_ms, data change) of its live add
     for v in range(start, end + 1):
-        commit, ts_ms = known[v], int(known[v].timestamp.timestamp() * 1000)
+        commit, ts_ms = known[v], known[v].timestamp_ms
         files = commit.files
         assert files is not None  # (checked above)
         for path, _, data_change in files.removed:  # the state before this commit: before its adds
@@ -117,7 +117,7 @@ def net_reads(location: str, start: int, end: int, commits: list[Commit]) -> Net
     spans: dict[str, list[_Span]] = {"before": [], "between": [], "after": []}
     added: dict[str, tuple[int, int]] = {}  # path -> (version, ts_ms) of its add
     for commit in chosen:
-        v, ts_ms = commit.version, int(commit.timestamp.timestamp() * 1000)
+        v, ts_ms = commit.version, commit.timestamp_ms
         assert commit.files is not None  # (FileSpan.derivable)
         for path, _, _ in commit.files.removed:  # (data change or not: what is there is what counts)
             at = added.pop(path, None)

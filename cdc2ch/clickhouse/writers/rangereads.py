@@ -103,7 +103,7 @@ def _net_reads(cfg: RunConfig, rng: Changes, commits: list[Commit]) -> list[Lake
             last = f"SELECT {grouped}, max(_later_at) AS _last FROM ({later}) GROUP BY {grouped}"
             source += f" LEFT JOIN ({last}) AS _later ON {same}"
             gone_at = "greatest(_removed._gone_at, _later._last)"
-        times = {c.version: int(c.timestamp.timestamp() * 1000) for c in commits}
+        times = {c.version: c.timestamp_ms for c in commits}
         meta = contract.sql_versions_meta(gone_at, times, DELETE)
         reads.append(LakeRead(meta, "", {}, token(DELETE), source=source))
     return reads

@@ -118,7 +118,7 @@ class Snapshotter:
         tombstone keys the snapshot no longer has. Returns the rows written, or None when stopped."""
         cfg = self.cfg
         commit = commit or self.source.commits(version, version)[0]
-        ts_ms = int(commit.timestamp.timestamp() * 1000)
+        ts_ms = commit.timestamp_ms
         table, table_schema = self._read_from(version)
         if self.stop.is_set():  # stopped while Spark started or planned: no table created after it
             return None
