@@ -17,6 +17,7 @@ answer's Delta-Table-Version and the versions of the metaData lines after the fi
 
 import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -106,6 +107,11 @@ def main() -> None:
                 detail = {}
             results.append({"error": type(e).__name__, "status": status, "message": str(e), **detail})
     json.dump(results, sys.stdout)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # pyarrow's reader threads may still be alive at interpreter teardown, where they abort the process
+    # ("terminate called without an active exception", apache/arrow#34314) after the answer is complete.
+    os._exit(0)
 
 
 if __name__ == "__main__":
