@@ -54,14 +54,16 @@ class FileSpan:
     """The data files of consecutive commits as deriving their changes at once reads them
     (source/sparkread/netchanges.py), counted in rows: those they remove that were there before them
     (`before`), those they add and remove again (`between`), those they add that are there at their end
-    (`after`, by path). `derivable`: every commit named its files and their rows, none with a deletion
-    vector (a file's rows are then all it holds)."""
+    (`after`, by path). `derivable`: every commit named its files and their rows. `vectors`: a file carries a
+    deletion vector; Spark's derivation reads each file by its path, as one set of rows, so it derives only
+    spans without (ClickHouse reads each file at a version, as it was then)."""
 
     before: int = 0
     between: int = 0
     after: dict[str, int] = field(default_factory=dict)
     after_rows: int = 0  # (their sum)
     derivable: bool = True
+    vectors: bool = False
 
     @classmethod
     def of(cls, commits: Iterable[Commit]) -> FileSpan:
@@ -72,9 +74,10 @@ class FileSpan:
 
     def take(self, files: Files | None) -> None:
         """One more commit's file actions (None: not known)."""
-        if files is None or files.vectors:
+        if files is None:
             self.derivable = False
             return
+        self.vectors = self.vectors or files.vectors
         for path, rows, _ in files.removed:
             self.remove(path, rows)
         for path, rows, _ in files.added:
@@ -90,7 +93,7 @@ class FileSpan:
             self.before += rows
 
     def add(self, path: str, rows: int | None) -> None:
-        if rows is None or path in self.after:  # (a path added twice: a file re-added with a vector)
+        if rows is None or path in self.after:  # (a path added again without its remove)
             self.derivable = False
         else:
             self.after[path], self.after_rows = rows, self.after_rows + rows

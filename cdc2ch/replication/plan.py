@@ -257,12 +257,13 @@ def origin(changes_from: str, fed: Collection[int], start: int, end: int) -> str
 def log_reads(changes_from: str, fed: Collection[int], commits: list[Commit], writer: str) -> LogReads:
     """How the versions among `commits` whose changes are derived from the log are read (LogReads): through
     Spark, those with deletion vectors scan whole each file they re-add (plan_ranges bounds their ranges by
-    those rows); the others may be derived at once, a range of them together, by either reader (ClickHouse
-    reads a commit with vectors on its own)."""
-    logged = [c for c in commits if origin(changes_from, fed, c.version, c.version) == LOG]
-    vectors = frozenset(c.version for c in logged if c.files is not None and c.files.vectors)
-    netted = frozenset(c.version for c in logged) - vectors
-    return LogReads(netted=netted) if writer == "clickhouse" else LogReads(vectors, netted)
+    those rows), and the others may be derived at once, a range of them together; through ClickHouse, any
+    (FileSpan.vectors)."""
+    logged = frozenset(c.version for c in commits if origin(changes_from, fed, c.version, c.version) == LOG)
+    if writer == "clickhouse":
+        return LogReads(netted=logged)
+    vectors = frozenset(c.version for c in commits if c.version in logged and c.files and c.files.vectors)
+    return LogReads(vectors, logged - vectors)
 
 
 def origins_text(changes_from: str, fed: Collection[int], start: int, latest: int, fed_now: bool) -> str:

@@ -14,7 +14,10 @@ statement names its files four times (which to read, each one's commit version, 
 parses at most `max_query_size` (256 KiB by default) of it: a read of more files is cut into parts.
 
 Where deriving a range at once pays (model/changeset.FileSpan), net_reads tells the reads of its net effect
-instead: the files there at its end, those it found, and those it added and removed again.
+instead: the files there at its end, those it found, and those it added and removed again. Deletion vectors
+need nothing more: each read of a file is at a version, as it was then, and a file re-added with a larger
+vector is found (its rows before) and there at the end (its rows after); the rows it deleted are the found
+ones whose key the end does not hold.
 """
 
 from __future__ import annotations
@@ -107,7 +110,7 @@ class NetReads:
 
 def net_reads(location: str, start: int, end: int, commits: list[Commit]) -> NetReads | None:
     """The reads that derive versions [start, end] at once, from `commits` (their file actions); None where
-    deriving them so does not pay or cannot be done (FileSpan: a deletion vector, files not known), the range
+    deriving them so does not pay or cannot be done (FileSpan: files or their rows not known), the range
     begins with a schema change and removes files from before it (they have other columns), or its files are
     too many to name in one statement."""
     known = {c.version: c for c in commits if start <= c.version <= end}

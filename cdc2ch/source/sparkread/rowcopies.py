@@ -75,7 +75,7 @@ def rewrites(commits: Sequence[Commit], key: Sequence[str]) -> Copies | None:
         compared.clear()  # few copies: written again
     # The range at once where its files tell its net effect and that pays (FileSpan)
     span = FileSpan.of(commits)
-    times = {c.version: c.timestamp for c in commits} if key and span.pays() else {}
+    times = {c.version: c.timestamp for c in commits} if key and span.pays() and not span.vectors else {}
     tracked = all(c.files is not None and c.files.tracked for c in commits)
     found = versions or compared or times
     return Copies(versions, tuple(key), frozenset(compared), times, tracked, span.before) if found else None

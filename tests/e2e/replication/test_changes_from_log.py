@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cdc2ch.clickhouse.writers import rangereads
 from cdc2ch.model import changeset, schema
 from cdc2ch.model.config import TargetName
 from cdc2ch.source.deltalog.commitlog import parse_commit
@@ -68,7 +69,7 @@ def _final_equals_delta(spark, sink, path: str, target: TargetName) -> None:
 
 
 def test_a_spark_history_without_a_feed_replicates_from_the_log_as_its_twin_does_from_the_feed(
-    spark, sink, cli, tmp_path
+    spark, sink, cli, tmp_path, monkeypatch
 ):
     tables = {
         "log": (str(tmp_path / "nofeed"), ""),
@@ -115,6 +116,25 @@ def test_a_spark_history_without_a_feed_replicates_from_the_log_as_its_twin_does
     assert_rows_equal(
         clickhouse_rows(sink, targets["cdf"], columns), clickhouse_rows(sink, log_target, columns), "twins"
     )
+    # The whole history once through ClickHouse, each range derived at once wherever it can be, paying or not:
+    # the appends, the deletion-vector DML, the MERGE and the key change are one range
+    monkeypatch.setattr(changeset.FileSpan, "pays", lambda span: span.derivable)
+    netted, derive = set(), rangereads.net_reads
+
+    def net_reads(location, start, end, commits):
+        found = derive(location, start, end, commits)
+        if found is not None:
+            netted.add((start, end))
+        return found
+
+    monkeypatch.setattr(rangereads, "net_reads", net_reads)
+    at_once = TargetName("from_log", "at_once")
+    cli.replicate(
+        "run", log_path, str(at_once), "--once", "--reader", "clickhouse", "--on-schema-change", "follow"
+    )
+    # (the later ranges begin with a schema change and remove files from before it: read commit by commit)
+    assert netted == {(0, 6)}
+    _final_equals_delta(spark, sink, log_path, at_once)
     # The feed would have refused it: the option forces the feed, and says what to do.
     result = cli.replicate(
         "run", tables["log"][0], "from_log.forced", "--once", "--changes-from", "cdf", expect=1
@@ -289,6 +309,65 @@ def test_a_range_is_derived_from_the_files_it_found_and_those_it_leaves(
     )
     for name, reader in ((target, "spark"), (by_clickhouse, "clickhouse")):
         cli.replicate("run", path, str(name), "--once", "--reader", reader)
+    commits = _rewrites_in_one_range(spark, path)
+    copies = rowcopies.rewrites(commits, ("id",))
+    assert copies is not None and sorted(copies.times) == [2, 3, 4, 5, 6, 7] and copies.tracked == tracked
+    derived = scanned_changes(spark, path, 2, 7, coarse=True, copies=copies).collect()
+    inserts = (
+        [(1, "b", "insert", 3), (2, "again", "insert", 7), (30, "v4", "insert", 6)] if tracked else _EVERY_ROW
+    )
+    found = sorted((r["id"], r["v"], r["_change_type"], r["_commit_version"]) for r in derived)
+    assert found == sorted(inserts + _GONE)
+    result = cli.replicate("run", path, str(target), "--once", "--reader", "spark")
+    assert sum(e["rows"] for e in cli.events(result, "batch")) == len(inserts + _GONE)
+    _final_equals_delta(spark, sink, path, target)
+    cli.replicate("run", path, str(by_clickhouse), "--once", "--reader", "clickhouse")
+    assert _written_since(sink, by_clickhouse, 1) == sorted(_EVERY_ROW + _GONE)
+    _final_equals_delta(spark, sink, path, by_clickhouse)
+
+
+def test_a_range_of_deletion_vectors_is_derived_at_once_by_clickhouse(
+    spark, sink, cli, tmp_path, monkeypatch
+):
+    """The same range with deletion vectors: each MERGE, UPDATE and DELETE re-adds the files it changes with
+    a larger vector. ClickHouse reads each file as it was at a version, so it derives the range at once
+    (rangereads.py) with the same rows as without vectors: a file re-added is found before the range and is
+    there at its end, and the rows its vectors deleted are tombstones at their delete. Spark derives it
+    commit by commit. FINAL equals the table, on both readers."""
+    monkeypatch.setattr(changeset, "AT_ONCE_FROM_ROWS", 0)
+    path = str(tmp_path / "net_vectors")
+    t = f"delta.`{path}`"
+    spark.sql(
+        f"CREATE TABLE {t} (id BIGINT, v STRING) USING delta TBLPROPERTIES (delta.enableDeletionVectors = true)"
+    )
+    spark.sql(f"INSERT INTO {t} SELECT id, concat('v', id) FROM range(0, 10, 1, 2)")  # version 1, two files
+    by_spark, by_clickhouse = TargetName("from_log", "net_dv"), TargetName("from_log", "net_dv_ch")
+    for name, reader in ((by_spark, "spark"), (by_clickhouse, "clickhouse")):
+        cli.replicate("run", path, str(name), "--once", "--reader", reader)
+    commits = _rewrites_in_one_range(spark, path)
+    # (3 rewrote its two-row file whole; 4, an OPTIMIZE, removed files with vectors)
+    assert [c.version for c in commits if c.files is not None and c.files.vectors] == [2, 4, 5, 6]
+    copies = rowcopies.rewrites(commits, ("id",))
+    assert copies is None or not copies.times  # (Spark: commit by commit)
+    cli.replicate("run", path, str(by_clickhouse), "--once", "--reader", "clickhouse")
+    assert _written_since(sink, by_clickhouse, 1) == sorted(_EVERY_ROW + _GONE)
+    _final_equals_delta(spark, sink, path, by_clickhouse)
+    cli.replicate("run", path, str(by_spark), "--once", "--reader", "spark")
+    _final_equals_delta(spark, sink, path, by_spark)
+
+
+# What the range of _rewrites_in_one_range leaves, derived at once: each gone key's one tombstone, at its
+# delete (3's first file was rewritten at 2); every row of a file there at the end, at the version that wrote
+# it (OPTIMIZE wrote one file, which versions 5 and 6 rewrote or re-added).
+_GONE = [(3, "v3", "delete", 5), (4, "v4", "delete", 6)]
+_KEPT = [(1, "b")] + [(i, f"v{i}") for i in (0, 5, 6, 7, 8, 9)] + [(30, "v4")]
+_EVERY_ROW = [(i, v, "insert", 6) for i, v in _KEPT] + [(2, "again", "insert", 7)]
+
+
+def _rewrites_in_one_range(spark, path: str) -> list:
+    """Versions 2..7 of the table at `path` (ids 0..9 at version 1): a MERGE, an UPDATE, an OPTIMIZE, a
+    DELETE, a key change and a re-insert. Their commits, as the log records them."""
+    t = f"delta.`{path}`"
     spark.sql(
         f"MERGE INTO {t} d USING (SELECT * FROM VALUES (1, 'a', 'u'), (2, '', 'd'), (20, 'n', 'u') AS s(id, v, op)) s "
         "ON d.id = s.id WHEN MATCHED AND s.op = 'd' THEN DELETE WHEN MATCHED THEN UPDATE SET d.v = s.v "
@@ -299,33 +378,20 @@ def test_a_range_is_derived_from_the_files_it_found_and_those_it_leaves(
     spark.sql(f"DELETE FROM {t} WHERE id IN (3, 20)")  # 5: 20 never reached the target
     spark.sql(f"UPDATE {t} SET id = 30 WHERE id = 4")  # 6: a key change, 4 gone
     spark.sql(f"INSERT INTO {t} VALUES (2, 'again')")  # 7: 2 back
-    commits = [
+    return [
         parse_commit(v, (Path(path) / "_delta_log" / f"{v:020}.json").read_text(), 0) for v in range(2, 8)
     ]
-    copies = rowcopies.rewrites(commits, ("id",))
-    assert copies is not None and sorted(copies.times) == [2, 3, 4, 5, 6, 7] and copies.tracked == tracked
-    derived = scanned_changes(spark, path, 2, 7, coarse=True, copies=copies).collect()
-    deletes = [(3, "v3", "delete", 5), (4, "v4", "delete", 6)]
-    # (OPTIMIZE wrote one file, which versions 5 and 6 rewrote whole)
-    kept = [(1, "b")] + [(i, f"v{i}") for i in (0, 5, 6, 7, 8, 9)] + [(30, "v4")]
-    every_row = [(i, v, "insert", 6) for i, v in kept] + [(2, "again", "insert", 7)]
-    inserts = (
-        [(1, "b", "insert", 3), (2, "again", "insert", 7), (30, "v4", "insert", 6)] if tracked else every_row
-    )
-    found = sorted((r["id"], r["v"], r["_change_type"], r["_commit_version"]) for r in derived)
-    assert found == sorted(inserts + deletes)
-    result = cli.replicate("run", path, str(target), "--once", "--reader", "spark")
-    assert sum(e["rows"] for e in cli.events(result, "batch")) == len(inserts + deletes)
-    _final_equals_delta(spark, sink, path, target)
-    cli.replicate("run", path, str(by_clickhouse), "--once", "--reader", "clickhouse")
+
+
+def _written_since(sink, target: TargetName, version: int) -> list[tuple]:
+    """The rows written to `target` after `version`: (id, v, insert or delete, their version), sorted."""
     written = sink.query_arrow(
-        f"SELECT id, v, _is_deleted, _commit_version FROM {schema.qualified(by_clickhouse)} WHERE _commit_version > 1"
-    ).to_pylist()  # (each gone key's one tombstone, at its delete: 3's first file was rewritten at 2)
-    found = sorted(
+        f"SELECT id, v, _is_deleted, _commit_version FROM {schema.qualified(target)} "
+        f"WHERE _commit_version > {version}"
+    ).to_pylist()
+    return sorted(
         (r["id"], r["v"], "delete" if r["_is_deleted"] else "insert", r["_commit_version"]) for r in written
     )
-    assert found == sorted(every_row + deletes)
-    _final_equals_delta(spark, sink, path, by_clickhouse)
 
 
 def test_a_row_tracked_range_whose_every_new_file_is_removed_again_writes_nothing(

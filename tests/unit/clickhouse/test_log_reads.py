@@ -330,12 +330,10 @@ def test_a_range_derived_at_once_reads_the_files_it_found_those_it_leaves_and_th
         [FileRead(3, "delete", (("/lake/t/b.parquet", 4, ms(4)),)),
          FileRead(4, "delete", (("/lake/t/d.parquet", 5, ms(5)),))],
     )  # fmt: skip
-    # not where it does not pay, a file carries a deletion vector, or a schema change precedes files it removes
+    # not where it does not pay, or a schema change precedes files it removes
     monkeypatch.setattr(changeset, "AT_ONCE_FROM_ROWS", 100)
     assert net_reads("/lake/t", 3, 5, commits) is None
     monkeypatch.setattr(changeset, "AT_ONCE_FROM_ROWS", 0)
-    vectors = dataclasses.replace(commits[2], files=dataclasses.replace(commits[2].files, vectors=True))
-    assert net_reads("/lake/t", 3, 5, [*commits[:2], vectors]) is None
     schema_change = dataclasses.replace(commits[0], metadata=True)
     assert net_reads("/lake/t", 3, 5, [schema_change, *commits[1:]]) is None
     created = [
@@ -349,3 +347,22 @@ def test_a_range_derived_at_once_reads_the_files_it_found_those_it_leaves_and_th
         *commits[1:],
     ]
     assert net_reads("/lake/t", 3, 5, many) is None  # more files than one statement should name
+
+
+def test_a_file_re_added_with_deletion_vectors_is_read_before_the_range_between_and_at_its_end(monkeypatch):
+    """Each read is of the table at a version: a file re-added with larger vectors is read as it was before
+    the range (its rows then, deletes at the first re-add), as it was between two re-adds (its keys, at the
+    later one), and as it is at the end (inserts at the last re-add)."""
+    monkeypatch.setattr(changeset, "AT_ONCE_FROM_ROWS", 0)
+    dv = [
+        commit(v, files=Files((("a.parquet", 10 - v, True), *new), (("a.parquet", 10, True),), vectors=True))
+        for v, new in ((3, (("b.parquet", 1, True),)), (4, ()), (5, ()), (6, ()))
+    ]
+    net = net_reads("/lake/t", 3, 6, dv)
+    assert net == NetReads(
+        FileRead(6, "insert", (("/lake/t/b.parquet", 3, ms(3)), ("/lake/t/a.parquet", 6, ms(6)))),
+        FileRead(2, "delete", (("/lake/t/a.parquet", 3, ms(3)),)),
+        [FileRead(3, "delete", (("/lake/t/a.parquet", 4, ms(4)),)),
+         FileRead(4, "delete", (("/lake/t/a.parquet", 5, ms(5)),)),
+         FileRead(5, "delete", (("/lake/t/a.parquet", 6, ms(6)),))],
+    )  # fmt: skip

@@ -28,9 +28,22 @@ def test_files_are_counted_by_where_they_are_at_the_range_end(monkeypatch):
     assert not FileSpan.of([]).pays()  # nothing rewritten again
 
 
-def test_a_span_with_vectors_or_files_not_known_cannot_be_derived():
-    vectors = FileSpan()
-    vectors.take(Files((("b", 1, True),), (("a", 1, True),), vectors=True))
+def test_a_file_re_added_with_a_vector_was_found_and_is_there_at_the_end():
+    """ClickHouse reads each file at a version, as it was then: a span with vectors is derivable, and says it
+    has them (Spark, which reads a file by its path, does not derive it at once)."""
+    found = FileSpan()
+    found.take(Files((("a", 8, True),), (("a", 10, True),), vectors=True))  # 2 of a's rows deleted
+    assert (found.before, found.between, found.after) == (10, 0, {"a": 8})
+    found.take(Files((("a", 7, True),), (("a", 10, True),), vectors=True))  # 1 more
+    assert (found.before, found.between, found.after) == (10, 8, {"a": 7})
+    assert found.derivable and found.vectors
+    plain = FileSpan()
+    plain.take(Files((("b", 1, True),), (("a", 1, True),)))
+    plain.take(None)
+    assert not plain.vectors
+
+
+def test_a_span_with_files_not_known_cannot_be_derived():
     unknown = FileSpan()
     unknown.take(None)
     unsized = FileSpan()
@@ -38,7 +51,7 @@ def test_a_span_with_vectors_or_files_not_known_cannot_be_derived():
     twice = FileSpan()  # a path added again without its remove
     twice.take(Files((("b", 1, True),)))
     twice.take(Files((("b", 1, True),)))
-    assert not any(s.derivable for s in (vectors, unknown, unsized, twice))
+    assert not any(s.derivable for s in (unknown, unsized, twice))
 
 
 def test_deriving_at_once_pays_where_the_files_rewritten_again_outweigh_the_others(monkeypatch):

@@ -213,12 +213,12 @@ def test_the_versions_the_feed_does_not_record_are_read_from_the_log_and_how():
     assert plan.log_reads("auto", {5, 6}, history, "driver") == scanned(3, 4)
     assert plan.log_reads("log", {5, 6}, history, "executors") == scanned(3, 4, 5, 6)
     assert plan.log_reads("cdf", set(), history, "driver") == plan.LogReads()
-    assert plan.log_reads("auto", {5, 6}, history, "clickhouse") == plan.LogReads()
+    assert plan.log_reads("auto", {5, 6}, history, "clickhouse") == plan.LogReads(netted=frozenset({3, 4}))
     # copy-on-write, or file actions not known: may be derived at once
     mixed = [history[0], replace(history[1], files=Files((), (), ())), replace(history[2], files=None)]
     assert plan.log_reads("log", set(), mixed, "driver") == plan.LogReads(frozenset({3}), frozenset({4, 5}))
-    # ClickHouse reads a commit with deletion vectors on its own, and may derive the others at once
-    assert plan.log_reads("log", set(), mixed, "clickhouse") == plan.LogReads(netted=frozenset({4, 5}))
+    # ClickHouse reads each file as it was at a version: any may be derived at once
+    assert plan.log_reads("log", set(), mixed, "clickhouse") == plan.LogReads(netted=frozenset({3, 4, 5}))
 
 
 def rewrite(version: int, gone: tuple[str, ...], new: tuple[str, ...], rows: int = 250_000) -> Commit:
@@ -250,6 +250,12 @@ def test_rewrites_of_the_same_files_are_cut_by_the_rows_spark_reads_deriving_the
     assert plan.catch_up_ranges(history, 2_000_000, None, reads=netted) == [(3, 7), (8, 10)]
     scheduled = plan.schedule(history[:5], None, 500_000, 4, True, True, True, netted)  # the first checked
     assert (scheduled.ranges, scheduled.estimates) == ([(3, 3), (4, 7)], [2_000_000, 2_000_000])
+    # the same files re-added with larger deletion vectors: ClickHouse derives them at once, Spark not
+    same = ("a", "b", "c", "d")
+    dv = [replace(c, files=replace(rewrite(c.version, same, same).files, vectors=True)) for c in history]
+    for writer, expected in (("clickhouse", [(3, 7), (8, 10)]), ("driver", [(v, v) for v in range(3, 11)])):
+        reads = plan.log_reads("log", set(), dv, writer)
+        assert plan.catch_up_ranges(dv, 2_000_000, None, reads=reads) == expected
 
 
 def test_interrupted_and_first_ranges_are_followed_by_ranges_that_respect_schema_changes():
