@@ -267,6 +267,8 @@ def test_service_metrics_and_a_failing_pipeline_retried_without_stopping_the_oth
                 (s := _scrape_or_none(port))
                 and s.get(good_rows) == 3
                 and s.get(("cdc2ch_versions_behind", ("pipeline=good",))) == 0
+                # (set as its turn ends, after the lag: a scrape may fall between the two)
+                and s.get(("cdc2ch_last_success_timestamp_seconds", ("pipeline=good",)))
                 and s.get(late_errors, 0) >= 2
                 and s
             ),
