@@ -72,13 +72,16 @@ def net_changes(spark, log, snapshot, frame, copies: Copies):
     # scans would have each joined alone)
     ops, root = jvm.org.apache.spark.sql.delta.util.DeltaFileOperations, log.dataPath().toString()
 
-    def by_file(versions: dict[str, int]):
+    def by_file(versions: dict[str, int], file: str = "_metadata.file_path"):
         pairs = [(ops.absolutePath(root, path).toUri().toString(), v) for path, v in versions.items()]
-        return F.create_map(*[F.lit(x) for pair in pairs for x in pair])[F.col("_metadata.file_path")]
+        return F.create_map(*[F.lit(x) for pair in pairs for x in pair])[F.col(file)]
 
     def removed(found):
-        """The rows of removed files, with the version that removed them (`_gone_at`)."""
-        return scan(found).withColumn("_gone_at", by_file(files.removed_at))
+        """The rows of removed files, with their file (`_gone_file`): `gone_at` tells the version that removed it,
+        looked up once the joins have kept the few rows that need it (a lookup scans the map's keys)."""
+        return scan(found).withColumn("_gone_file", F.col("_metadata.file_path"))
+
+    gone_at = by_file(files.removed_at, "_gone_file")
 
     columns = [c for c in frame.columns if c not in CDF_COLUMNS]
     times = F.create_map(*[x for v, ts in copies.times.items() for x in (F.lit(v), F.lit(ts))])
@@ -108,16 +111,17 @@ def net_changes(spark, log, snapshot, frame, copies: Copies):
         if files.after:
             kept = ends.select(*as_held)
             gone = gone.join(kept, _same(copies.key, held), "left_anti")
+        gone = gone.withColumn("_gone_at", gone_at)
         if files.between:
             gone_keys = gone.select(*[spark_col(c) for c in copies.key])
             if copies.found_rows <= BROADCAST_GONE_UP_TO:
                 gone_keys = F.broadcast(gone_keys)
             later = (
                 removed(files.between)
-                .select(*as_held, F.col("_gone_at"))
+                .select(*as_held, F.col("_gone_file"))
                 .join(gone_keys, _same(copies.key, held), "left_semi")
                 .groupBy(*held)
-                .agg(F.max("_gone_at").alias("_later"))
+                .agg(F.max(gone_at).alias("_later"))
             )
             gone = gone.join(later, _same(copies.key, held), "left").withColumn(
                 "_gone_at", F.coalesce(F.col("_later"), F.col("_gone_at"))
