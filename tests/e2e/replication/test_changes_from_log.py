@@ -210,7 +210,9 @@ def test_no_scan_is_planned_for_rows_a_deletion_vector_stopped_marking_when_ther
     each."""
     path = str(tmp_path / "vectors")
     t = f"delta.`{path}`"
-    spark.sql(f"CREATE TABLE {t} (id BIGINT, v STRING) USING delta TBLPROPERTIES ({FEATURES})")
+    spark.sql(
+        f"CREATE TABLE {t} (id BIGINT, v STRING) USING delta TBLPROPERTIES (delta.enableDeletionVectors = true)"
+    )
     spark.sql(f"INSERT INTO {t} SELECT id, concat('v', id) FROM range(0, 20, 1, 1)")  # one file
     target = TargetName("from_log", "vectors")
     cli.replicate("run", path, str(target), "--once", "--reader", "spark")
