@@ -83,7 +83,7 @@ def _at_once_end(
     opens: Callable[[Commit, Commit], bool],
     netted: Collection[int],
 ) -> int:
-    """The last commit (its index) of the longest range from commit i that Spark derives at once: every
+    """The last commit (its index) of the longest range from commit i its reader derives at once: every
     commit netted, deriving it pays, and it reads at most max_rows; i where no longer one does."""
     span, end = FileSpan(), i
     for j in range(i, len(commits)):
@@ -99,7 +99,7 @@ def _at_once_end(
 
 
 def at_once_rows(commits: list[Commit], netted: Collection[int]) -> int | None:
-    """The rows Spark reads whole to derive `commits` (a range) at once, None where it does not (not every
+    """The rows its reader reads whole to derive `commits` (a range) at once, None where it does not (not every
     commit netted, or it does not pay): an upper bound of the change rows it yields."""
     if not all(c.version in netted for c in commits):
         return None
@@ -139,7 +139,7 @@ def range_estimates(
     commits: list[Commit], ranges: list[tuple[int, int]], netted: Collection[int] = ()
 ) -> list[int]:
     """The estimated change rows of each range, from its commits' log entries: their estimates summed, or the
-    rows read where Spark derives it at once (`netted`: LogReads), when fewer."""
+    rows read where its reader derives it at once (`netted`: LogReads), when fewer."""
     by_version, estimates = {c.version: c for c in commits}, []
     for s, e in ranges:
         some = [by_version[v] for v in range(s, e + 1) if v in by_version]
